@@ -1,0 +1,3 @@
+from ansible_operator.cli import main
+
+raise SystemExit(main())
