@@ -1,0 +1,151 @@
+"""Log records carry the custom resource from the context; ansible events become short log lines."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import re
+from typing import Any, Iterator
+
+import pytest
+
+from ansible_operator.logs import ansible_event_logger, log_context, setup_logging
+
+
+@pytest.fixture
+def capture() -> Iterator[tuple[io.StringIO, Any]]:
+    """Install our handler on a StringIO; restore the root logger afterwards."""
+    root = logging.getLogger()
+    old_level, old_handlers = root.level, list(root.handlers)
+    stream = io.StringIO()
+
+    def install(fmt: str, level: str = "DEBUG") -> logging.Handler:
+        return setup_logging(level=level, fmt=fmt, stream=stream)
+
+    yield stream, install
+    for h in list(root.handlers):
+        if h not in old_handlers:
+            root.removeHandler(h)
+    root.setLevel(old_level)
+
+
+def test_text_format_carries_object_and_run(capture: Any) -> None:
+    stream, install = capture
+    install("text")
+    log = logging.getLogger("ansible_operator.test")
+    log.info("outside")
+    with log_context(kind="Memcached", namespace="default", name="example"):
+        log.info("reconciling")
+        with log_context(run_id="20261122T134501Z-abc123"):
+            logging.getLogger("some.library").warning("from a library")
+    lines = stream.getvalue().splitlines()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ INFO  outside", lines[0])
+    assert lines[1].endswith("INFO  [Memcached default/example] reconciling")
+    assert lines[2].endswith("WARNING [Memcached default/example run=20261122T134501Z-abc123] from a library")
+
+
+def test_json_format_fields_and_extras(capture: Any) -> None:
+    stream, install = capture
+    install("json")
+    log = logging.getLogger("ansible_operator.test")
+    with log_context(kind="Memcached", namespace="ns1", name="cache", run_id="r1", watch="Memcached.x.io"):
+        log.info("hello %s", "world", extra={"generation": 3})
+    log.error("no object")
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first["msg"] == "hello world" and first["level"] == "INFO" and first["logger"] == "ansible_operator.test"
+    assert (first["kind"], first["namespace"], first["name"], first["run_id"]) == ("Memcached", "ns1", "cache", "r1")
+    assert first["generation"] == 3 and first["watch"] == "Memcached.x.io"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", first["ts"])
+    assert second["kind"] is None and second["name"] is None
+
+
+def test_json_includes_traceback(capture: Any) -> None:
+    stream, install = capture
+    install("json")
+    try:
+        raise ValueError("bad spec")
+    except ValueError:
+        logging.getLogger("x").exception("run failed")
+    record = json.loads(stream.getvalue())
+    assert "ValueError: bad spec" in record["exc_info"]
+
+
+async def test_context_follows_asyncio_tasks_and_threads(capture: Any) -> None:
+    stream, install = capture
+    install("json")
+    log = logging.getLogger("ansible_operator.test")
+
+    async def reconcile(name: str) -> None:
+        with log_context(kind="Memcached", namespace="default", name=name):
+            await asyncio.sleep(0)
+            await asyncio.create_task(asyncio.sleep(0))
+            log.info("in task")
+            await asyncio.to_thread(log.info, "in thread")
+
+    await asyncio.gather(reconcile("a"), reconcile("b"))
+    records = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert sorted((r["name"], r["msg"]) for r in records) == [
+        ("a", "in task"), ("a", "in thread"), ("b", "in task"), ("b", "in thread")]
+
+
+def test_setup_logging_replaces_own_handler_and_rejects_bad_input(capture: Any) -> None:
+    _, install = capture
+    install("text")
+    install("json")
+    ours = [h for h in logging.getLogger().handlers if getattr(h, "_ansible_operator_handler", False)]
+    assert len(ours) == 1
+    with pytest.raises(ValueError, match="log format"):
+        setup_logging(fmt="xml")
+    with pytest.raises(ValueError, match="log level"):
+        setup_logging(level="LOUD")
+
+
+def _event(counter: int, event: str, **data: Any) -> dict[str, Any]:
+    return {"counter": counter, "event": event, "uuid": f"u{counter}", "stdout": "", "event_data": data}
+
+
+EVENTS = [
+    _event(1, "playbook_on_start"),
+    _event(2, "runner_on_ok", task="say hi", task_action="debug", host="localhost",
+           res={"msg": "hi", "changed": False}),
+    _event(3, "runner_on_ok", task="create deployment", task_action="k8s", host="localhost",
+           res={"changed": True, "result": {"kind": "Deployment"}}),
+    _event(4, "runner_on_skipped", task="skip me", task_action="debug", host="localhost"),
+    _event(5, "runner_on_failed", task="optional", task_action="command", host="localhost", ignore_errors=True,
+           res={"msg": "non-zero return code", "rc": 1}),
+    _event(6, "runner_on_failed", task="boom", task_action="fail", host="localhost",
+           res={"msg": "replicas must be positive", "changed": False}),
+    _event(7, "playbook_on_stats", ok={"localhost": 3}, changed={"localhost": 1}, failures={"localhost": 1},
+           skipped={"localhost": 1}, ignored={"localhost": 1}, dark={}, rescued={}, processed={"localhost": 1}),
+]
+
+
+def _lines(caplog: pytest.LogCaptureFixture, verbosity: int) -> list[tuple[int, str]]:
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="ansible_operator.ansible"):
+        on_event = ansible_event_logger(verbosity)
+        for e in EVENTS:
+            on_event(e)
+    return [(r.levelno, r.getMessage()) for r in caplog.records]
+
+
+def test_event_logger_verbosity_levels(caplog: pytest.LogCaptureFixture) -> None:
+    v0 = _lines(caplog, 0)
+    assert v0 == [
+        (logging.INFO, "TASK [optional] failed (ignored): localhost: non-zero return code"),
+        (logging.WARNING, "TASK [boom] failed: localhost: replicas must be positive"),
+    ]
+    v1 = [m for _, m in _lines(caplog, 1)]
+    assert v1 == [
+        "TASK [say hi] ok: localhost",
+        "TASK [create deployment] changed: localhost",
+        "TASK [optional] failed (ignored): localhost: non-zero return code",
+        "TASK [boom] failed: localhost: replicas must be positive",
+        "PLAY RECAP localhost: ok=3 changed=1 unreachable=0 failed=1 skipped=1 rescued=0 ignored=1",
+    ]
+    v2 = [m for _, m in _lines(caplog, 2)]
+    assert "TASK [skip me] skipped: localhost" in v2 and len(v2) == 6
+    v3 = [m for _, m in _lines(caplog, 3)]
+    assert 'TASK [create deployment] changed: localhost => {"changed": true, "result": {"kind": "Deployment"}}' in v3
