@@ -1,0 +1,165 @@
+"""The plain executor: ``ansible_runner.run`` (ansible-runner's Python API) in a worker thread.
+
+Why a thread and not ``run_async``/a subprocess of our own: ``ansible_runner.run`` is blocking and drives
+ansible-playbook through pexpect, but it gives us the three hooks we need — ``event_handler`` (every
+event, as it is parsed from the live output), ``cancel_callback`` (polled while the child runs) and the
+``timeout`` setting. Running it in a dedicated ``ThreadPoolExecutor`` keeps the event loop free; events
+are handed to the loop with ``call_soon_threadsafe`` so ``on_event`` always runs on the loop thread, in
+emission order, while the run is still going.
+
+Cancellation: cancelling the task awaiting :meth:`RunnerExecutor.run` sets a flag that
+``cancel_callback`` reports to ansible-runner, which SIGKILLs ansible-playbook's process group. The
+awaiting coroutine waits until ``ansible_runner.run`` has returned — so nothing of the run is left
+running — and only then re-raises ``CancelledError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import math
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from ansible_operator.executors.base import EventCallback, RunOutcome, RunRequest
+from ansible_operator.executors.datadir import prepare
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RunnerExecutor"]
+
+_RUNNER_STATUSES = {"successful", "failed", "timeout", "canceled"}
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# How often ansible-runner's pexpect loop wakes up to poll cancel_callback and the job timeout
+# (ansible-runner's default is 5 s, which would make cancel and timeout that slow).
+DEFAULT_POLL_INTERVAL = 0.25
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    line = " ".join(_ANSI.sub("", text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _stdout_error(artifacts_dir: Path) -> str | None:
+    """The ``ERROR! ...`` line (or last line) of a run that failed before/outside any task."""
+    try:
+        lines = [ln for ln in _ANSI.sub("", (artifacts_dir / "stdout").read_text(errors="replace")).splitlines()
+                 if ln.strip()]
+    except OSError:
+        return None
+    for ln in lines:
+        if ln.lstrip().startswith("ERROR!"):
+            return _one_line(ln)
+    return _one_line(lines[-1]) if lines else None
+
+
+class RunnerExecutor:
+    """Runs each request with ``ansible_runner.run`` in its own worker thread (at most ``max_workers``)."""
+
+    name = "runner"
+
+    def __init__(self, *, max_workers: int = 8, poll_interval: float = DEFAULT_POLL_INTERVAL) -> None:
+        if max_workers < 1:
+            raise ValueError(f"RunnerExecutor max_workers must be >= 1 (got {max_workers})")
+        self.max_workers = max_workers
+        self.poll_interval = poll_interval
+        self._pool: ThreadPoolExecutor | None = None
+        self._active: set[threading.Event] = set()
+
+    async def start(self) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="ansible-runner")
+
+    async def close(self) -> None:
+        """Cancel runs still going and wait for their threads to end."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        for flag in list(self._active):
+            flag.set()
+        await asyncio.get_running_loop().run_in_executor(None, partial(pool.shutdown, wait=True))
+
+    async def run(self, request: RunRequest, on_event: EventCallback) -> RunOutcome:
+        if self._pool is None:
+            raise RuntimeError("RunnerExecutor.run() called before start() (or after close())")
+        loop = asyncio.get_running_loop()
+        cancel = threading.Event()
+
+        def deliver(event: dict[str, Any]) -> None:  # on the loop thread
+            try:
+                on_event(event)
+            except Exception:
+                log.exception("run %s: on_event callback raised; event %s dropped for it",
+                              request.run_id, event.get("event"))
+
+        def emit(event: dict[str, Any]) -> bool:  # on the runner thread
+            try:
+                # A copy: ansible-runner serializes its dict to job_events/ right after we return.
+                loop.call_soon_threadsafe(deliver, copy.deepcopy(event))
+            except RuntimeError:  # loop closed: nobody is listening any more
+                pass
+            return True  # keep writing job_events/*.json
+
+        self._active.add(cancel)
+        fut = loop.run_in_executor(self._pool, self._run_blocking, request, emit, cancel)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            cancel.set()
+            while not fut.done():  # wait for the run to really stop, even if cancelled again
+                try:
+                    await asyncio.wait([fut])
+                except asyncio.CancelledError:
+                    continue
+            raise
+        finally:
+            self._active.discard(cancel)
+
+    def _run_blocking(self, request: RunRequest, emit: Any, cancel: threading.Event) -> RunOutcome:
+        artifacts_dir = request.private_data_dir / "artifacts" / request.run_id
+        try:
+            prepared = prepare(request)
+        except Exception as e:  # bad request or unwritable dir: nothing ran
+            return RunOutcome(status="error", rc=None, artifacts_dir=artifacts_dir,
+                              error=_one_line(f"cannot prepare run: {e}"))
+        if cancel.is_set():
+            return RunOutcome(status="canceled", rc=None, artifacts_dir=prepared.artifacts_dir)
+
+        import ansible_runner  # noqa: PLC0415 - heavy import, only paid by the thread that runs
+
+        timeout = max(1, math.ceil(request.timeout)) if request.timeout else None  # runner truncates to int
+        try:
+            r = ansible_runner.run(
+                private_data_dir=str(prepared.private_data_dir),
+                playbook=str(prepared.playbook),
+                inventory=str(prepared.inventory),
+                ident=request.run_id,
+                verbosity=request.verbosity,
+                envvars=dict(prepared.env),
+                settings={"pexpect_timeout": self.poll_interval},
+                timeout=timeout,
+                quiet=True,
+                event_handler=emit,
+                cancel_callback=cancel.is_set,
+            )
+        except Exception as e:
+            log.exception("run %s: ansible-runner raised", request.run_id)
+            return RunOutcome(status="error", rc=None, artifacts_dir=prepared.artifacts_dir,
+                              error=_one_line(f"ansible-runner: {type(e).__name__}: {e}"))
+
+        status, rc = r.status, r.rc
+        if status not in _RUNNER_STATUSES:
+            return RunOutcome(status="error", rc=rc, artifacts_dir=prepared.artifacts_dir,
+                              error=_one_line(f"ansible-runner ended with status {status!r}"))
+        error: str | None = None
+        if status == "timeout":
+            error = f"run exceeded its timeout of {request.timeout:g}s and was stopped"
+        elif status == "failed" and rc not in (0, 2):
+            # rc 2 = a task failed (the events say which); anything else failed outside any task.
+            error = _stdout_error(prepared.artifacts_dir) or f"ansible-playbook exited with rc {rc}"
+        return RunOutcome(status=status, rc=rc, artifacts_dir=prepared.artifacts_dir, error=error)
