@@ -1,0 +1,268 @@
+"""Custom resource → Ansible extra vars, with Operator SDK's names and shape.
+
+Shape (Operator SDK ``runner.makeParameters``)::
+
+    <spec fields, keys snake_cased when snakeCaseParameters>   # top level, one var per spec field
+    ansible_operator_meta: {name, namespace}
+    _<group>_<kind>:        the whole object as read from the API (dots/dashes in group → "_", kind lower-case)
+    _<group>_<kind>_spec:   the raw spec (keys not converted)
+    <watch vars>                                                 # override everything above, as in the SDK
+    <finalizer vars>                                             # on finalizer runs, override again
+
+Security (differences from the SDK, see docs/status.md and docs/watches.md):
+
+* ``markUnsafe`` (our default: on) marks *every* string that comes from the custom resource – spec
+  values and keys, and also the strings inside ``_<group>_<kind>`` / ``_spec`` / ``ansible_operator_meta``,
+  which the SDK leaves trusted – as ``Unsafe``. ``dump`` writes them with Ansible's ``!unsafe`` tag, so a
+  CR author cannot make the operator evaluate ``{{ lookup('pipe', ...) }}``. Watch vars are the operator
+  author's and stay trusted.
+* A spec field that would become a top-level ``ansible_*`` variable (``ansiblePythonInterpreter``,
+  ``ansible_become``, ``ansible_connection`` ...) is refused with ``RefusedVariable``: such variables change
+  how Ansible connects and executes, which a CR author must never control. Top-level names that are not
+  Python identifiers (``"888"``, ``"a.b"`` with snakeCaseParameters off) are passed through like the SDK
+  does: Ansible accepts them and roles can read them as ``vars['888']``.
+* Two spec keys that convert to the same snake_case name (``fooBar`` and ``foo_bar``) are refused too:
+  the SDK keeps a random one of them (Go map order).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+import yaml
+from yaml.nodes import ScalarNode
+from yaml.resolver import Resolver
+
+__all__ = [
+    "Unsafe",
+    "RefusedVariable",
+    "to_snake_case",
+    "snake_case_keys",
+    "mark_unsafe",
+    "object_var_name",
+    "build_extra_vars",
+    "dump",
+]
+
+
+class Unsafe(str):
+    """A string Ansible must never template (it came from a custom resource)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Unsafe({str.__repr__(self)})"
+
+
+class RefusedVariable(ValueError):
+    """The custom resource asks for a variable the operator will not set; the message names the spec key
+    and the variable it would have become."""
+
+    def __init__(self, message: str, *, spec_key: str, variable: str) -> None:
+        super().__init__(message)
+        self.spec_key = spec_key
+        self.variable = variable
+
+
+# ---- Operator SDK paramconv (port of internal/ansible/paramconv/paramconv.go) ------------------------
+
+_NUMBER_SEQUENCE = re.compile(r"([a-zA-Z])(\d+)([a-zA-Z](\d+))")
+# Order matters only for names containing several of these words; Go iterates its map in random order.
+_WORD_MAPPING = {"http": "HTTP", "url": "URL", "ip": "IP"}
+
+
+def _preprocess_word_mapping(value: str) -> str:
+    """Surround the first occurrence of HTTP/URL/IP (or its plural ...s) with ``_`` so it becomes a word."""
+    for word in _WORD_MAPPING.values():
+        idx = value.find(word)
+        if idx < 0:
+            continue
+        end = idx + len(word)
+        if end - 1 == len(value) - 1:
+            value = value[:idx] + "_" + value[idx:]
+        elif value[end] == "s":
+            if end == len(value) - 1:
+                value = value[:idx] + "_" + value[idx:end] + "S"
+            elif idx == 0:
+                value = value[:end] + "S" + "_" + value[end + 1:]
+            else:
+                value = value[:idx] + "_" + value[idx:end] + "S" + "_" + value[end + 1:]
+        elif idx == 0:
+            value = value[:end] + "_" + value[end:]
+        else:
+            value = value[:idx] + "_" + value[idx:end] + "_" + value[end:]
+    return value
+
+
+def _is_upper(c: str) -> bool:
+    return "A" <= c <= "Z"
+
+
+def _is_lower(c: str) -> bool:
+    return "a" <= c <= "z"
+
+
+def to_snake_case(name: str) -> str:
+    """Operator SDK's ``paramconv.ToSnake``, quirks included, so roles see the same variable names.
+
+    ``sizeK8sBuckets`` → ``size_k8s_buckets``, ``egressIPs`` → ``egress_ips``, ``myURLPath`` →
+    ``my_url_path``; a leading capital gives a leading ``_`` (``ThisThing`` → ``_this_thing``).
+    """
+    s = _NUMBER_SEQUENCE.sub(r"\1 \2 \3", name).strip(" ")
+    if not s:
+        return ""
+    prefix = "_" if _is_upper(s[0]) else ""
+    s = _preprocess_word_mapping(s)
+    bits: list[str] = []
+    n = ""
+    i_real = -1
+    for i, v in enumerate(s):
+        i_real += 1
+        next_case_changed = False
+        if i + 1 < len(s):
+            nxt = s[i + 1]
+            next_case_changed = (_is_upper(v) and _is_lower(nxt)) or (_is_lower(v) and _is_upper(nxt))
+        if i_real > 0 and n[-1] != "_" and next_case_changed:
+            if _is_upper(v):
+                bits.append(n.lower())
+                n = v
+                i_real = 0
+            elif _is_lower(v):
+                bits.append((n + v).lower())
+                n = ""
+                i_real = -1
+        elif v in " _-":
+            bits.append(n.lower())
+            n = ""
+            i_real = -1
+        else:
+            n += v
+    bits.append(n.lower())
+    joined = "_".join(bits)
+    if bits[0] not in _WORD_MAPPING:
+        return prefix + joined
+    return joined
+
+
+def snake_case_keys(value: Any, path: str = "spec") -> Any:
+    """Recursively snake_case mapping keys (lists are walked too), like ``paramconv.MapToSnake``.
+
+    Raises ``RefusedVariable`` when two keys of one mapping convert to the same name.
+    """
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        origin: dict[str, str] = {}
+        for key, val in value.items():
+            new = to_snake_case(key) if isinstance(key, str) else key
+            if new in out:
+                raise RefusedVariable(
+                    f"{path}.{origin[new]} and {path}.{key} both become the variable {new!r};"
+                    " rename one of them",
+                    spec_key=f"{path}.{key}", variable=str(new),
+                )
+            origin[new] = key
+            out[new] = snake_case_keys(val, f"{path}.{key}")
+        return out
+    if isinstance(value, list):
+        return [snake_case_keys(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def mark_unsafe(value: Any) -> Any:
+    """Copy of ``value`` with every string (mapping keys included) wrapped in ``Unsafe``."""
+    if isinstance(value, str):
+        return value if isinstance(value, Unsafe) else Unsafe(value)
+    if isinstance(value, Mapping):
+        return {mark_unsafe(k): mark_unsafe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [mark_unsafe(v) for v in value]
+    return value
+
+
+def object_var_name(group: str, kind: str) -> str:
+    """``_<group>_<kind>`` with ``.`` and ``-`` replaced by ``_`` (SDK ``escapeAnsibleKey``)."""
+    return re.sub(r"[.\-]", "_", f"_{group}_{kind.lower()}")
+
+
+def build_extra_vars(
+    obj: Mapping[str, Any],
+    *,
+    watch_vars: Mapping[str, Any],
+    snake_case: bool,
+    mark_unsafe: bool,
+    group: str,
+    kind: str,
+    finalizer_vars: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Extra vars for one run of ``obj`` (see the module docstring for the shape and the rules).
+
+    ``finalizer_vars`` are given on finalizer runs only; like watch vars they are trusted and win.
+    Raises ``RefusedVariable`` for spec fields that would set ``ansible_*`` variables or collide.
+    """
+    wrap = globals()["mark_unsafe"] if mark_unsafe else (lambda v: v)
+    raw_spec = obj.get("spec")
+    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+
+    params = snake_case_keys(spec) if snake_case else {k: v for k, v in spec.items()}
+    for (key, var) in zip(spec.keys(), params.keys()):
+        if isinstance(var, str) and var.lower().startswith("ansible_"):
+            raise RefusedVariable(
+                f"spec.{key} would set the Ansible variable {var!r}; spec fields must not become ansible_*"
+                " variables (they control how Ansible connects and runs)",
+                spec_key=f"spec.{key}", variable=var,
+            )
+    out: dict[str, Any] = {k: wrap(v) for k, v in params.items()}
+
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    out["ansible_operator_meta"] = wrap({
+        "name": metadata.get("name", ""),
+        "namespace": metadata.get("namespace", ""),
+    })
+    obj_key = object_var_name(group, kind)
+    out[obj_key] = wrap(dict(obj))
+    out[f"{obj_key}_spec"] = wrap(dict(spec))
+    for k, v in watch_vars.items():
+        out[k] = v
+    for k, v in (finalizer_vars or {}).items():
+        out[k] = v
+    return out
+
+
+# ---- YAML for env/extravars -----------------------------------------------------------------------
+
+_RESOLVER = Resolver()
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper that writes ``Unsafe`` strings with Ansible's ``!unsafe`` tag."""
+
+
+def _represent_unsafe(dumper: _Dumper, data: Unsafe) -> ScalarNode:
+    text = str(data)
+    # Ansible's !unsafe constructor re-runs implicit resolution on the scalar, so `!unsafe "yes"` would load
+    # as True and `!unsafe ''` as None. Strings that resolve to a non-string type cannot contain a template
+    # (those YAML patterns have no braces), so they are written as ordinary quoted strings instead.
+    if _RESOLVER.resolve(ScalarNode, text, (True, False)) != _STR_TAG:
+        return dumper.represent_str(text)
+    # The emitter falls back to a quoted style by itself where a block or single quotes cannot represent
+    # the text exactly (keys, trailing spaces, control characters).
+    style = "|" if "\n" in text else "'"
+    return dumper.represent_scalar("!unsafe", text, style=style)
+
+
+_Dumper.add_representer(Unsafe, _represent_unsafe)
+_Dumper.add_representer(tuple, yaml.SafeDumper.represent_list)
+
+
+def dump(extra_vars: Mapping[str, Any]) -> str:
+    """YAML text for ``env/extravars`` (the caller writes it 0600). ``Unsafe`` strings get ``!unsafe``."""
+    return yaml.dump(
+        dict(extra_vars),
+        Dumper=_Dumper,
+        default_flow_style=False,
+        sort_keys=False,
+        allow_unicode=True,
+        width=float("inf"),
+    )
