@@ -1,0 +1,157 @@
+"""Talking to the Kubernetes API: one client configuration for the whole operator.
+
+kopf (watch streams), the status writer, the owner proxy and leader election all derive their
+connection from the same :class:`kubernetes.client.Configuration`, loaded the way kubectl does it:
+an explicit ``--kubeconfig``, then ``$KUBECONFIG`` / ``~/.kube/config``, then the in-cluster service
+account. Nothing here knows about the sandbox: it is just another API server behind a kubeconfig.
+
+The ``kubernetes`` client is synchronous; every call runs in a worker thread so the event loop
+never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+
+class ConfigError(Exception):
+    """No usable cluster configuration."""
+
+
+def load_client_config(kubeconfig: str | os.PathLike[str] | None = None) -> kubernetes.client.Configuration:
+    """Load a client configuration like kubectl: kubeconfig first, in-cluster last."""
+    configuration = kubernetes.client.Configuration()
+    explicit = kubeconfig or os.environ.get("KUBECONFIG")
+    if explicit:
+        # $KUBECONFIG may list several files; like kubectl, the first existing one wins here.
+        candidates = [p for p in str(explicit).split(os.pathsep) if p]
+        existing = [p for p in candidates if Path(p).expanduser().is_file()]
+        if not existing:
+            raise ConfigError(f"kubeconfig not found: {explicit}")
+        kubernetes.config.load_kube_config(config_file=existing[0], client_configuration=configuration)
+        return configuration
+    default = Path("~/.kube/config").expanduser()
+    if default.is_file():
+        kubernetes.config.load_kube_config(config_file=str(default), client_configuration=configuration)
+        return configuration
+    try:
+        kubernetes.config.load_incluster_config(client_configuration=configuration)
+    except kubernetes.config.ConfigException as exc:
+        raise ConfigError(
+            "no cluster configuration: pass --kubeconfig, set $KUBECONFIG, create ~/.kube/config,"
+            " or run inside a pod with a service account"
+        ) from exc
+    return configuration
+
+
+@dataclass(frozen=True)
+class ResourceRef:
+    """Where a kind lives in the REST API."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{quote(name, safe='')}"
+        if subresource:
+            base += f"/{subresource}"
+        return base
+
+
+class ApiError(Exception):
+    """An API call failed; ``status`` is the HTTP code (0 when no answer) and ``reason`` Kubernetes' reason."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class Kube:
+    """A small async facade over the synchronous client for the few calls the runner makes itself."""
+
+    def __init__(self, configuration: kubernetes.client.Configuration) -> None:
+        self.configuration = configuration
+        self.api_client = kubernetes.client.ApiClient(configuration)
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    async def request(self, method: str, path: str, *, body: Any = None, content_type: str | None = None,
+                      query: list[tuple[str, str]] | None = None) -> Any:
+        return await asyncio.to_thread(self._request_sync, method, path, body, content_type, query or [])
+
+    def _request_sync(self, method: str, path: str, body: Any, content_type: str | None,
+                      query: list[tuple[str, str]]) -> Any:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        try:
+            response = self.api_client.call_api(
+                path, method, query_params=query, header_params=headers, body=body,
+                auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+            )
+        except ApiException as exc:
+            reason, message = "Unknown", str(exc.reason or "")
+            try:
+                status_obj = json.loads(exc.body or b"{}")
+                reason = status_obj.get("reason") or reason
+                message = status_obj.get("message") or message
+            except (ValueError, TypeError):
+                pass
+            raise ApiError(exc.status or 0, reason, message) from None
+        data = response.data
+        return json.loads(data) if data else None
+
+    # -- the calls the runner needs ----------------------------------------------------------------
+
+    async def get(self, ref: ResourceRef, namespace: str | None, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.request("GET", ref.path(namespace, name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def merge_patch(self, ref: ResourceRef, namespace: str | None, name: str, patch: dict[str, Any],
+                          *, subresource: str | None = None) -> dict[str, Any]:
+        return await self.request("PATCH", ref.path(namespace, name, subresource), body=patch,
+                                  content_type="application/merge-patch+json")
+
+    async def replace_status(self, ref: ResourceRef, obj: dict[str, Any]) -> dict[str, Any]:
+        """PUT the status subresource; fails with 409 when ``obj`` is stale (optimistic concurrency)."""
+        meta = obj["metadata"]
+        return await self.request("PUT", ref.path(meta.get("namespace"), meta["name"], "status"), body=obj)
+
+    async def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", body=event)
+
+    async def discover(self, group: str, version: str, kind: str) -> ResourceRef:
+        """Find plural and scope of a kind from the discovery document."""
+        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        doc = await self.request("GET", path)
+        for resource in doc.get("resources", []):
+            if resource.get("kind") == kind and "/" not in resource.get("name", ""):
+                return ResourceRef(group, version, resource["name"], bool(resource.get("namespaced")))
+        raise ApiError(404, "NotFound", f"kind {kind} not served at {path}")

@@ -1,0 +1,389 @@
+"""Reconcile one object: decide (run, finalize, or nothing), run the role, write the outcome.
+
+Called by the work queue with an object key; never concurrently for the same key. Reads the latest
+object from the intake cache, so a follow-up run after coalesced edits sees the newest spec.
+
+    obj ─► deleting? ─► finalizer run ─► remove finalizer
+      └──► ensure finalizer ─► extra vars ─► Running ─► executor run ─► RunResult ─► status + Event
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from ansible_operator import extravars, results, status
+from ansible_operator.executors.base import Executor, RunOutcome, RunRequest
+from ansible_operator.executors.datadir import new_run_id
+from ansible_operator.intake import ObjectCache
+from ansible_operator.kube import ApiError, Kube, ResourceRef
+from ansible_operator.logs import log_context
+from ansible_operator.queue import ObjectKey, ReconcileOutcome
+from ansible_operator.watches import Watch, annotation_overrides
+
+log = logging.getLogger(__name__)
+
+_STATUS_WRITE_ATTEMPTS = 5
+
+
+class RunHooks(Protocol):
+    """Optional observers of runs (metrics, logs); all methods are cheap and synchronous."""
+
+    def run_started(self, watch_key: str, phase: str) -> None: ...
+
+    def run_finished(self, watch_key: str, phase: str, result: str, duration_s: float) -> None: ...
+
+
+class Credentials(Protocol):
+    """Gives each run the cluster credentials its roles use (e.g. the owner-injecting proxy)."""
+
+    def envvars_for(self, owner: dict[str, Any], run_dir: Path) -> dict[str, str]: ...
+
+    def release(self, run_dir: Path) -> None: ...
+
+
+class PassThroughCredentials:
+    """Runs use the operator's own kubeconfig (or the in-cluster service account when there is none)."""
+
+    def __init__(self, kubeconfig: str | None) -> None:
+        self.kubeconfig = kubeconfig
+
+    def envvars_for(self, owner: dict[str, Any], run_dir: Path) -> dict[str, str]:
+        if not self.kubeconfig:
+            return {}
+        path = str(Path(self.kubeconfig).resolve())
+        return {"K8S_AUTH_KUBECONFIG": path, "KUBECONFIG": path}
+
+    def release(self, run_dir: Path) -> None:
+        return None
+
+
+@dataclass
+class Runtime:
+    """What every reconciler shares: the API, the executor, where artifacts go, the observers."""
+
+    kube: Kube
+    executor: Executor
+    artifacts_root: Path
+    credentials: Credentials
+    run_timeout: float | None = 3600.0
+    collections_paths: tuple[Path, ...] = ()
+    hooks: list[RunHooks] = field(default_factory=list)
+    event_loggers: Callable[[int], Callable[[dict[str, Any]], None]] | None = None
+    component: str = "ansible-operator"
+    executor_name: str = "runner"
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Reconciler:
+    """The reconcile function of one watch."""
+
+    def __init__(self, watch: Watch, cache: ObjectCache, runtime: Runtime,
+                 resource: ResourceRef | None = None) -> None:
+        self.watch = watch
+        self.cache = cache
+        self.rt = runtime
+        self._resource = resource
+
+    @property
+    def resource(self) -> ResourceRef:
+        assert self._resource is not None, "resolve() first"
+        return self._resource
+
+    async def resolve(self) -> ResourceRef:
+        """Plural and scope from discovery, once (the CRD may appear after the operator starts)."""
+        if self._resource is None:
+            self._resource = await self.rt.kube.discover(self.watch.group, self.watch.version, self.watch.kind)
+        return self._resource
+
+    # -- entry point -------------------------------------------------------------------------------
+
+    async def __call__(self, key: ObjectKey) -> ReconcileOutcome:
+        with log_context(kind=self.watch.kind, namespace=key.namespace, name=key.name):
+            return await self._reconcile(key)
+
+    async def _reconcile(self, key: ObjectKey) -> ReconcileOutcome:
+        obj = self.cache.get(key)
+        if obj is None:
+            return ReconcileOutcome()  # deleted meanwhile: nothing to do
+        await self.resolve()
+        meta = obj["metadata"]
+        overrides = annotation_overrides(self.watch, meta.get("annotations"))
+        for name, value, reason in overrides["invalid"]:
+            log.warning("ignoring annotation %s=%r on %s: %s", name, value, key, reason)
+
+        finalizer = self.watch.finalizer
+        if meta.get("deletionTimestamp"):
+            if finalizer and finalizer.name in (meta.get("finalizers") or []):
+                return await self._finalize(obj, overrides)
+            return ReconcileOutcome()
+
+        if finalizer and finalizer.name not in (meta.get("finalizers") or []):
+            obj = await self._add_finalizer(obj)
+            if obj is None:
+                return ReconcileOutcome()
+
+        try:
+            variables = self._extra_vars(obj)
+        except extravars.RefusedVariable as exc:
+            await self._write_status(obj, lambda cur, gen: status.refused_status(cur, message=str(exc),
+                                                                                generation=gen, now=utcnow()))
+            await self._emit(obj, _warning_event(obj, "Refused", str(exc), self.rt.component))
+            log.error("refusing to run for %s: %s", key, exc)
+            return ReconcileOutcome()  # retrying can't help; a spec change will bring it back
+
+        if self.watch.manage_status:
+            await self._write_status(obj, lambda cur, gen: status.running_status(cur, generation=gen, now=utcnow()))
+
+        result = await self._run(obj, "reconcile", variables, role=self.watch.role, playbook=self.watch.playbook,
+                                 overrides=overrides)
+
+        if self.watch.manage_status:
+            await self._write_status(obj, lambda cur, gen: status.result_status(cur, result, generation=gen,
+                                                                               now=utcnow()))
+        await self._emit(obj, status.event_for_result(obj, result, now=utcnow(), component=self.rt.component))
+
+        if not result.succeeded:
+            return ReconcileOutcome(failed=True)
+        requeue = result.requeue_after if result.requeue_after is not None else overrides["reconcile_period"]
+        return ReconcileOutcome(requeue_after=requeue)
+
+    # -- deletion ----------------------------------------------------------------------------------
+
+    async def _finalize(self, obj: dict[str, Any], overrides: dict[str, Any]) -> ReconcileOutcome:
+        finalizer = self.watch.finalizer
+        assert finalizer is not None
+        # Operator SDK: a finalizer with only `vars` re-runs the main role/playbook with those vars added.
+        role, playbook = finalizer.role, finalizer.playbook
+        if role is None and playbook is None:
+            role, playbook = self.watch.role, self.watch.playbook
+        try:
+            variables = self._extra_vars(obj, finalizer.vars)
+        except extravars.RefusedVariable as exc:
+            await self._emit(obj, _warning_event(obj, "Refused", str(exc), self.rt.component))
+            return ReconcileOutcome(failed=True)
+
+        result = await self._run(obj, "finalize", variables, role=role, playbook=playbook, overrides=overrides)
+        if not result.succeeded:
+            if self.watch.manage_status:
+                await self._write_status(obj, lambda cur, gen: status.result_status(cur, result, generation=gen,
+                                                                                   now=utcnow()))
+            await self._emit(obj, status.event_for_result(obj, result, now=utcnow(), component=self.rt.component))
+            return ReconcileOutcome(failed=True)
+        await self._emit(obj, status.event_for_result(obj, result, now=utcnow(), component=self.rt.component))
+        await self._remove_finalizer(obj, finalizer.name)
+        return ReconcileOutcome()
+
+    async def _add_finalizer(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        name = self.watch.finalizer.name  # type: ignore[union-attr]
+        meta = obj["metadata"]
+        finalizers = list(meta.get("finalizers") or []) + [name]
+        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}}
+        try:
+            return await self.rt.kube.merge_patch(self.resource, meta.get("namespace"), meta["name"], patch)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise  # 409: the queue retries with backoff, by then the cache holds the newer object
+
+    async def _remove_finalizer(self, obj: dict[str, Any], name: str) -> None:
+        meta = obj["metadata"]
+        for _ in range(_STATUS_WRITE_ATTEMPTS):
+            fresh = await self.rt.kube.get(self.resource, meta.get("namespace"), meta["name"])
+            if fresh is None:
+                return
+            current = list(fresh["metadata"].get("finalizers") or [])
+            if name not in current:
+                return
+            patch = {"metadata": {"finalizers": [f for f in current if f != name],
+                                  "resourceVersion": fresh["metadata"]["resourceVersion"]}}
+            try:
+                await self.rt.kube.merge_patch(self.resource, meta.get("namespace"), meta["name"], patch)
+                return
+            except ApiError as exc:
+                if exc.status == 404:
+                    return
+                if exc.status != 409:
+                    raise
+        raise RuntimeError(f"could not remove finalizer {name}: the object kept changing")
+
+    # -- the run -----------------------------------------------------------------------------------
+
+    def _extra_vars(self, obj: dict[str, Any], more_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        watch_vars = dict(self.watch.vars)
+        if more_vars:
+            watch_vars.update(more_vars)
+        return extravars.build_extra_vars(
+            obj, watch_vars=watch_vars, snake_case=self.watch.snake_case_parameters,
+            mark_unsafe=self.watch.mark_unsafe, group=self.watch.group, kind=self.watch.kind,
+        )
+
+    def _object_dir(self, obj: dict[str, Any]) -> Path:
+        meta = obj["metadata"]
+        return (self.rt.artifacts_root / (self.watch.group or "core") / self.watch.version / self.watch.kind
+                / (meta.get("namespace") or "_cluster") / meta["name"])
+
+    async def _run(self, obj: dict[str, Any], phase: str, variables: dict[str, Any], *, role: str | None,
+                   playbook: Path | None, overrides: dict[str, Any]) -> results.RunResult:
+        meta = obj["metadata"]
+        object_dir = self._object_dir(obj)
+        run_id = new_run_id()
+        run_dir = object_dir / run_id
+        run_dir.mkdir(parents=True, mode=0o700, exist_ok=False)
+        verbosity = overrides["ansible_verbosity"]
+        started = utcnow()
+        summary: dict[str, Any] = {
+            "run_id": run_id, "group": self.watch.group, "version": self.watch.version, "kind": self.watch.kind,
+            "namespace": meta.get("namespace"), "name": meta["name"], "uid": meta.get("uid"),
+            "generation": meta.get("generation"), "phase": phase, "executor": self.rt.executor_name,
+            "started": _rfc3339(started), "finished": None, "duration_s": None, "result": "running",
+            "stats": None, "failed_task": None, "changed_tasks": [], "artifacts_dir": str(run_dir),
+        }
+        _write_json(run_dir / "run.json", summary)
+
+        collector = results.ResultCollector()
+        log_event = self.rt.event_loggers(verbosity) if self.rt.event_loggers else None
+
+        def on_event(event: dict[str, Any]) -> None:
+            collector.feed(event)
+            if log_event is not None:
+                try:
+                    log_event(event)
+                except Exception:  # logging must never break a run
+                    log.debug("event logger failed", exc_info=True)
+
+        envvars = dict(self.rt.credentials.envvars_for(obj, run_dir))
+        request = RunRequest(
+            run_id=run_id, private_data_dir=run_dir, extra_vars=variables, playbook=playbook, role=role,
+            verbosity=verbosity, timeout=self.rt.run_timeout, envvars=envvars,
+            roles_path=tuple(self.watch.roles_paths),
+            collections_path=tuple(self.watch.collections_paths) + tuple(self.rt.collections_paths),
+        )
+        for hook in self.rt.hooks:
+            hook.run_started(self.watch.key, phase)
+        log.info("%s run %s started (generation %s)", phase, run_id, meta.get("generation"))
+        try:
+            with log_context(run_id=run_id):
+                outcome = await self.rt.executor.run(request, on_event)
+        except asyncio.CancelledError:
+            summary.update(result="canceled", finished=_rfc3339(utcnow()))
+            _write_json(run_dir / "run.json", summary)
+            raise
+        except Exception as exc:  # an executor bug must become a failed run, not a dead worker
+            log.exception("executor failed")
+            outcome = RunOutcome(status="error", rc=None, artifacts_dir=run_dir, error=f"executor error: {exc}")
+        finally:
+            self.rt.credentials.release(run_dir)
+
+        result = collector.finish(outcome)
+        finished = utcnow()
+        duration = (finished - started).total_seconds()
+        for hook in self.rt.hooks:
+            hook.run_finished(self.watch.key, phase, result.status, duration)
+        failed = result.failed_task
+        summary.update(
+            finished=_rfc3339(finished), duration_s=round(duration, 3), result=result.status,
+            stats={k: getattr(result, k) for k in ("ok", "changed", "skipped", "failures", "unreachable",
+                                                   "rescued", "ignored")},
+            failed_task=(None if failed is None else {"name": failed.name, "action": failed.action,
+                                                     "role": failed.role, "message": failed.message,
+                                                     "host": failed.host}),
+            changed_tasks=list(result.changed_tasks), error=result.error,
+        )
+        _write_json(run_dir / "run.json", summary)
+        _prune_runs(object_dir, keep=overrides["max_runner_artifacts"], current=run_dir)
+        if result.succeeded:
+            log.info("%s run %s succeeded in %.1fs (ok=%d changed=%d)", phase, run_id, duration, result.ok,
+                     result.changed)
+        else:
+            reason = failed.message if failed else (result.error or result.status)
+            log.warning("%s run %s %s in %.1fs: %s", phase, run_id, result.status, duration, reason)
+        return result
+
+    # -- writing the outcome -----------------------------------------------------------------------
+
+    async def _write_status(self, obj: dict[str, Any],
+                            build: Callable[[dict[str, Any] | None, int | None], dict[str, Any]]) -> None:
+        """Read the object fresh (roles may have written status meanwhile), build, write; retry on conflict."""
+        meta = obj["metadata"]
+        namespace, name = meta.get("namespace"), meta["name"]
+        for attempt in range(_STATUS_WRITE_ATTEMPTS):
+            fresh = await self.rt.kube.get(self.resource, namespace, name)
+            if fresh is None:
+                return
+            fresh_meta = fresh["metadata"]
+            if fresh_meta.get("uid") != meta.get("uid"):
+                return  # deleted and re-created: not ours to write
+            new_status = build(fresh.get("status"), fresh_meta.get("generation"))
+            patch = {"metadata": {"resourceVersion": fresh_meta["resourceVersion"]}, "status": new_status}
+            try:
+                await self.rt.kube.merge_patch(self.resource, namespace, name, patch, subresource="status")
+                return
+            except ApiError as exc:
+                if exc.status == 409:
+                    continue
+                if exc.status == 404 and attempt == 0:
+                    # Status subresource not enabled for this CRD: write through the main resource.
+                    try:
+                        await self.rt.kube.merge_patch(self.resource, namespace, name, patch)
+                        return
+                    except ApiError as inner:
+                        if inner.status == 409:
+                            continue
+                        if inner.status == 404:
+                            return
+                        raise
+                raise
+        log.warning("gave up writing status of %s/%s after %d conflicts", namespace, name, _STATUS_WRITE_ATTEMPTS)
+
+    async def _emit(self, obj: dict[str, Any], event: dict[str, Any] | None) -> None:
+        if event is None:
+            return
+        namespace = obj["metadata"].get("namespace") or "default"
+        try:
+            await self.rt.kube.create_event(namespace, event)
+        except ApiError as exc:  # events are best effort, as in every Kubernetes controller
+            log.warning("could not record event %s: %s", event.get("reason"), exc)
+
+
+def _warning_event(obj: dict[str, Any], reason: str, message: str, component: str) -> dict[str, Any]:
+    meta = obj["metadata"]
+    now = _rfc3339(utcnow())
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace") or "default"},
+        "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta["name"],
+                           "namespace": meta.get("namespace"), "uid": meta.get("uid"),
+                           "resourceVersion": meta.get("resourceVersion")},
+        "reason": reason, "message": message[:1024], "type": "Warning", "count": 1,
+        "firstTimestamp": now, "lastTimestamp": now, "source": {"component": component},
+        "reportingComponent": component, "reportingInstance": os.uname().nodename,
+    }
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def _prune_runs(object_dir: Path, *, keep: int, current: Path) -> None:
+    """Keep the newest ``keep`` run directories of one object (run ids sort by time)."""
+    runs = sorted((p for p in object_dir.iterdir() if p.is_dir()), key=lambda p: p.name)
+    excess = runs[:-keep] if keep > 0 else runs
+    for old in excess:
+        shutil.rmtree(old, ignore_errors=True)
