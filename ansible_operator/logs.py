@@ -32,6 +32,7 @@ __all__ = [
     "TextFormatter",
     "JsonFormatter",
     "ansible_event_logger",
+    "failure_message",
 ]
 
 CR_FIELDS = ("kind", "namespace", "name", "run_id")
@@ -199,13 +200,19 @@ def _result_word(event: Mapping[str, Any]) -> str:
     return word
 
 
-def _failure_message(res: Mapping[str, Any]) -> str:
-    msg = res.get("msg") or res.get("message") or res.get("reason") or ""
-    if not msg and res.get("stderr"):
-        msg = res["stderr"]
-    if not isinstance(msg, str):
-        msg = json.dumps(msg, default=str)
-    return msg.strip()
+def failure_message(res: Mapping[str, Any]) -> str:
+    """The human message of a failed task result: ``msg``, else stderr / module_stderr, else the first
+    failed loop item's message ("" if there is none)."""
+    for key in ("msg", "message", "reason", "stderr", "module_stderr"):
+        value = res.get(key)
+        if value:
+            return value.strip() if isinstance(value, str) else json.dumps(value, default=str)
+    for item in res.get("results") or []:
+        if isinstance(item, dict) and item.get("failed"):
+            msg = failure_message(item)
+            if msg:
+                return msg
+    return ""
 
 
 def ansible_event_logger(
@@ -240,7 +247,7 @@ def ansible_event_logger(
             if kind == "runner_item_on_failed" and "item" in res:
                 line += f" (item={json.dumps(res['item'], default=str)})"
             if failing or word == "failed (ignored)":
-                message = _failure_message(res)
+                message = failure_message(res)
                 if message:
                     line += f": {message}"
             if verbosity >= 3 and res:

@@ -1,0 +1,387 @@
+"""``ansible-operator runs``: what did the operator's recent runs do, without digging through directories.
+
+Reads only what reconcile writes (see docs/architecture.md, "Run identity and artifacts"):
+
+    <artifacts-dir>/<group or "core">/<version>/<Kind>/<namespace or _cluster>/<name>/<run_id>/
+        run.json                                    summary written at start and at end of the run
+        artifacts/<run_id>/job_events/<n>-<uuid>.json   ansible-runner events
+        artifacts/<run_id>/{stdout,status,rc}
+
+A run directory whose ``run.json`` is missing or unreadable (operator killed mid-write, disk full) is
+still listed, from its path and ansible-runner's ``status`` file, so nothing silently disappears.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from ansible_operator.logs import failure_message
+
+__all__ = [
+    "RunsError",
+    "default_artifacts_dir",
+    "iter_run_dirs",
+    "load_run",
+    "list_runs",
+    "find_run",
+    "run_tasks",
+    "run_detail",
+    "show_run",
+    "format_table",
+    "main",
+]
+
+RUN_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
+_STAT_KEYS = ("ok", "changed", "skipped", "failures", "unreachable", "rescued", "ignored")
+
+
+class RunsError(Exception):
+    """Nothing matched / unknown run id / unreadable artifacts dir; ``str(e)`` is the user-facing message."""
+
+
+def default_artifacts_dir() -> Path:
+    """``$ANSIBLE_OPERATOR_ARTIFACTS``, else ``$XDG_STATE_HOME/ansible-operator/runs``, else
+    ``~/.local/state/ansible-operator/runs`` (the XDG default for state that outlives a process)."""
+    explicit = os.environ.get("ANSIBLE_OPERATOR_ARTIFACTS")
+    if explicit:
+        return Path(explicit).expanduser()
+    state = os.environ.get("XDG_STATE_HOME")
+    base = Path(state).expanduser() if state else Path.home() / ".local" / "state"
+    return base / "ansible-operator" / "runs"
+
+
+# ---- discovery --------------------------------------------------------------------------------------
+
+
+def iter_run_dirs(artifacts_dir: Path) -> Iterator[Path]:
+    """Every ``<group>/<version>/<Kind>/<ns>/<name>/<run_id>`` directory under ``artifacts_dir``."""
+    for path in artifacts_dir.glob("*/*/*/*/*/*"):
+        if path.is_dir() and RUN_ID_RE.match(path.name):
+            yield path
+
+
+def load_run(run_dir: Path) -> dict[str, Any]:
+    """The run's ``run.json`` (plus ``artifacts_dir``); reconstructed from the path when it is missing."""
+    summary: dict[str, Any] | None = None
+    problem: str | None = None
+    try:
+        loaded = json.loads((run_dir / "run.json").read_text())
+        if isinstance(loaded, dict):
+            summary = loaded
+        else:
+            problem = "run.json is not an object"
+    except FileNotFoundError:
+        problem = "run.json missing"
+    except (OSError, ValueError) as exc:
+        problem = f"run.json unreadable: {exc}"
+    if summary is None:
+        group, version, kind, namespace, name = run_dir.parts[-6:-1]
+        runner_status = _read_text(run_dir / "artifacts" / run_dir.name / "status")
+        summary = {
+            "run_id": run_dir.name, "group": "" if group == "core" else group, "version": version,
+            "kind": kind, "namespace": None if namespace == "_cluster" else namespace, "name": name,
+            "phase": None, "started": _started_from_id(run_dir.name), "finished": None, "duration_s": None,
+            "result": runner_status or "unknown", "stats": None, "failed_task": None, "changed_tasks": [],
+            "error": problem,
+        }
+    summary.setdefault("artifacts_dir", str(run_dir))
+    summary["artifacts_dir"] = str(run_dir)
+    return summary
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _started_from_id(run_id: str) -> str:
+    return datetime.strptime(run_id[:16], "%Y%m%dT%H%M%SZ").strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _plural(kind: str) -> str:
+    k = kind.lower()
+    if k.endswith(("s", "x", "z", "ch", "sh")):
+        return k + "es"
+    if k.endswith("y") and len(k) > 1 and k[-2] not in "aeiou":
+        return k[:-1] + "ies"
+    return k + "s"
+
+
+def _parse_target(target: str) -> tuple[str, str | None, str | None]:
+    """``Kind/name``, ``kind.group/name``, ``kinds/name`` or just ``Kind`` → (kind, group, name)."""
+    kind_part, _, name = target.partition("/")
+    if not kind_part or (_ and not name):
+        raise RunsError(f"invalid target {target!r}: expected KIND/NAME (e.g. Memcached/example or"
+                        " memcached.cache.example.com/example)")
+    kind, dot, group = kind_part.partition(".")
+    return kind.lower(), (group.lower() if dot else None), (name or None)
+
+
+def _matches(run: Mapping[str, Any], kind: str, group: str | None, name: str | None) -> bool:
+    run_kind = str(run.get("kind") or "")
+    if kind not in (run_kind.lower(), _plural(run_kind)):
+        return False
+    if group is not None and group != str(run.get("group") or "").lower():
+        return False
+    return name is None or name == run.get("name")
+
+
+def list_runs(
+    artifacts_dir: Path, *, namespace: str | None = None, target: str | None = None, limit: int = 20
+) -> list[dict[str, Any]]:
+    """Run summaries, newest first (run ids sort by start time), filtered by namespace and target."""
+    parsed = _parse_target(target) if target else None
+    runs = []
+    for run_dir in iter_run_dirs(artifacts_dir):
+        run = load_run(run_dir)
+        if namespace is not None and run.get("namespace") != namespace:
+            continue
+        if parsed is not None and not _matches(run, *parsed):
+            continue
+        runs.append(run)
+    runs.sort(key=lambda r: str(r.get("run_id")), reverse=True)
+    return runs[:limit] if limit > 0 else runs
+
+
+def find_run(artifacts_dir: Path, run_id: str) -> Path:
+    """The directory of ``run_id`` (a unique prefix is enough, as with git hashes)."""
+    run_id = run_id.strip()
+    if not run_id:
+        raise RunsError("empty run id")
+    matches = sorted(d for d in iter_run_dirs(artifacts_dir) if d.name.startswith(run_id))
+    exact = [d for d in matches if d.name == run_id]
+    if len(exact) == 1:
+        return exact[0]
+    if not matches:
+        raise RunsError(f"no run {run_id!r} under {artifacts_dir} (list runs with: ansible-operator runs)")
+    if len(matches) > 1:
+        names = ", ".join(d.name for d in matches[:5])
+        raise RunsError(f"run id {run_id!r} is ambiguous: {names}{' ...' if len(matches) > 5 else ''}")
+    return matches[0]
+
+
+# ---- one run's tasks ---------------------------------------------------------------------------------
+
+
+def _events(run_dir: Path) -> list[dict[str, Any]]:
+    events = []
+    for events_dir in sorted((run_dir / "artifacts").glob("*/job_events")):
+        for f in events_dir.glob("*.json"):
+            try:
+                event = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue  # a half-written event of a run still going or killed
+            if isinstance(event, dict):
+                events.append(event)
+    events.sort(key=lambda e: (int(e.get("counter") or 0)))
+    return events
+
+
+_RESULT_EVENTS = {
+    "runner_on_ok": "ok", "runner_on_failed": "failed", "runner_on_skipped": "skipped",
+    "runner_on_unreachable": "unreachable", "runner_item_on_failed": "failed",
+}
+
+
+def run_tasks(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, dict[str, int]]]:
+    """Task results in order, and the per-host recap from ``playbook_on_stats``.
+
+    Each task result: ``task``, ``role``, ``action``, ``host``, ``result`` (ok, changed, failed, skipped,
+    unreachable, ignored), ``duration_s``, ``message`` (failed / unreachable / ignored only), ``item``.
+    """
+    tasks: list[dict[str, Any]] = []
+    recap: dict[str, dict[str, int]] = {}
+    for event in _events(run_dir):
+        kind = event.get("event")
+        data = event.get("event_data") or {}
+        if kind in _RESULT_EVENTS:
+            res = data.get("res") or {}
+            word = _RESULT_EVENTS[kind]
+            if word == "ok" and res.get("changed"):
+                word = "changed"
+            if word == "failed" and data.get("ignore_errors"):
+                word = "ignored"
+            entry: dict[str, Any] = {
+                "task": data.get("task") or "", "role": data.get("role") or None,
+                "action": data.get("resolved_action") or data.get("task_action"),
+                "host": data.get("host"), "result": word, "duration_s": data.get("duration"),
+                "message": failure_message(res) if word in ("failed", "unreachable", "ignored") else None,
+            }
+            if kind == "runner_item_on_failed":
+                entry["item"] = res.get("item")
+            tasks.append(entry)
+        elif kind == "playbook_on_stats":
+            for label, key in (("ok", "ok"), ("changed", "changed"), ("unreachable", "dark"),
+                               ("failed", "failures"), ("skipped", "skipped"), ("rescued", "rescued"),
+                               ("ignored", "ignored")):
+                for host, n in (data.get(key) or {}).items():
+                    recap.setdefault(host, {k: 0 for k in ("ok", "changed", "unreachable", "failed",
+                                                           "skipped", "rescued", "ignored")})[label] = n
+    return tasks, recap
+
+
+def run_detail(artifacts_dir: Path, run_id: str) -> dict[str, Any]:
+    """``{"run": <run.json>, "tasks": [...], "recap": {...}, "stdout_tail": str|None}`` for ``-o json``."""
+    run_dir = find_run(artifacts_dir, run_id)
+    tasks, recap = run_tasks(run_dir)
+    stdout_tail = None
+    if not tasks:  # e.g. a syntax error or executor failure before the first task: stdout says why
+        for stdout in sorted((run_dir / "artifacts").glob("*/stdout")):
+            text = _read_text(stdout)
+            if text:
+                stdout_tail = "\n".join(_strip_ansi(text).splitlines()[-20:])
+    return {"run": load_run(run_dir), "tasks": tasks, "recap": recap, "stdout_tail": stdout_tail}
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+def show_run(artifacts_dir: Path, run_id: str) -> str:
+    """A run's header, then every task result (name, host, result, duration; message when it failed),
+    then the play recap."""
+    detail = run_detail(artifacts_dir, run_id)
+    run = detail["run"]
+    ns = run.get("namespace")
+    lines = [
+        f"RUN       {run.get('run_id')}",
+        f"OBJECT    {run.get('kind')} {ns + '/' if ns else ''}{run.get('name')}"
+        f"  ({_api_version(run)}, generation {run.get('generation', '?')})",
+        f"PHASE     {run.get('phase') or '?'}  executor {run.get('executor') or '?'}",
+        f"STARTED   {run.get('started') or '?'}  finished {run.get('finished') or '-'}"
+        f"  duration {_duration(run)}",
+        f"RESULT    {run.get('result')}",
+        f"ARTIFACTS {run.get('artifacts_dir')}",
+    ]
+    if run.get("error"):
+        lines.append(f"ERROR     {run['error']}")
+    lines.append("")
+    tasks = detail["tasks"]
+    if not tasks:
+        lines.append("(no task results recorded)")
+        if detail["stdout_tail"]:
+            lines += ["", "last lines of stdout:"] + ["  " + line for line in detail["stdout_tail"].splitlines()]
+    previous = None
+    for t in tasks:
+        title = f"TASK [{t['role'] + ' : ' if t['role'] else ''}{t['task']}]"
+        if title != previous:
+            lines.append(f"{title}  {t['action'] or ''}".rstrip())
+            previous = title
+        item = f" (item={json.dumps(t['item'], default=str)})" if "item" in t else ""
+        took = f"  {t['duration_s']:.2f}s" if isinstance(t.get("duration_s"), (int, float)) else ""
+        lines.append(f"  {t['result']}: {t['host']}{item}{took}")
+        if t["message"]:
+            lines += ["      " + m for m in t["message"].splitlines()]
+    if detail["recap"]:
+        lines += ["", "PLAY RECAP"]
+        for host, counts in sorted(detail["recap"].items()):
+            lines.append(f"  {host}: " + " ".join(f"{k}={v}" for k, v in counts.items()))
+    return "\n".join(lines) + "\n"
+
+
+# ---- table -------------------------------------------------------------------------------------------
+
+
+def _api_version(run: Mapping[str, Any]) -> str:
+    group = run.get("group")
+    return f"{group}/{run.get('version')}" if group else str(run.get("version"))
+
+
+def _duration(run: Mapping[str, Any]) -> str:
+    seconds = run.get("duration_s")
+    if not isinstance(seconds, (int, float)):
+        if run.get("result") == "running" and run.get("started"):
+            try:
+                started = datetime.fromisoformat(str(run["started"]).replace("Z", "+00:00"))
+                seconds = (datetime.now(timezone.utc) - started).total_seconds()
+                return _human(seconds) + "+"
+            except ValueError:
+                return "-"
+        return "-"
+    return _human(seconds)
+
+
+def _human(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _truncate(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_table(runs: Iterable[Mapping[str, Any]], *, message_width: int = 60) -> str:
+    headers = ["KIND", "NAMESPACE", "NAME", "RUN", "STARTED", "DURATION", "RESULT", "CHANGED", "FAILED TASK",
+               "ARTIFACTS"]
+    rows = []
+    for run in runs:
+        stats = run.get("stats") or {}
+        failed = run.get("failed_task") or None
+        if failed:
+            failed_text = f"{failed.get('name') or '?'}: {failed.get('message') or ''}".rstrip(": ")
+        else:
+            failed_text = "" if run.get("result") in ("successful", "running") else (run.get("error") or "")
+        phase = run.get("phase")
+        result = str(run.get("result"))
+        if phase == "finalize":
+            result += " (finalize)"
+        rows.append([
+            str(run.get("kind") or ""), str(run.get("namespace") or "-"), str(run.get("name") or ""),
+            str(run.get("run_id")), str(run.get("started") or "-"), _duration(run), result,
+            str(stats.get("changed", "-")), _truncate(str(failed_text), message_width) or "-",
+            str(run.get("artifacts_dir") or ""),
+        ])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    out = []
+    for row in [headers] + rows:
+        out.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+    return "\n".join(out) + "\n"
+
+
+# ---- command -----------------------------------------------------------------------------------------
+
+
+def main(args: Any) -> int:
+    """``ansible-operator runs [KIND/NAME] [-n NS] [--show RUN] [-o json] [--limit N] [--artifacts-dir D]``."""
+    artifacts_dir = Path(args.artifacts_dir).expanduser() if getattr(args, "artifacts_dir", None) \
+        else default_artifacts_dir()
+    output = getattr(args, "output", "table")
+    try:
+        if not artifacts_dir.is_dir():
+            raise RunsError(f"no runs found: artifacts dir {artifacts_dir} does not exist"
+                            " (set --artifacts-dir or $ANSIBLE_OPERATOR_ARTIFACTS to where the operator writes)")
+        if getattr(args, "show", None):
+            if output == "json":
+                print(json.dumps(run_detail(artifacts_dir, args.show), indent=2, default=str))
+            else:
+                sys.stdout.write(show_run(artifacts_dir, args.show))
+            return 0
+        runs = list_runs(artifacts_dir, namespace=args.namespace, target=args.target, limit=args.limit)
+        if not runs:
+            what = " ".join(filter(None, [args.target, f"in namespace {args.namespace}" if args.namespace else None]))
+            raise RunsError(f"no runs found{' for ' + what if what else ''} under {artifacts_dir}")
+        if output == "json":
+            print(json.dumps(runs, indent=2, default=str))
+        else:
+            sys.stdout.write(format_table(runs))
+        return 0
+    except RunsError as exc:
+        print(f"ansible-operator runs: {exc}", file=sys.stderr)
+        return 1
