@@ -1,0 +1,297 @@
+"""One run inside a child forked from the zygote: re-point Ansible's import-time state, run the playbook.
+
+The zygote imported Ansible with *its* environment, so everything Ansible resolved at import time is
+stale for this run and is reset here explicitly (setting environment variables after import does nothing
+for these):
+
+* ``ansible.constants``: every constant whose environment variable differs between the zygote's
+  environment and this run's is re-evaluated through ``C.config.get_config_value`` after the run's
+  environment is applied (e.g. ``ANSIBLE_ROLES_PATH`` -> ``C.DEFAULT_ROLES_PATH``,
+  ``ANSIBLE_CACHE_PLUGIN_CONNECTION`` -> ``C.CACHE_PLUGIN_CONNECTION``). Plugin *options* are read from
+  the environment when a plugin is loaded, so they need nothing. Plugin *search paths*
+  (``ANSIBLE_ACTION_PLUGINS``...) were baked into the loaders and are not re-applied.
+* ``C.DEFAULT_LOCAL_TMP``: a fresh directory per run (the zygote's one is shared by all children).
+* roles path: ``ANSIBLE_ROLES_PATH`` from the run's environment (``datadir.prepare`` puts the role's
+  parent and ``RunRequest.roles_path`` there) becomes ``C.DEFAULT_ROLES_PATH`` through the rule above.
+* collections: the already-installed ``_AnsibleCollectionFinder`` gets this run's ``C.COLLECTIONS_PATHS``
+  (from ``ANSIBLE_COLLECTIONS_PATH``) and its path caches are dropped.
+* verbosity, inventory and extra vars: CLI arguments to ``PlaybookCLI`` (``-v``, ``-i``, ``-e @file``),
+  parsed fresh in each child (``context.CLIARGS``, ``display.verbosity``).
+* ansible-runner's ``awx_display`` callback: its ``EventContext`` read ``AWX_ISOLATED_DATA_DIR`` when it
+  was imported in the zygote; its partial-event writer is replaced by one for this run's artifacts dir.
+* colour: ``ansible.utils.color.ANSIBLE_COLOR`` was decided from the zygote's (non-tty) stdout; it is
+  set as ansible-runner's pseudo-terminal would (on unless ``ANSIBLE_NOCOLOR``), so event ``stdout`` matches.
+
+Events: ansible-runner's own ``OutputEventFilter`` decodes the callback's stdout markers exactly as
+ansible-runner's parent process does, and :class:`EventSink` repeats ``Runner.event_callback`` (merge the
+partial event file, add ``runner_ident``/``created``, write ``job_events/<counter>-<uuid>.json``), then
+pushes the event to the zygote at once, so the operator sees it live.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import sys
+import tempfile
+import threading
+import traceback
+import warnings
+from typing import Any
+
+from ansible_operator.executors.zygote_protocol import (
+    CHILD_TAG_ERROR,
+    CHILD_TAG_EVENT,
+    CHILD_TAG_RESULT,
+    RunSpec,
+)
+
+RUNNER_TIMEOUT_RC = 254
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class EventSink:
+    """``ansible_runner.runner.Runner.event_callback`` for one run, plus a live push to the zygote."""
+
+    def __init__(self, event_fd: int, ident: str, artifacts_dir: str) -> None:
+        self._fd = event_fd
+        self._ident = ident
+        self._events_dir = os.path.join(artifacts_dir, "job_events")
+
+    def send(self, tag: bytes, payload: dict[str, Any]) -> None:
+        _write_all(self._fd, tag + json.dumps(payload).encode("utf-8") + b"\n")
+
+    def __call__(self, event_data: dict[str, Any]) -> None:
+        import datetime
+
+        if "uuid" not in event_data:
+            return  # the filter's final {'event': 'EOF'}; ansible-runner drops it too
+        partial = os.path.join(self._events_dir, f"{event_data['uuid']}-partial.json")
+        event_data["runner_ident"] = self._ident
+        try:
+            with open(partial, encoding="utf-8") as fh:
+                event_data.update(json.load(fh))
+            os.remove(partial)
+        except OSError:
+            pass  # verbose lines have no partial file
+        if "created" not in event_data:
+            event_data["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        full = os.path.join(self._events_dir, f"{event_data['counter']}-{event_data['uuid']}.json")
+        tmp = full + ".tmp"
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, stat.S_IRUSR | stat.S_IWUSR),
+                  "w", encoding="utf-8") as fh:
+            json.dump(event_data, fh)
+        os.rename(tmp, full)
+        self.send(CHILD_TAG_EVENT, event_data)
+
+
+class PtyLikeStdout:
+    """``sys.stdout``/``sys.stderr`` for the child: what ansible-runner's pseudo-terminal delivers.
+
+    A pty turns ``\\n`` into ``\\r\\n`` and merges stdout with stderr; reproducing that keeps event
+    ``stdout``/``start_line``/``end_line`` identical to the runner executor's.
+    """
+
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self, event_filter: Any) -> None:
+        self._filter = event_filter
+        self._lock = threading.RLock()
+
+    def write(self, data: str) -> int:
+        with self._lock:
+            self._filter.write(data.replace("\r\n", "\n").replace("\n", "\r\n"))
+        return len(data)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        with self._lock:
+            self._filter.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        import io
+
+        raise io.UnsupportedOperation("fileno")
+
+    def close(self) -> None:
+        with self._lock:
+            self._filter.close()
+
+
+def _apply_environment(run_env: dict[str, str]) -> None:
+    """Apply the run's environment and re-evaluate every Ansible constant it affects."""
+    from ansible import constants as C
+
+    before = dict(os.environ)
+    os.environ.update(run_env)
+    changed = {key for key in set(before) | set(os.environ) if before.get(key) != os.environ.get(key)}
+    if not changed:
+        return
+    namespace = vars(C)
+    for name, definition in C.config.get_configuration_definitions().items():
+        if name == "DEFAULT_LOCAL_TMP":
+            continue  # replaced per run below; re-evaluating would create a stray directory
+        env_names = {entry.get("name") for entry in definition.get("env") or ()}
+        if env_names & changed:
+            setattr(C, name, C.config.get_config_value(name, variables=namespace))
+
+
+def _point_collection_finder() -> None:
+    """Give the already-installed collection finder this run's collection search path."""
+    from ansible import _internal
+    from ansible import constants as C
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
+
+    finder = AnsibleCollectionConfig.collection_finder
+    if finder is None:  # the zygote always installs one; be explicit if that ever changes
+        raise RuntimeError("the zygote did not install Ansible's collection finder")
+    paths = [os.path.dirname(_internal.__file__)] + list(C.COLLECTIONS_PATHS)
+    finder._n_configured_paths = [os.path.expanduser(p) for p in paths if os.path.isdir(os.path.expanduser(p))]
+    finder._n_cached_collection_paths = None
+    finder._n_cached_collection_qualified_paths = None
+    finder._reload_hack("ansible_collections")
+
+
+def _repoint_awx_display(artifacts_dir: str) -> None:
+    from ansible.plugins.loader import callback_loader
+
+    plugin_class = callback_loader.get("awx_display", class_only=True)
+    module = sys.modules[plugin_class.__module__]
+    writer = module.IsolatedFileWrite()  # reads AWX_ISOLATED_DATA_DIR, already set to artifacts_dir
+    writer.private_data_dir = artifacts_dir
+    module.event_context.cache = writer
+    module.event_context._global_ctx = {}
+
+
+def _workers_die_with_the_run() -> None:
+    """Ansible's worker processes ``setsid`` and would outlive a killed run; tie them to it instead."""
+    from ansible.executor.process.worker import WorkerProcess
+
+    from ansible_operator.executors.zygote import PR_SET_PDEATHSIG, prctl
+
+    detach = WorkerProcess._detach
+
+    def _detach_and_bind(self: Any) -> None:
+        detach(self)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    WorkerProcess._detach = _detach_and_bind  # type: ignore[method-assign]
+
+
+def _playbook_args(spec: RunSpec) -> list[str]:
+    # argv[0] as the runner executor's ansible-playbook would have it ("executable location" at -vv)
+    args = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", spec["inventory"]]
+    if spec["extravars_file"]:
+        args += ["-e", "@" + spec["extravars_file"]]
+    if spec["verbosity"] > 0:
+        args.append("-" + "v" * min(int(spec["verbosity"]), 7))
+    args.append(spec["playbook"])
+    return args
+
+
+def _run_playbook_cli(args: list[str]) -> int:
+    from ansible.cli.playbook import PlaybookCLI
+
+    try:
+        PlaybookCLI.cli_executor(args)
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            return 0
+        return code if isinstance(code, int) else 1
+    return 0
+
+
+def run_child(spec: RunSpec, event_fd: int) -> None:
+    """Body of a forked child. Returns normally after reporting; the caller ``os._exit``\\ s."""
+    sink = EventSink(event_fd, spec["ident"], spec["artifacts_dir"])
+    try:
+        _run(spec, sink)
+    except BaseException as exc:  # report, never unwind into the zygote's loop
+        detail = "".join(traceback.format_exception(exc))
+        try:
+            os.write(2, detail.encode("utf-8", "replace"))
+        except OSError:
+            pass
+        sink.send(CHILD_TAG_ERROR, {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500]})
+
+
+def _run(spec: RunSpec, sink: EventSink) -> None:
+    artifacts = spec["artifacts_dir"]
+    os.makedirs(os.path.join(artifacts, "job_events"), mode=0o700, exist_ok=True)
+
+    # stdio: nothing to read; anything written below Python's sys.stdout (C code, inherited fds) lands
+    # in artifacts/stderr, which ansible-runner also creates.
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    err_fd = os.open(os.path.join(artifacts, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(err_fd, 1)
+    os.dup2(err_fd, 2)
+    os.close(err_fd)
+
+    os.chdir(spec["cwd"])
+    run_env = dict(spec["env"])
+    run_env.update({
+        "AWX_ISOLATED_DATA_DIR": artifacts,
+        "ANSIBLE_STDOUT_CALLBACK": "awx_display",
+        "ANSIBLE_CACHE_PLUGIN": run_env.get("ANSIBLE_CACHE_PLUGIN", "jsonfile"),
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": os.path.join(artifacts, "fact_cache"),
+        "RUNNER_OMIT_EVENTS": run_env.get("RUNNER_OMIT_EVENTS", "False"),
+        "RUNNER_ONLY_FAILED_EVENTS": run_env.get("RUNNER_ONLY_FAILED_EVENTS", "False"),
+    })
+    _apply_environment(run_env)
+
+    from ansible import constants as C
+    from ansible.utils import color
+
+    zygote_tmp = C.DEFAULT_LOCAL_TMP
+    C.DEFAULT_LOCAL_TMP = tempfile.mkdtemp(prefix=f"ansible-local-{os.getpid()}",
+                                           dir=os.path.dirname(zygote_tmp))
+    _point_collection_finder()
+    _repoint_awx_display(artifacts)
+    _workers_die_with_the_run()
+    color.ANSIBLE_COLOR = bool(C.ANSIBLE_FORCE_COLOR or not C.ANSIBLE_NOCOLOR)
+    # CLI.run() calls init_plugin_loader() again; the zygote already did, and Python would print a warning.
+    warnings.filterwarnings("ignore", message="AnsibleCollectionFinder has already been configured")
+
+    from ansible_runner.utils import OutputEventFilter
+
+    args = _playbook_args(spec)
+    with open(os.open(os.path.join(artifacts, "command"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+              "w", encoding="utf-8") as fh:
+        json.dump({"command": args, "cwd": spec["cwd"], "env": dict(os.environ)}, fh)
+
+    stdout_handle = open(os.path.join(artifacts, "stdout"), "w", encoding="utf-8")
+    stream = PtyLikeStdout(OutputEventFilter(stdout_handle, sink, suppress_ansible_output=True))
+    sys.stdout = sys.stderr = stream  # type: ignore[assignment]
+    sys.argv = list(args)
+    try:
+        rc = _run_playbook_cli(args)
+    finally:
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        stream.close()  # flushes trailing output as events and closes artifacts/stdout
+        shutil.rmtree(C.DEFAULT_LOCAL_TMP, ignore_errors=True)
+
+    status = "successful" if rc == 0 else "failed"
+    for name, value in (("status", status), ("rc", str(rc))):
+        with open(os.open(os.path.join(artifacts, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+                  "w") as fh:
+            fh.write(value)
+    sink.send(CHILD_TAG_RESULT, {"status": status, "rc": rc})
