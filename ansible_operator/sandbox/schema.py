@@ -144,12 +144,16 @@ def type_invalid(field: str, value: Any, detail: str) -> FieldError:
 
 
 def not_supported(field: str, value: Any, supported: Iterable[Any]) -> FieldError:
-    quoted = ", ".join(format_value(v) for v in supported)
+    # strconv.Quote of each allowed value; non-strings are JSON-encoded first (as the apiserver does).
+    quoted = ", ".join(
+        json.dumps(v if isinstance(v, str) else json.dumps(v, separators=(",", ":")), ensure_ascii=False)
+        for v in supported
+    )
     return _make("FieldValueNotSupported", field, value, f"supported values: {quoted}" if quoted else "")
 
 
 def too_long(field: str, max_length: int) -> FieldError:
-    return _make("FieldValueTooLong", field, detail=f"may not be more than {max_length} bytes", show_value=False)
+    return _make("FieldValueTooLong", field, detail=f"may not be longer than {max_length}", show_value=False)
 
 
 def too_many(field: str, actual: int, maximum: int) -> FieldError:
@@ -196,7 +200,7 @@ def _json_type(value: Any) -> str:
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):
-        return "integer"
+        return "integer" if _INT64_MIN <= value <= _INT64_MAX else "number"
     if isinstance(value, float):
         return "number"
     if isinstance(value, str):
@@ -218,7 +222,7 @@ def _is_type(value: Any, type_: str) -> bool:
     if type_ == "boolean":
         return isinstance(value, bool)
     if type_ == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, int) and not isinstance(value, bool) and _INT64_MIN <= value <= _INT64_MAX
     if type_ == "number":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if type_ == "null":
@@ -229,7 +233,9 @@ def _is_type(value: Any, type_: str) -> bool:
 # --------------------------------------------------------------------------------------------------
 # formats
 
-_INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+# The apiserver decodes JSON integers into int64; anything larger becomes a float64 ("number").
+# Like the apiserver, numeric formats (int32, int64, float, double) are not range-checked.
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _DATE_TIME_RE = re.compile(
     r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
 )
@@ -397,11 +403,6 @@ def _validate(schema: dict, value: Any, path: str, errors: list[FieldError]) -> 
 
 
 def _validate_number(schema: dict, value: int | float, path: str, errors: list[FieldError]) -> None:
-    fmt = schema.get("format")
-    if fmt in _INT_RANGES and isinstance(value, int):
-        lo, hi = _INT_RANGES[fmt]
-        if not lo <= value <= hi:
-            errors.append(invalid(path, value, f"{path} in body must be of type {fmt}: {format_value(value)}"))
     if "minimum" in schema and _is_type(schema["minimum"], "number"):
         m = schema["minimum"]
         if schema.get("exclusiveMinimum") is True:
@@ -437,7 +438,7 @@ def _validate_string(schema: dict, value: str, path: str, errors: list[FieldErro
     fmt = schema.get("format")
     check = _STRING_FORMATS.get(fmt) if isinstance(fmt, str) else None
     if check is not None and not check(value):
-        errors.append(invalid(path, value, f"{path} in body must be of type {fmt}: {format_value(value)}"))
+        errors.append(type_invalid(path, value, f"{path} in body must be of type {fmt}: {format_value(value)}"))
 
 
 def _validate_array(schema: dict, value: list, path: str, errors: list[FieldError]) -> None:
@@ -446,12 +447,8 @@ def _validate_array(schema: dict, value: list, path: str, errors: list[FieldErro
     if _is_type(schema.get("minItems"), "integer") and len(value) < schema["minItems"]:
         errors.append(invalid(path, value, f"{path} in body should have at least {schema['minItems']} items"))
     if schema.get("uniqueItems") is True:
-        seen: list[Any] = []
-        for i, item in enumerate(value):
-            if any(_json_equal(item, s) for s in seen):
-                errors.append(duplicate(_index(path, i), item))
-            else:
-                seen.append(item)
+        if any(_json_equal(a, b) for i, a in enumerate(value) for b in value[i + 1:]):
+            errors.append(invalid(path, value, f"{path} in body shouldn't contain duplicates"))
     items = schema.get("items")
     if isinstance(items, dict):
         for i, item in enumerate(value):
