@@ -1,0 +1,151 @@
+"""The runner core end to end: CR → role run → objects, status conditions, events, finalizer.
+
+Each test starts the sandbox API server and the operator as a subprocess, and is run once per
+executor (plain ansible-runner and the warm forking one): the observable behaviour must be the same.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import HERE, NAMESPACE, Cluster, OperatorProcess, default_watch, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def test_create_edit_delete_lifecycle(cluster: Cluster, start_operator) -> None:
+    op: OperatorProcess = start_operator()
+    cluster.create_widget("w1", {"color": "blue", "size": 2, "nestedConfig": {"innerKey": 1}})
+
+    done = cluster.wait_condition("w1", "Successful", generation=1)
+    data = cluster.configmap("w1-out")
+    assert data is not None, op.logs()[-3000:]
+    # Operator SDK's extra vars: snake_cased spec, raw object and spec, meta, watch vars
+    assert data["color"] == "blue" and data["size"] == "2"
+    assert data["nested_key"] == "inner_key"
+    assert data["raw_kind"] == "Widget"
+    assert data["raw_spec_keys"] == "color,nestedConfig,size"
+    assert data["watch_var"] == "hello"
+
+    obj = cluster.get_widget("w1")
+    assert obj is not None
+    assert f"test.ansible-operator.dev/finalizer" in obj["metadata"]["finalizers"]
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"] == 1
+    running = cluster.condition("w1", "Running")
+    assert running and running["status"] == "False"  # we don't leave Running=True after a run
+    failure = cluster.condition("w1", "Failure")
+    assert failure and failure["status"] == "False"
+    assert done["ansibleResult"]["failures"] == 0 and done["ansibleResult"]["changed"] >= 1
+
+    # an edit re-runs with the new spec
+    cluster.patch_widget("w1", {"spec": {"color": "red"}})
+    cluster.wait_condition("w1", "Successful", generation=2)
+    assert wait_for(lambda: (cluster.configmap("w1-out") or {}).get("color") == "red", 30)
+
+    # delete: the finalizer role runs first, then the object goes
+    cluster.delete_widget("w1")
+    wait_for(lambda: cluster.get_widget("w1") is None, 60, what="widget deleted")
+    assert cluster.configmap(f"{NAMESPACE}-w1-tombstone", namespace="default") == {"deleted": "true"}
+    phases = [r["phase"] for r in op.runs("w1")]
+    assert phases.count("finalize") == 1 and phases[-1] == "finalize"
+
+
+def test_status_writes_do_not_retrigger_and_unchanged_runs_once(cluster: Cluster, start_operator) -> None:
+    op = start_operator()
+    cluster.create_widget("quiet", {"color": "green"})
+    cluster.wait_condition("quiet", "Successful", generation=1)
+    time.sleep(3)  # give any self-triggered run (status/finalizer write → event) the chance to happen
+    assert len(op.runs("quiet")) == 1, [r["run_id"] for r in op.runs("quiet")]
+
+
+def test_failure_condition_names_task_and_emits_warning(cluster: Cluster, start_operator) -> None:
+    start_operator()
+    cluster.create_widget("bad", {"failMessage": "disk full"})
+    cond = cluster.wait_condition("bad", "Failure")
+    assert "Fail when asked to" in cond["message"] and "disk full" in cond["message"]
+    assert cond["reason"] == "Failed"
+    assert cond["ansibleResult"]["failures"] == 1
+    successful = cluster.condition("bad", "Successful")
+    assert successful and successful["status"] == "False"
+    warnings = wait_for(lambda: [e for e in cluster.events_for("bad") if e.type == "Warning"], 20)
+    assert any("disk full" in (e.message or "") for e in warnings)
+
+    # fixing the spec clears the failure
+    cluster.patch_widget("bad", {"spec": {"failMessage": None}})
+    cluster.wait_condition("bad", "Successful", generation=2)
+    assert cluster.condition("bad", "Failure")["status"] == "False"
+
+
+def test_failed_runs_back_off_instead_of_hot_looping(cluster: Cluster, start_operator) -> None:
+    op = start_operator([default_watch(role=str(HERE / "roles" / "failing"), finalizer=None)])
+    cluster.create_widget("loop", {})
+    cluster.wait_condition("loop", "Failure")
+    first = time.monotonic()
+    time.sleep(8)
+    runs = op.runs("loop")
+    # backoff starts at 2 s and doubles: within ~8 s after the first failure at most 3 more runs can start
+    assert 1 <= len(runs) <= 4, [(r["run_id"], r["result"]) for r in runs]
+    assert all(r["result"] == "failed" for r in runs if r["result"] != "running")
+    assert time.monotonic() - first >= 8
+
+
+def test_rapid_edits_coalesce(cluster: Cluster, start_operator) -> None:
+    op = start_operator()
+    cluster.create_widget("busy", {"size": 0})
+    cluster.wait_condition("busy", "Successful", generation=1)
+    for i in range(1, 21):
+        cluster.patch_widget("busy", {"spec": {"size": i}})
+    cluster.wait_condition("busy", "Successful", generation=21, timeout=90)
+    assert wait_for(lambda: (cluster.configmap("busy-out") or {}).get("size") == "20", 30)
+    # 1 initial run + at most: the run in flight when edits began, and one coalesced follow-up
+    assert len(op.runs("busy")) <= 4, len(op.runs("busy"))
+
+
+def test_cr_values_are_inert_to_jinja(cluster: Cluster, start_operator) -> None:
+    start_operator()
+    payload = "{{ lookup('pipe', 'id') }}"
+    cluster.create_widget("inject", {"templateText": payload})
+    cluster.wait_condition("inject", "Successful")
+    assert cluster.configmap("inject-out")["template_text"] == payload
+
+
+def test_ansible_variables_in_spec_are_refused(cluster: Cluster, start_operator) -> None:
+    op = start_operator()
+    cluster.create_widget("sneaky", {"ansiblePythonInterpreter": "/tmp/evil"})
+    cond = cluster.wait_condition("sneaky", "Failure")
+    assert "ansible_python_interpreter" in cond["message"]
+    assert op.runs("sneaky") == []  # nothing ran
+    assert cluster.configmap("sneaky-out") is None
+
+
+def test_failing_finalizer_keeps_object_until_it_succeeds(cluster: Cluster, start_operator) -> None:
+    start_operator()
+    cluster.create_widget("sticky", {"finalizerFail": True})
+    cluster.wait_condition("sticky", "Successful")
+    cluster.delete_widget("sticky")
+    cond = cluster.wait_condition("sticky", "Failure", timeout=60)
+    assert "finalizer asked to fail" in cond["message"]
+    time.sleep(2)
+    obj = cluster.get_widget("sticky")
+    assert obj is not None and obj["metadata"].get("deletionTimestamp")  # never released early
+    # fix it: the next (backed-off) finalizer run succeeds and releases the object
+    cluster.patch_widget("sticky", {"spec": {"finalizerFail": False}})
+    wait_for(lambda: cluster.get_widget("sticky") is None, 60, what="sticky released")
+    assert cluster.configmap(f"{NAMESPACE}-sticky-tombstone", namespace="default") == {"deleted": "true"}
+
+
+@pytest.mark.parametrize("executor", ["runner"], indirect=True)
+def test_bad_watches_file_exits_2_with_one_line(tmp_path: Path, executor: str) -> None:
+    bad = tmp_path / "watches.yaml"
+    bad.write_text("- group: a.b\n  version: v1\n  kind: K\n  rol: nope\n")
+    proc = subprocess.run([sys.executable, "-m", "ansible_operator", "run", "--watches-file", str(bad)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "watches.yaml" in lines[0] and "rol" in lines[0]
