@@ -28,6 +28,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from ansible_operator import extravars
 from ansible_operator.executors.base import RunRequest
 
 __all__ = ["PreparedRun", "new_run_id", "prepare", "render_extravars", "role_play"]
@@ -57,18 +58,7 @@ class PreparedRun:
 
 
 def render_extravars(extra_vars: Mapping[str, Any]) -> str:
-    """YAML for ``env/extravars``, via ``ansible_operator.extravars.dump`` (which tags ``Unsafe`` values).
-
-    Imported lazily. While that module is absent, plain data is written with ``yaml.safe_dump``, which
-    refuses (``yaml.representer.RepresenterError``) anything it cannot represent faithfully, so an
-    ``Unsafe`` value can never be written untagged.
-    """
-    try:
-        from ansible_operator import extravars  # noqa: PLC0415
-    except ModuleNotFoundError as e:
-        if e.name != "ansible_operator.extravars":
-            raise
-        return yaml.safe_dump(dict(extra_vars), default_flow_style=False, sort_keys=True)
+    """YAML for ``env/extravars``; ``extravars.dump`` writes ``Unsafe`` values with ``!unsafe`` tags."""
     return extravars.dump(extra_vars)
 
 

@@ -46,14 +46,15 @@ def _one_line(text: str, limit: int = 500) -> str:
 
 
 def _stdout_error(artifacts_dir: Path) -> str | None:
-    """The ``ERROR! ...`` line (or last line) of a run that failed before/outside any task."""
+    """The error line (``[ERROR]: ...`` in ansible-core 2.19, ``ERROR! ...`` before) or else the last line
+    of a run that failed before/outside any task (syntax error, role not found, ...)."""
     try:
         lines = [ln for ln in _ANSI.sub("", (artifacts_dir / "stdout").read_text(errors="replace")).splitlines()
                  if ln.strip()]
     except OSError:
         return None
     for ln in lines:
-        if ln.lstrip().startswith("ERROR!"):
+        if ln.lstrip().startswith(("[ERROR]", "ERROR!")):
             return _one_line(ln)
     return _one_line(lines[-1]) if lines else None
 
