@@ -31,7 +31,7 @@ shift || true
 case "$cmd" in
   demo)
     install
-    exec "$VENV/bin/ansible-operator" run --sandbox --watches-file watches.yaml "$@"
+    exec scripts/demo.sh "$@"
     ;;
   test)
     install

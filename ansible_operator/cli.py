@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="start the embedded sandbox API server, install crds/, and run against it (demo)")
     run.add_argument("--sandbox-crds", action="append", default=None, metavar="PATH",
                      help="with --sandbox: CRD files or directories to install (default: ./crds)")
+    run.add_argument("--sandbox-kubeconfig", default=None, metavar="PATH",
+                     help="with --sandbox: where to write its kubeconfig (default:"
+                          " ~/.local/state/ansible-operator/sandbox.kubeconfig)")
     run.add_argument("--inject-owner-ref", action=argparse.BooleanOptionalAction, default=True,
                      help="add ownerReferences (or primary-resource annotations) to objects roles create")
     run.add_argument("--metrics-bind-address", default=":8080",

@@ -261,9 +261,13 @@ async def _start_sandbox(args: argparse.Namespace, cleanups: list[Any]) -> str:
     sandbox = Sandbox(host="127.0.0.1", port=0, crds=tuple(crds))
     await asyncio.to_thread(sandbox.start_in_thread)
     cleanups.append(lambda: asyncio.to_thread(sandbox.stop_thread))
-    state = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "ansible-operator"
-    state.mkdir(parents=True, exist_ok=True)
-    kubeconfig = sandbox.write_kubeconfig(state / "sandbox.kubeconfig")
+    if args.sandbox_kubeconfig:
+        target = Path(args.sandbox_kubeconfig).expanduser()
+    else:
+        state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "ansible-operator"
+        target = state / "sandbox.kubeconfig"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    kubeconfig = sandbox.write_kubeconfig(target)
     print(f"sandbox API server: {sandbox.url}", flush=True)
     print(f"kubeconfig: {kubeconfig}    (try: kubectl --kubeconfig {kubeconfig} get all -A)", flush=True)
     return str(kubeconfig)

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The no-cluster demo: the sandbox API server + the example operators, driven with real kubectl.
+#
+#   scripts/demo.sh            start, apply the samples, show them converge, keep running (Ctrl-C stops)
+#   scripts/demo.sh --check    same, but stop after the samples are Successful (exit 0) or failed (exit 1)
+#
+# Extra arguments are passed to `ansible-operator run` (e.g. --executor warm).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+CHECK=0
+if [ "${1:-}" = "--check" ]; then CHECK=1; shift; fi
+
+STATE=$(mktemp -d "${TMPDIR:-/tmp}/ansible-operator-demo.XXXXXX")
+KUBECONFIG_PATH="$STATE/sandbox.kubeconfig"
+LOG="$STATE/operator.log"
+K="kubectl --kubeconfig $KUBECONFIG_PATH"
+
+"$VENV/bin/ansible-operator" run --sandbox --sandbox-kubeconfig "$KUBECONFIG_PATH" \
+  --watches-file watches.yaml --artifacts-dir "$STATE/runs" \
+  --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 "$@" >"$LOG" 2>&1 &
+OP=$!
+cleanup() { kill -TERM "$OP" 2>/dev/null || true; wait "$OP" 2>/dev/null || true; }
+trap cleanup EXIT
+
+for _ in $(seq 1 150); do
+  [ -s "$KUBECONFIG_PATH" ] && grep -q "operator ready" "$LOG" && break
+  if ! kill -0 "$OP" 2>/dev/null; then echo "operator exited:"; cat "$LOG"; exit 1; fi
+  sleep 0.2
+done
+echo "==> sandbox API server and operator are up (log: $LOG)"
+echo "==> kubeconfig: $KUBECONFIG_PATH"
+echo
+echo "\$ kubectl apply -k config/samples"
+$K create namespace demo >/dev/null
+$K apply -n demo -k config/samples
+echo
+echo "\$ kubectl wait --for=condition=Successful -n demo memcached,sampledb,etcdcluster --all --timeout=180s"
+if ! $K wait --for=condition=Successful -n demo memcached,sampledb,etcdcluster --all --timeout=180s; then
+  echo "!! not all samples reached Successful; conditions:"
+  $K get -n demo memcached,sampledb,etcdcluster -o yaml | grep -A6 "conditions:" || true
+  tail -50 "$LOG"
+  exit 1
+fi
+echo
+echo "\$ kubectl get -n demo memcached,sampledb,etcdcluster,deployments,statefulsets,services,cronjobs"
+$K get -n demo memcached,sampledb,etcdcluster,deployments,statefulsets,services,cronjobs
+echo
+echo "\$ ansible-operator runs --namespace demo"
+"$VENV/bin/ansible-operator" runs --namespace demo --artifacts-dir "$STATE/runs" || true
+if [ "$CHECK" = 1 ]; then exit 0; fi
+echo
+echo "The operator keeps running. In another terminal:"
+echo "  export KUBECONFIG=$KUBECONFIG_PATH"
+echo "  kubectl patch -n demo memcached memcached-sample --type merge -p '{\"spec\":{\"size\":3}}'"
+echo "  kubectl get -n demo deployments -w"
+echo "Ctrl-C stops the operator and the sandbox."
+wait "$OP"
