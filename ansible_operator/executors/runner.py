@@ -107,11 +107,13 @@ class RunnerExecutor:
             return True  # keep writing job_events/*.json
 
         self._active.add(cancel)
-        fut = loop.run_in_executor(self._pool, self._run_blocking, request, emit, cancel)
+        work = self._pool.submit(self._run_blocking, request, emit, cancel)
+        fut = asyncio.wrap_future(work, loop=loop)
         try:
             return await asyncio.shield(fut)
         except asyncio.CancelledError:
             cancel.set()
+            work.cancel()  # still waiting for a free worker thread: it never starts
             while not fut.done():  # wait for the run to really stop, even if cancelled again
                 try:
                     await asyncio.wait([fut])

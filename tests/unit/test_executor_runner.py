@@ -208,7 +208,7 @@ async def test_cancel_stops_the_run_and_reraises(executor: RunnerExecutor, tmp_p
     assert playbook_processes("41.75") == []
 
 
-async def test_close_cancels_runs_in_flight(tmp_path: Path) -> None:
+async def test_close_cancels_runs_in_flight_and_a_queued_run_can_be_cancelled(tmp_path: Path) -> None:
     ex = RunnerExecutor(max_workers=1)
     await ex.start()
     pb = write(tmp_path / "pb.yml", """
@@ -226,6 +226,14 @@ async def test_close_cancels_runs_in_flight(tmp_path: Path) -> None:
 
     task = asyncio.create_task(ex.run(req, on_event))
     await asyncio.wait_for(started.wait(), 60)
+    # a second run waits for the only worker thread; cancelling it means it never starts
+    queued_req = request_for(tmp_path, playbook=pb)
+    queued = asyncio.create_task(ex.run(queued_req, on_event))
+    await asyncio.sleep(0)
+    queued.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(queued, 60)
+    assert not queued_req.private_data_dir.exists() and not task.done()
     await asyncio.wait_for(ex.close(), 60)
     outcome = await task
     assert outcome.status == "canceled"
