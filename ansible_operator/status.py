@@ -1,0 +1,230 @@
+"""``RunResult`` → status conditions and Kubernetes Events (pure functions; the caller does the HTTP).
+
+The condition shape is Operator SDK's Ansible operator's: ``status.conditions`` holds ``Running``,
+``Successful`` and ``Failure`` conditions with ``status`` "True"/"False", ``reason``, ``message``,
+``lastTransitionTime`` and, on the final conditions of a run, ``ansibleResult`` {ok, changed, skipped,
+failures, completion}. Differences from the SDK (see docs/status.md):
+
+* after a run ``Running`` is ``False`` (reason ``Successful``/``Failed``); the SDK leaves it ``True`` with
+  reason ``Successful`` "Awaiting next reconciliation", which makes "is it running?" unanswerable;
+* every condition carries ``observedGeneration`` and so does ``status`` itself;
+* ``message``/``ansibleResult`` are refreshed on every run (the SDK skips the update when status and
+  reason are unchanged, leaving stale counts); ``lastTransitionTime`` still only moves when ``status``
+  flips (Kubernetes convention);
+* ``ansibleResult.failures`` counts unreachable hosts too;
+* input refused before any run (``extravars.RefusedVariable``) gives ``Failure`` with reason ``Refused``.
+
+Every other status field, and conditions of other types (a role may write its own through
+``k8s_status``), are kept: callers pass the status read just before writing.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from ansible_operator.results import RunResult
+
+__all__ = [
+    "CONDITION_TYPES",
+    "RUNNING_MESSAGE",
+    "SUCCESSFUL_MESSAGE",
+    "running_status",
+    "result_status",
+    "refused_status",
+    "merge_conditions",
+    "ansible_result",
+    "event_for_result",
+    "format_time",
+]
+
+CONDITION_TYPES = ("Running", "Successful", "Failure")
+
+RUNNING_REASON = "Running"
+SUCCESSFUL_REASON = "Successful"
+FAILED_REASON = "Failed"
+REFUSED_REASON = "Refused"
+
+RUNNING_MESSAGE = "Running reconciliation"
+AWAITING_MESSAGE = "Awaiting next reconciliation"
+SUCCESSFUL_MESSAGE = "Last reconciliation succeeded"
+FAILED_MESSAGE = "Last reconciliation failed"
+
+MAX_MESSAGE = 32768
+"""Condition messages are kept whole up to this size (an API server limits the object, not the field)."""
+MAX_EVENT_MESSAGE = 1024
+
+
+def format_time(now: datetime) -> str:
+    """RFC 3339 in UTC with second precision, as ``metav1.Time`` serializes (``2026-11-22T13:45:01Z``)."""
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=timezone.utc)
+    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _completion_time(now: datetime) -> str:
+    """``ansibleResult.completion`` keeps microseconds like the SDK's eventapi.EventTime."""
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=timezone.utc)
+    return now.astimezone(timezone.utc).isoformat()
+
+
+def merge_conditions(existing: list[dict] | None, updates: list[dict]) -> list[dict]:
+    """Replace conditions by ``type``, keeping the existing order and appending new types.
+
+    An update's ``lastTransitionTime`` is replaced by the existing one when ``status`` did not change.
+    Entries of ``existing`` that are not mappings with a ``type`` are dropped (the SDK drops them too).
+    """
+    merged: list[dict] = [copy.deepcopy(c) for c in existing or [] if isinstance(c, Mapping) and "type" in c]
+    index = {c["type"]: i for i, c in enumerate(merged)}
+    for update in updates:
+        new = copy.deepcopy(dict(update))
+        i = index.get(new["type"])
+        if i is None:
+            index[new["type"]] = len(merged)
+            merged.append(new)
+            continue
+        old = merged[i]
+        if old.get("status") == new.get("status") and old.get("lastTransitionTime"):
+            new["lastTransitionTime"] = old["lastTransitionTime"]
+        merged[i] = new
+    return merged
+
+
+def ansible_result(result: RunResult, now: datetime) -> dict[str, Any]:
+    return {
+        "ok": result.ok,
+        "changed": result.changed,
+        "skipped": result.skipped,
+        "failures": result.failures + result.unreachable,
+        "completion": _completion_time(now),
+    }
+
+
+def _condition(ctype: str, status: bool, reason: str, message: str, *, now: datetime,
+               generation: int | None, result: dict | None = None) -> dict[str, Any]:
+    cond: dict[str, Any] = {
+        "type": ctype,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…",
+        "lastTransitionTime": format_time(now),
+    }
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    if result is not None:
+        cond["ansibleResult"] = result
+    return cond
+
+
+def _with_conditions(current: Mapping[str, Any] | None, updates: list[dict], generation: int | None,
+                     *, observed: bool = True) -> dict[str, Any]:
+    status = copy.deepcopy(dict(current)) if isinstance(current, Mapping) else {}
+    existing = status.get("conditions")
+    status["conditions"] = merge_conditions(existing if isinstance(existing, list) else [], updates)
+    if observed and generation is not None:
+        status["observedGeneration"] = generation
+    return status
+
+
+def running_status(current: Mapping[str, Any] | None, *, generation: int | None, now: datetime) -> dict:
+    """Status body for "a run started": Running=True; Successful/Failure are left as the last run set them.
+
+    ``status.observedGeneration`` is not moved here: it says which generation the *conditions* describe,
+    and the result is not known yet.
+    """
+    running = _condition("Running", True, RUNNING_REASON, RUNNING_MESSAGE, now=now, generation=generation)
+    return _with_conditions(current, [running], generation, observed=False)
+
+
+def result_status(current: Mapping[str, Any] | None, result: RunResult, *, generation: int | None,
+                  now: datetime) -> dict:
+    """Status body after a run (see the module docstring for the exact conditions)."""
+    ar = ansible_result(result, now)
+    if result.succeeded:
+        updates = [
+            _condition("Running", False, SUCCESSFUL_REASON, AWAITING_MESSAGE, now=now, generation=generation,
+                       result=ar),
+            _condition("Successful", True, SUCCESSFUL_REASON, SUCCESSFUL_MESSAGE, now=now, generation=generation,
+                       result=ar),
+            _condition("Failure", False, SUCCESSFUL_REASON, "", now=now, generation=generation),
+        ]
+    else:
+        message = result.message
+        updates = [
+            _condition("Running", False, FAILED_REASON, message, now=now, generation=generation, result=ar),
+            _condition("Successful", False, FAILED_REASON, FAILED_MESSAGE, now=now, generation=generation),
+            _condition("Failure", True, FAILED_REASON, message, now=now, generation=generation, result=ar),
+        ]
+    return _with_conditions(current, updates, generation)
+
+
+def refused_status(current: Mapping[str, Any] | None, *, message: str, generation: int | None,
+                   now: datetime) -> dict:
+    """Status body when the object was refused before any run (e.g. a spec field mapping to ``ansible_*``).
+
+    Reason ``Refused`` on all three conditions; no ``ansibleResult`` since nothing ran.
+    """
+    updates = [
+        _condition("Running", False, REFUSED_REASON, message, now=now, generation=generation),
+        _condition("Successful", False, REFUSED_REASON, FAILED_MESSAGE, now=now, generation=generation),
+        _condition("Failure", True, REFUSED_REASON, message, now=now, generation=generation),
+    ]
+    return _with_conditions(current, updates, generation)
+
+
+def _event_message(text: str) -> str:
+    return text if len(text) <= MAX_EVENT_MESSAGE else text[: MAX_EVENT_MESSAGE - 1] + "…"
+
+
+def event_for_result(obj: Mapping[str, Any], result: RunResult, *, now: datetime,
+                     component: str = "ansible-operator") -> dict | None:
+    """A core/v1 Event about ``obj`` for this run, or None when there is nothing worth telling.
+
+    * failed / timed out / error → ``Warning`` ``ReconcileFailed`` with the failure message;
+    * succeeded with changes → ``Normal`` ``ReconcileChanged`` "N changed: task, task...";
+    * succeeded without changes, or canceled (superseded or shutting down) → None.
+    """
+    if result.status == "canceled":
+        return None
+    if result.succeeded:
+        if result.changed <= 0 and not result.changed_tasks:
+            return None
+        etype, reason = "Normal", "ReconcileChanged"
+        count = result.changed or len(result.changed_tasks)
+        names = ", ".join(result.changed_tasks)
+        message = f"{count} changed: {names}" if names else f"{count} changed"
+    else:
+        etype, reason = "Warning", "ReconcileFailed"
+        message = result.message
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    namespace = meta.get("namespace") or "default"  # events of cluster-scoped objects go to "default"
+    involved: dict[str, Any] = {
+        "apiVersion": obj.get("apiVersion", ""),
+        "kind": obj.get("kind", ""),
+        "name": name,
+    }
+    if meta.get("namespace"):
+        involved["namespace"] = meta["namespace"]
+    for src, dst in (("uid", "uid"), ("resourceVersion", "resourceVersion")):
+        if meta.get(src):
+            involved[dst] = meta[src]
+    ts = format_time(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": _event_message(message),
+        "type": etype,
+        "action": "Reconcile",
+        "firstTimestamp": ts,
+        "lastTimestamp": ts,
+        "count": 1,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": component,
+    }

@@ -1,0 +1,212 @@
+"""Status conditions and Events from run results (Operator SDK shape, Kubernetes transition rules)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from ansible_operator.results import FailedTask, RunResult
+from ansible_operator.status import (
+    CONDITION_TYPES,
+    event_for_result,
+    format_time,
+    merge_conditions,
+    refused_status,
+    result_status,
+    running_status,
+)
+
+T0 = datetime(2026, 11, 22, 13, 45, 1, 123456, tzinfo=timezone.utc)
+T1 = T0 + timedelta(minutes=5)
+T2 = T0 + timedelta(minutes=10)
+
+
+def result(status: str = "successful", *, failed: FailedTask | None = None, changed: int = 0,
+           changed_tasks: tuple[str, ...] = (), unreachable: int = 0, error: str | None = None,
+           failures: int | None = None) -> RunResult:
+    return RunResult(status=status, ok=5, changed=changed, skipped=1,
+                     failures=(1 if failed else 0) if failures is None else failures, unreachable=unreachable,
+                     rescued=0, ignored=0, failed_task=failed, changed_tasks=changed_tasks, requeue_after=None,
+                     error=error)
+
+
+def by_type(status: dict) -> dict[str, dict]:
+    return {c["type"]: c for c in status["conditions"]}
+
+
+FAILED = FailedTask(name="create deployment", action="k8s", role="memcached",
+                    message="Failed to create object: quota exceeded (403 Forbidden)", host="localhost")
+
+
+def test_condition_types() -> None:
+    assert CONDITION_TYPES == ("Running", "Successful", "Failure")
+
+
+def test_format_time() -> None:
+    assert format_time(T0) == "2026-11-22T13:45:01Z"
+    assert format_time(datetime(2026, 1, 1, 12, tzinfo=timezone(timedelta(hours=2)))) == "2026-01-01T10:00:00Z"
+
+
+def test_running_status_on_fresh_object() -> None:
+    st = running_status(None, generation=3, now=T0)
+    assert st == {"conditions": [{
+        "type": "Running", "status": "True", "reason": "Running", "message": "Running reconciliation",
+        "lastTransitionTime": "2026-11-22T13:45:01Z", "observedGeneration": 3,
+    }]}
+
+
+def test_success_after_running() -> None:
+    st = running_status({"custom": {"a": 1}}, generation=3, now=T0)
+    st = result_status(st, result(changed=2), generation=3, now=T1)
+    c = by_type(st)
+    assert [x["type"] for x in st["conditions"]] == ["Running", "Successful", "Failure"]
+    assert c["Running"]["status"] == "False" and c["Running"]["reason"] == "Successful"
+    assert c["Running"]["message"] == "Awaiting next reconciliation"
+    assert c["Running"]["lastTransitionTime"] == format_time(T1)  # True -> False is a transition
+    assert c["Successful"] == {
+        "type": "Successful", "status": "True", "reason": "Successful", "message": "Last reconciliation succeeded",
+        "lastTransitionTime": format_time(T1), "observedGeneration": 3,
+        "ansibleResult": {"ok": 5, "changed": 2, "skipped": 1, "failures": 0, "completion": T1.isoformat()},
+    }
+    assert c["Failure"]["status"] == "False" and "ansibleResult" not in c["Failure"]
+    assert st["custom"] == {"a": 1}
+    assert st["observedGeneration"] == 3
+
+
+def test_failure_message_and_conditions() -> None:
+    st = result_status({}, result("failed", failed=FAILED), generation=4, now=T0)
+    c = by_type(st)
+    msg = "memcached : create deployment: Failed to create object: quota exceeded (403 Forbidden)"
+    assert c["Failure"]["status"] == "True" and c["Failure"]["reason"] == "Failed"
+    assert c["Failure"]["message"] == msg
+    assert c["Failure"]["ansibleResult"]["failures"] == 1
+    assert c["Successful"]["status"] == "False" and c["Successful"]["reason"] == "Failed"
+    assert c["Running"]["status"] == "False" and c["Running"]["reason"] == "Failed"
+    assert c["Running"]["message"] == msg
+
+
+def test_timeout_and_executor_error_messages() -> None:
+    c = by_type(result_status(None, result("timeout", error="run exceeded the 1h timeout"), generation=1, now=T0))
+    assert c["Failure"]["message"] == "run exceeded the 1h timeout"
+    c = by_type(result_status(None, result("timeout"), generation=1, now=T0))
+    assert c["Failure"]["message"] == "the run timed out"
+    c = by_type(result_status(None, result("error", error="worker crashed"), generation=1, now=T0))
+    assert c["Failure"]["message"] == "worker crashed"
+
+
+def test_unreachable_counts_in_failures() -> None:
+    st = result_status(None, result("failed", unreachable=1, failures=0), generation=1, now=T0)
+    assert by_type(st)["Failure"]["ansibleResult"]["failures"] == 1
+
+
+def test_last_transition_time_kept_when_status_unchanged() -> None:
+    st = result_status(None, result(), generation=1, now=T0)
+    st = running_status(st, generation=2, now=T1)
+    c = by_type(st)
+    assert c["Successful"]["lastTransitionTime"] == format_time(T0)  # untouched by running_status
+    assert c["Running"]["lastTransitionTime"] == format_time(T1)
+    st = result_status(st, result(changed=1), generation=2, now=T2)
+    c = by_type(st)
+    assert c["Successful"]["lastTransitionTime"] == format_time(T0)  # still True
+    assert c["Successful"]["observedGeneration"] == 2
+    assert c["Successful"]["ansibleResult"]["changed"] == 1  # refreshed even though status/reason unchanged
+    assert c["Successful"]["ansibleResult"]["completion"] == T2.isoformat()
+    assert c["Running"]["lastTransitionTime"] == format_time(T2)
+    assert st["observedGeneration"] == 2
+    # now it fails: Successful flips, Failure flips
+    st = result_status(st, result("failed", failed=FAILED), generation=2, now=T2 + timedelta(minutes=1))
+    c = by_type(st)
+    assert c["Successful"]["lastTransitionTime"] == format_time(T2 + timedelta(minutes=1))
+    assert c["Failure"]["lastTransitionTime"] == format_time(T2 + timedelta(minutes=1))
+
+
+def test_running_does_not_move_observed_generation() -> None:
+    st = result_status(None, result(), generation=1, now=T0)
+    st = running_status(st, generation=2, now=T1)
+    assert st["observedGeneration"] == 1
+    assert by_type(st)["Running"]["observedGeneration"] == 2
+
+
+def test_role_written_fields_and_conditions_are_kept() -> None:
+    current = {
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "PodsReady", "message": "3/3",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Running", "status": "True", "reason": "Running", "message": "Running reconciliation",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            "junk entry",
+        ],
+        "nodes": ["a", "b"],
+    }
+    st = result_status(current, result(), generation=None, now=T0)
+    assert [c["type"] for c in st["conditions"]] == ["Ready", "Running", "Successful", "Failure"]
+    assert by_type(st)["Ready"] == current["conditions"][0]
+    assert st["nodes"] == ["a", "b"]
+    assert "observedGeneration" not in st and "observedGeneration" not in by_type(st)["Successful"]
+    assert current["conditions"][1]["status"] == "True"  # input not mutated
+
+
+def test_merge_conditions_rules() -> None:
+    existing = [
+        {"type": "A", "status": "True", "lastTransitionTime": "old", "message": "m"},
+        {"type": "B", "status": "False", "lastTransitionTime": "old"},
+    ]
+    merged = merge_conditions(existing, [
+        {"type": "B", "status": "True", "lastTransitionTime": "new"},
+        {"type": "A", "status": "True", "lastTransitionTime": "new", "message": "m2"},
+        {"type": "C", "status": "False", "lastTransitionTime": "new"},
+    ])
+    assert merged == [
+        {"type": "A", "status": "True", "lastTransitionTime": "old", "message": "m2"},
+        {"type": "B", "status": "True", "lastTransitionTime": "new"},
+        {"type": "C", "status": "False", "lastTransitionTime": "new"},
+    ]
+    assert merge_conditions(None, []) == []
+
+
+def test_refused_status() -> None:
+    msg = "spec.ansibleBecome would set the Ansible variable 'ansible_become'"
+    st = refused_status({"x": 1}, message=msg, generation=5, now=T0)
+    c = by_type(st)
+    assert c["Failure"]["status"] == "True" and c["Failure"]["reason"] == "Refused"
+    assert c["Failure"]["message"] == msg and "ansibleResult" not in c["Failure"]
+    assert c["Successful"]["status"] == "False" and c["Running"]["status"] == "False"
+    assert st["observedGeneration"] == 5 and st["x"] == 1
+
+
+OBJ = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
+       "metadata": {"name": "m1", "namespace": "ns1", "uid": "u-1", "resourceVersion": "42"}}
+
+
+def test_event_for_failure() -> None:
+    ev = event_for_result(OBJ, result("failed", failed=FAILED), now=T0)
+    assert ev == {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": "m1.", "namespace": "ns1"},
+        "involvedObject": {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached", "name": "m1",
+                           "namespace": "ns1", "uid": "u-1", "resourceVersion": "42"},
+        "reason": "ReconcileFailed",
+        "message": "memcached : create deployment: Failed to create object: quota exceeded (403 Forbidden)",
+        "type": "Warning", "action": "Reconcile",
+        "firstTimestamp": "2026-11-22T13:45:01Z", "lastTimestamp": "2026-11-22T13:45:01Z", "count": 1,
+        "source": {"component": "ansible-operator"},
+        "reportingComponent": "ansible-operator", "reportingInstance": "ansible-operator",
+    }
+
+
+def test_event_for_changes_and_none_when_nothing_changed() -> None:
+    ev = event_for_result(OBJ, result(changed=2, changed_tasks=("memcached : deployment", "memcached : service")),
+                          now=T0, component="memcached-operator")
+    assert ev["type"] == "Normal" and ev["reason"] == "ReconcileChanged"
+    assert ev["message"] == "2 changed: memcached : deployment, memcached : service"
+    assert ev["source"] == {"component": "memcached-operator"}
+    assert event_for_result(OBJ, result(), now=T0) is None
+    assert event_for_result(OBJ, result("canceled"), now=T0) is None
+
+
+def test_event_for_cluster_scoped_object_and_long_message() -> None:
+    obj = {"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "t"}}
+    long = FailedTask(name="t", action=None, role=None, message="x" * 5000, host=None)
+    ev = event_for_result(obj, result("failed", failed=long), now=T0)
+    assert ev["metadata"]["namespace"] == "default"
+    assert "namespace" not in ev["involvedObject"]
+    assert len(ev["message"]) == 1024 and ev["message"].endswith("…")
