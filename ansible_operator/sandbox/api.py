@@ -1,0 +1,465 @@
+"""The verbs (get, list, create, update, patch, delete) with kube-apiserver's semantics, independent of HTTP.
+
+This is where metadata rules live: uid/creationTimestamp/generateName on create, optimistic concurrency
+(409 Conflict on a stale resourceVersion), generation bumps only for spec changes, status subresource
+isolation, no-op writes that keep the resourceVersion, CRD schema pruning/defaulting/validation (422 with
+causes), and namespace admission (404 for a missing namespace, 403 while it terminates). Deletion and
+garbage collection are delegated to :mod:`lifecycle`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import yaml
+
+from ansible_operator.sandbox import kinds, patching, schema, selectors
+from ansible_operator.sandbox.errors import (ApiError, already_exists, bad_request, conflict, forbidden, invalid,
+                                             namespace_not_found, not_found, unsupported_media_type)
+from ansible_operator.sandbox.resources import CRD_GROUP_RESOURCE, Registry, ResourceType
+from ansible_operator.sandbox.store import Key, Store
+from ansible_operator.sandbox.timeutil import now_rfc3339
+
+_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: kinds whose names must be DNS labels (63 chars), as in kube-apiserver
+_LABEL_NAMED = {("", "Namespace"), ("", "Service")}
+#: kinds whose names are path segments only (RBAC allows ':' etc.)
+_PATH_NAMED = {("rbac.authorization.k8s.io", "Role"), ("rbac.authorization.k8s.io", "RoleBinding"),
+               ("rbac.authorization.k8s.io", "ClusterRole"), ("rbac.authorization.k8s.io", "ClusterRoleBinding")}
+
+PATCH_TYPES = {
+    "application/json-patch+json": "json",
+    "application/merge-patch+json": "merge",
+    "application/strategic-merge-patch+json": "strategic",
+    "application/apply-patch+yaml": "apply",
+    "application/apply-patch+cbor": "apply",
+}
+
+
+@dataclass
+class WriteOptions:
+    dry_run: bool = False
+    field_manager: str | None = None
+    force: bool = False
+    field_validation: str = ""  # "", "Ignore", "Warn", "Strict"
+
+
+def decode_body(raw: bytes, content_type: str = "application/json") -> Any:
+    """JSON (or YAML for apply patches / YAML bodies) → Python; 400 BadRequest when malformed."""
+    if not raw.strip():
+        raise bad_request("the request body is empty")
+    ct = content_type.split(";")[0].strip().lower()
+    if "protobuf" in ct or "cbor" in ct:
+        raise unsupported_media_type(ct)
+    try:
+        if "yaml" in ct:
+            return yaml.safe_load(raw)
+        return json.loads(raw)
+    except (ValueError, yaml.YAMLError) as e:
+        raise bad_request(f"the body of the request could not be decoded: {e}") from None
+
+
+def qualified_kind(rtype: ResourceType) -> str:
+    return f"{rtype.kind}.{rtype.group}" if rtype.group else rtype.kind
+
+
+def strip_for_compare(obj: dict[str, Any]) -> dict[str, Any]:
+    out = dict(obj)
+    meta = dict(out.get("metadata") or {})
+    meta.pop("resourceVersion", None)
+    meta.pop("managedFields", None)
+    out["metadata"] = meta
+    return out
+
+
+def spec_part(obj: dict[str, Any]) -> dict[str, Any]:
+    """What a generation bump is decided on: everything but metadata and status."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+class Api:
+    """Verb semantics over a :class:`Store`; ``lifecycle`` (deletion/GC) is attached after construction."""
+
+    def __init__(self, registry: Registry, store: Store) -> None:
+        self.registry = registry
+        self.store = store
+        self.lifecycle: Any = None  # lifecycle.Lifecycle, set by the server (avoids an import cycle)
+
+    # ---- helpers ---------------------------------------------------------------------------------
+    @staticmethod
+    def key(rtype: ResourceType, namespace: str | None, name: str) -> Key:
+        return (rtype.group_resource, namespace if rtype.namespaced else "", name)
+
+    @staticmethod
+    def present(rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """An object as served for ``rtype``'s version (no conversion: same fields, that apiVersion)."""
+        obj["apiVersion"] = rtype.api_version
+        obj["kind"] = rtype.kind
+        return obj
+
+    def _require(self, rtype: ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
+        obj = self.store.get(self.key(rtype, namespace, name))
+        if obj is None:
+            raise not_found(rtype, name)
+        return obj
+
+    def check_namespace_for_create(self, rtype: ResourceType, namespace: str | None, name: str) -> None:
+        if not rtype.namespaced:
+            return
+        ns = self.store.peek(("/namespaces", "", namespace or ""))
+        if ns is None:
+            raise namespace_not_found(namespace or "")
+        if (ns.get("metadata") or {}).get("deletionTimestamp"):
+            raise forbidden(rtype, name, f"unable to create new content in namespace {namespace} because it is "
+                                         f"being terminated")
+
+    def _invalid(self, rtype: ResourceType, name: str, errors: list[schema.FieldError]) -> ApiError:
+        return invalid(rtype, name, [e.cause() for e in errors],
+                       schema.invalid_message(qualified_kind(rtype), name, errors))
+
+    def _check_name(self, rtype: ResourceType, name: str) -> None:
+        if (rtype.group, rtype.kind) in _PATH_NAMED:
+            ok = name not in (".", "..") and "/" not in name and "%" not in name
+            detail = "may not contain '/' or '%'"
+        elif (rtype.group, rtype.kind) in _LABEL_NAMED:
+            ok = len(name) <= 63 and bool(_DNS_LABEL.match(name))
+            detail = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+                      "must start and end with an alphanumeric character")
+        else:
+            ok = len(name) <= 253 and bool(_DNS_SUBDOMAIN.match(name))
+            detail = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+                      "'.', and must start and end with an alphanumeric character")
+        if not ok:
+            raise self._invalid(rtype, name, [schema.invalid("metadata.name", name, detail)])
+
+    def _check_body_identity(self, rtype: ResourceType, body: Any, namespace: str | None,
+                             name: str | None = None) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise bad_request(f"the body of the request was not a JSON object: {type(body).__name__}")
+        api_version = body.get("apiVersion")
+        kind = body.get("kind")
+        if api_version not in (None, "") and api_version != rtype.api_version:
+            # another served version of the same resource is fine (no conversion needed without webhooks)
+            group = api_version.rpartition("/")[0]
+            if group != rtype.group or self.registry.get(group, api_version.rpartition("/")[2],
+                                                         rtype.plural) is None:
+                raise bad_request(f"the API version in the data ({api_version}) does not match the expected API "
+                                  f"version ({rtype.api_version})")
+        if kind not in (None, "") and kind != rtype.kind:
+            raise bad_request(f"the kind in the data ({kind}) does not match the expected kind ({rtype.kind})")
+        meta = body.get("metadata")
+        if meta is None:
+            meta = body["metadata"] = {}
+        if not isinstance(meta, dict):
+            raise bad_request("metadata must be an object")
+        if rtype.namespaced:
+            body_ns = meta.get("namespace")
+            if body_ns and namespace and body_ns != namespace:
+                raise bad_request("the namespace of the provided object does not match the namespace sent on "
+                                  "the request")
+            meta["namespace"] = namespace or body_ns or "default"
+        else:
+            meta.pop("namespace", None)
+        if name is not None and meta.get("name") not in (None, "", name):
+            raise bad_request(f"the name of the object ({meta.get('name')}) does not match the name on the URL "
+                              f"({name})")
+        if name is not None:
+            meta["name"] = name
+        kinds.check_metadata(body)
+        return body
+
+    def _crd_schema_pipeline(self, rtype: ResourceType, obj: dict[str, Any], opts: WriteOptions,
+                             warnings: list[str]) -> dict[str, Any]:
+        """Prune, default, validate a custom resource against its version's schema."""
+        if rtype.builtin or not rtype.schema:
+            return obj
+        pruned = schema.prune(rtype.schema, obj)
+        if opts.field_validation in ("Strict", "Warn"):
+            unknown = _unknown_fields(obj, pruned)
+            if unknown:
+                if opts.field_validation == "Strict":
+                    raise bad_request(f'{rtype.kind} in version "{rtype.version}" cannot be handled as a '
+                                      f'{rtype.kind}: strict decoding error: '
+                                      + ", ".join(f'unknown field "{u}"' for u in unknown))
+                warnings.extend(f'unknown field "{u}"' for u in unknown)
+        obj = schema.apply_defaults(rtype.schema, pruned)
+        errors = schema.validate(rtype.schema, obj)
+        if errors:
+            raise self._invalid(rtype, (obj.get("metadata") or {}).get("name", ""), errors)
+        return obj
+
+    def _check_crd(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
+        if rtype.group_resource != CRD_GROUP_RESOURCE:
+            return
+        errors = schema.validate_crd(obj)
+        if errors:
+            raise self._invalid(rtype, (obj.get("metadata") or {}).get("name", ""), errors)
+        # a second CRD may not claim a group/plural another CRD serves
+        spec = obj.get("spec") or {}
+        for t in self.registry.by_group_resource(f"{spec.get('group')}/{(spec.get('names') or {}).get('plural')}"):
+            if t.builtin:
+                err = schema.invalid("spec.names.plural", (spec.get("names") or {}).get("plural"),
+                                     "conflicts with a built-in resource")
+                raise self._invalid(rtype, obj["metadata"].get("name", ""), [err])
+        obj["status"] = kinds.crd_status(obj)
+
+    # ---- reads -----------------------------------------------------------------------------------
+    def get(self, rtype: ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
+        return self.present(rtype, self._require(rtype, namespace, name))
+
+    def list(self, rtype: ResourceType, namespace: str | None, label_selector: str = "",
+             field_selector: str = "") -> tuple[list[dict[str, Any]], int]:
+        accept = self.make_filter(rtype, label_selector, field_selector)
+        items = []
+        for _, obj in self.store.items(rtype.group_resource, namespace if rtype.namespaced else None):
+            if accept is None or accept(obj):
+                items.append(self.present(rtype, copy.deepcopy(obj)))
+        return items, self.store.resource_version
+
+    def make_filter(self, rtype: ResourceType, label_selector: str, field_selector: str
+                    ) -> Callable[[dict[str, Any]], bool] | None:
+        """A predicate for list/watch, or None when nothing is selected on. Bad selectors → 400."""
+        checks: list[Callable[[dict[str, Any]], bool]] = []
+        try:
+            if label_selector:
+                lsel = selectors.parse_label_selector(label_selector)
+                checks.append(lambda o: lsel((o.get("metadata") or {}).get("labels") or {}))
+            if field_selector:
+                allowed = None if rtype.builtin else {"metadata.name", "metadata.namespace"}
+                checks.append(selectors.parse_field_selector(field_selector, allowed))
+        except selectors.SelectorError as e:
+            raise bad_request(str(e)) from None
+        if not checks:
+            return None
+        return lambda o: all(c(o) for c in checks)
+
+    # ---- create ----------------------------------------------------------------------------------
+    def create(self, rtype: ResourceType, namespace: str | None, body: Any, opts: WriteOptions | None = None,
+               warnings: list[str] | None = None) -> dict[str, Any]:
+        opts = opts or WriteOptions()
+        warnings = warnings if warnings is not None else []
+        obj = self._check_body_identity(rtype, copy.deepcopy(body), namespace)
+        meta = obj["metadata"]
+        name = meta.get("name")
+        if not name:
+            gen = meta.get("generateName")
+            if not gen:
+                err = schema.required("metadata.name", "name or generateName is required")
+                raise self._invalid(rtype, "", [err])
+            for _ in range(20):
+                name = gen + "".join(random.choice(_NAME_CHARS) for _ in range(5))
+                if self.store.peek(self.key(rtype, meta.get("namespace"), name)) is None:
+                    break
+            meta["name"] = name
+        self._check_name(rtype, name)
+        ns = meta.get("namespace") if rtype.namespaced else None
+        self.check_namespace_for_create(rtype, ns, name)
+        key = self.key(rtype, ns, name)
+        if self.store.peek(key) is not None:
+            raise already_exists(rtype, name)
+        if rtype.has_status and rtype.group_resource != "/namespaces":
+            obj.pop("status", None)
+        obj["apiVersion"] = rtype.api_version
+        obj["kind"] = rtype.kind
+        for k in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",
+                  "selfLink"):
+            meta.pop(k, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        meta["generation"] = 1
+        obj = self._crd_schema_pipeline(rtype, obj, opts, warnings)
+        kinds.normalize(rtype, obj, None)
+        self._check_crd(rtype, obj)
+        if self.lifecycle is not None:
+            self.lifecycle.on_create(rtype, obj)
+        if opts.dry_run:
+            return self.present(rtype, obj)
+        stored = self.store.put(key, obj)
+        return self.present(rtype, copy.deepcopy(stored))
+
+    # ---- update ----------------------------------------------------------------------------------
+    def update(self, rtype: ResourceType, namespace: str | None, name: str, body: Any,
+               subresource: str | None = None, opts: WriteOptions | None = None,
+               warnings: list[str] | None = None) -> dict[str, Any]:
+        opts = opts or WriteOptions()
+        new = self._check_body_identity(rtype, copy.deepcopy(body), namespace, name)
+        old = self._require(rtype, namespace, name)
+        want_rv = new["metadata"].get("resourceVersion")
+        if want_rv not in (None, "") and str(want_rv) != old["metadata"].get("resourceVersion"):
+            raise conflict(rtype, name)
+        return self._write(rtype, old, new, subresource, opts, warnings if warnings is not None else [])
+
+    def _write(self, rtype: ResourceType, old: dict[str, Any], new: dict[str, Any], subresource: str | None,
+               opts: WriteOptions, warnings: list[str]) -> dict[str, Any]:
+        """Common tail of update and patch: merge the rules of what may change, then store (or not)."""
+        name = old["metadata"]["name"]
+        old_meta = old["metadata"]
+        if subresource == "status":
+            status = new.get("status")
+            new = copy.deepcopy(old)
+            if status is None:
+                new.pop("status", None)
+            else:
+                new["status"] = status
+        elif subresource in (None, "finalize"):
+            if subresource == "finalize":  # namespaces: only spec.finalizers may change
+                spec = new.get("spec")
+                new = copy.deepcopy(old)
+                new["spec"] = spec if isinstance(spec, dict) else {}
+            if not isinstance(new.get("metadata"), dict):
+                raise bad_request("metadata must be an object")
+            if rtype.has_status and rtype.group_resource not in ("/namespaces",):
+                if "status" in old:
+                    new["status"] = old["status"]
+                else:
+                    new.pop("status", None)
+        else:
+            raise bad_request(f"unsupported subresource {subresource!r}")
+        meta = new["metadata"]
+        for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace",
+                  "name", "generation"):
+            if k in old_meta:
+                meta[k] = old_meta[k]
+            else:
+                meta.pop(k, None)
+        meta.pop("managedFields", None)
+        meta.pop("selfLink", None)
+        new["apiVersion"] = rtype.api_version
+        new["kind"] = rtype.kind
+        if old_meta.get("deletionTimestamp"):
+            added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
+            if added:
+                err = schema.forbidden("metadata.finalizers", "no new finalizers can be added if the object is "
+                                                              "being deleted, found new finalizers " +
+                                       json.dumps(sorted(added)))
+                raise self._invalid(rtype, name, [err])
+        if subresource != "status":
+            new = self._crd_schema_pipeline(rtype, new, opts, warnings)
+        elif not rtype.builtin and rtype.schema:
+            # status writes are validated too, but only status may differ from the stored object
+            errors = schema.validate(rtype.schema, schema.apply_defaults(rtype.schema, schema.prune(rtype.schema,
+                                                                                                    new)))
+            if errors:
+                raise self._invalid(rtype, name, errors)
+            new = schema.apply_defaults(rtype.schema, schema.prune(rtype.schema, new))
+        kinds.normalize(rtype, new, old)
+        if rtype.group_resource == CRD_GROUP_RESOURCE:
+            new["status"] = old.get("status")
+            self._check_crd(rtype, new)
+        if spec_part(new) != spec_part(old):
+            meta["generation"] = int(old_meta.get("generation") or 1) + 1
+        if strip_for_compare(new) == strip_for_compare(self.present(rtype, copy.deepcopy(old))):
+            return self.present(rtype, old)  # no-op: same resourceVersion, no event
+        if opts.dry_run:
+            meta["resourceVersion"] = old_meta.get("resourceVersion")
+            return self.present(rtype, new)
+        key = self.key(rtype, old_meta.get("namespace"), name)
+        if meta.get("deletionTimestamp") and not meta.get("finalizers") and rtype.group_resource != "/namespaces":
+            final = self.store.remove(key)
+            assert final is not None
+            return self.present(rtype, copy.deepcopy(final))
+        stored = self.store.put(key, new)
+        return self.present(rtype, copy.deepcopy(stored))
+
+    # ---- patch -----------------------------------------------------------------------------------
+    def patch(self, rtype: ResourceType, namespace: str | None, name: str, content_type: str, raw: bytes,
+              subresource: str | None = None, opts: WriteOptions | None = None,
+              warnings: list[str] | None = None) -> dict[str, Any]:
+        opts = opts or WriteOptions()
+        warnings = warnings if warnings is not None else []
+        ctype = content_type.split(";")[0].strip().lower()
+        kind = PATCH_TYPES.get(ctype)
+        if kind is None or (kind == "strategic" and not rtype.builtin):
+            raise unsupported_media_type(ctype, "application/json-patch+json, application/merge-patch+json, "
+                                                "application/apply-patch+yaml")
+        body = decode_body(raw, ctype)
+        if kind == "apply":
+            if not opts.field_manager:
+                raise bad_request("PATCH /apply: fieldManager is required for apply requests")
+            if not isinstance(body, dict):
+                raise bad_request("apply patch must be an object")
+        elif kind == "json":
+            if not isinstance(body, list):
+                raise bad_request("json patch must be an array of operations")
+        elif not isinstance(body, dict):
+            raise bad_request("merge patch must be a JSON object")
+        current = self.store.get(self.key(rtype, namespace, name))
+        if current is None:
+            if kind == "apply" and subresource is None:
+                return self.create(rtype, namespace, dict(body, metadata=dict(body.get("metadata") or {},
+                                                                              name=name)), opts, warnings)
+            raise not_found(rtype, name)
+        current = self.present(rtype, current)
+        try:
+            if kind == "json":
+                patched = patching.json_patch(current, body)
+            elif kind == "merge":
+                patched = patching.merge_patch(current, body)
+            elif kind == "strategic":
+                patched = patching.strategic_merge_patch(current, body, rtype.kind)
+            else:
+                patched = patching.apply_patch(current, body, opts.field_manager or "")
+        except patching.PatchError as e:
+            if e.code == 409:
+                raise conflict(rtype, name, e.message) from None
+            if e.code == 400:
+                raise bad_request(e.message) from None
+            raise ApiError(e.code, e.reason, e.message,
+                           {"name": name, "group": rtype.group, "kind": rtype.kind,
+                            "causes": [{"reason": "FieldValueInvalid", "message": e.message, "field": ""}]}) from None
+        if not isinstance(patched, dict):
+            raise bad_request("the patch produced a non-object")
+        want_rv = (patched.get("metadata") or {}).get("resourceVersion") if isinstance(patched.get("metadata"),
+                                                                                       dict) else None
+        if want_rv not in (None, "") and str(want_rv) != current["metadata"].get("resourceVersion"):
+            raise conflict(rtype, name)
+        patched = self._check_body_identity(rtype, patched, namespace, name)
+        return self._write(rtype, current, patched, subresource, opts, warnings)
+
+    # ---- delete ----------------------------------------------------------------------------------
+    def delete(self, rtype: ResourceType, namespace: str | None, name: str, options: dict[str, Any],
+               dry_run: bool = False) -> dict[str, Any]:
+        obj = self._require(rtype, namespace, name)
+        pre = options.get("preconditions") or {}
+        if pre.get("uid") and pre["uid"] != obj["metadata"].get("uid"):
+            raise conflict(rtype, name, f"Precondition failed: UID in precondition: {pre['uid']}, UID in object "
+                                        f"meta: {obj['metadata'].get('uid')}")
+        if pre.get("resourceVersion") and str(pre["resourceVersion"]) != obj["metadata"].get("resourceVersion"):
+            raise conflict(rtype, name, "Precondition failed: ResourceVersion in precondition: "
+                                        f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                                        f"{obj['metadata'].get('resourceVersion')}")
+        policy = options.get("propagationPolicy")
+        if policy is None and options.get("orphanDependents") is not None:
+            policy = "Orphan" if options["orphanDependents"] else "Background"
+        if policy not in (None, "Background", "Foreground", "Orphan"):
+            err = schema.not_supported("propagationPolicy", policy, ["Foreground", "Background", "Orphan"])
+            raise ApiError(422, "Invalid", f"DeleteOptions.meta.k8s.io \"\" is invalid: {err}",
+                           {"causes": [err.cause()]})
+        if dry_run:
+            return self.present(rtype, obj)
+        result = self.lifecycle.delete(rtype, self.key(rtype, namespace, name), policy or "Background")
+        return self.present(rtype, result)
+
+
+def _unknown_fields(before: Any, after: Any, path: str = "") -> list[str]:
+    """Dotted paths present in ``before`` but pruned from ``after`` (for fieldValidation Strict/Warn)."""
+    out: list[str] = []
+    if isinstance(before, dict) and isinstance(after, dict):
+        for k, v in before.items():
+            p = f"{path}.{k}" if path else k
+            if k not in after:
+                out.append(p)
+            elif path or k not in ("metadata", "apiVersion", "kind"):
+                out.extend(_unknown_fields(v, after[k], p))
+    elif isinstance(before, list) and isinstance(after, list):
+        for i, (b, a) in enumerate(zip(before, after)):
+            out.extend(_unknown_fields(b, a, f"{path}[{i}]"))
+    return out

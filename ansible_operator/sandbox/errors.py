@@ -1,0 +1,91 @@
+"""Kubernetes ``Status`` failures as exceptions, so every handler error becomes a faithful API response.
+
+Clients branch on ``code`` and ``reason`` (kubectl prints ``message``; the Python client raises
+``ApiException(status=code)``; kopf retries on 409/410), so these mirror kube-apiserver's wording.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_operator.sandbox.resources import ResourceType
+
+
+class ApiError(Exception):
+    """An API failure rendered as a ``Status`` object with an HTTP code."""
+
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+
+    def status(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                "message": self.message, "reason": self.reason, "code": self.code}
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+def _details(rtype: ResourceType | None, name: str | None, **extra: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    if name:
+        d["name"] = name
+    if rtype is not None:
+        if rtype.group:
+            d["group"] = rtype.group
+        d["kind"] = rtype.plural
+    d.update(extra)
+    return d
+
+
+def not_found(rtype: ResourceType, name: str) -> ApiError:
+    return ApiError(404, "NotFound", f'{rtype.qualified} "{name}" not found', _details(rtype, name))
+
+
+def namespace_not_found(name: str) -> ApiError:
+    return ApiError(404, "NotFound", f'namespaces "{name}" not found', {"name": name, "kind": "namespaces"})
+
+
+def already_exists(rtype: ResourceType, name: str) -> ApiError:
+    return ApiError(409, "AlreadyExists", f'{rtype.qualified} "{name}" already exists', _details(rtype, name))
+
+
+def conflict(rtype: ResourceType, name: str, why: str | None = None) -> ApiError:
+    why = why or "the object has been modified; please apply your changes to the latest version and try again"
+    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rtype.qualified} "{name}": {why}',
+                    _details(rtype, name))
+
+
+def invalid(rtype: ResourceType, name: str, causes: list[dict[str, str]], message: str) -> ApiError:
+    return ApiError(422, "Invalid", message,
+                    {"name": name, "group": rtype.group, "kind": rtype.kind, "causes": causes})
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def forbidden(rtype: ResourceType | None, name: str, why: str) -> ApiError:
+    what = f'{rtype.qualified} "{name}"' if rtype is not None else f'"{name}"'
+    return ApiError(403, "Forbidden", f"{what} is forbidden: {why}", _details(rtype, name))
+
+
+def method_not_allowed(message: str = "the server does not allow this method on the requested resource"
+                       ) -> ApiError:
+    return ApiError(405, "MethodNotAllowed", message)
+
+
+def unsupported_media_type(content_type: str, accepted: str = "application/json, application/yaml") -> ApiError:
+    return ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted "
+                    f"media types include: {accepted}", {})
+
+
+def path_not_found() -> ApiError:
+    return ApiError(404, "NotFound", "the server could not find the requested resource", {})
+
+
+def gone(message: str) -> ApiError:
+    return ApiError(410, "Expired", message)

@@ -1,0 +1,225 @@
+"""Per-kind server behaviour for built-ins: defaulting and the checks clients observably depend on.
+
+Only what roles and controllers notice is emulated: Secret ``stringData`` folding into base64 ``data``,
+Service ``clusterIP``/port defaults, Deployment/StatefulSet/Job defaults the simulated controllers read,
+Namespace ``phase``, PVC ``phase: Pending``, and the CRD ``status`` (Established/NamesAccepted) that
+kubectl and kopf wait for.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import random
+from typing import Any
+
+from ansible_operator.sandbox import schema
+from ansible_operator.sandbox.errors import ApiError, bad_request, invalid
+from ansible_operator.sandbox.resources import ResourceType
+from ansible_operator.sandbox.timeutil import now_rfc3339
+
+
+def _string_map(obj: dict[str, Any], path: str, field: str) -> None:
+    """Reject non-string map values the way the real decoder does (400, not 422)."""
+    value = obj
+    for part in path.split("."):
+        if not isinstance(value, dict):
+            return
+        value = value.get(part)
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise bad_request(f"json: cannot unmarshal {type(value).__name__} into Go struct field {field} "
+                          f"of type map[string]string")
+    for k, v in value.items():
+        if not isinstance(v, str):
+            raise bad_request(f"json: cannot unmarshal {_go_type(v)} into Go struct field {field} of type "
+                              f"string (key {k!r})")
+
+
+def _go_type(v: Any) -> str:
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    return "null" if v is None else "string"
+
+
+def check_metadata(obj: dict[str, Any]) -> None:
+    _string_map(obj, "metadata.labels", "ObjectMeta.metadata.labels")
+    _string_map(obj, "metadata.annotations", "ObjectMeta.metadata.annotations")
+
+
+def normalize(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """Apply built-in defaults/conversions in place (called on every create and update)."""
+    check_metadata(obj)
+    if not rtype.builtin:
+        return
+    fn = _NORMALIZERS.get((rtype.group, rtype.kind))
+    if fn is not None:
+        fn(rtype, obj, old)
+
+
+def _secret(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    _string_map(obj, "stringData", "Secret.stringData")
+    data = obj.get("data") or {}
+    if not isinstance(data, dict):
+        raise bad_request("json: cannot unmarshal into Go struct field Secret.data of type map[string][]byte")
+    for k, v in data.items():
+        if not isinstance(v, str):
+            raise bad_request(f"json: cannot unmarshal {_go_type(v)} into Go struct field Secret.data of type []uint8")
+        try:
+            base64.b64decode(v, validate=True)
+        except (binascii.Error, ValueError):
+            raise bad_request(f"illegal base64 data in Secret.data[{k!r}]") from None
+    string_data = obj.pop("stringData", None) or {}
+    for k, v in string_data.items():
+        data[k] = base64.b64encode(v.encode()).decode()
+    if data or "data" in obj:
+        obj["data"] = data
+    obj.setdefault("type", "Opaque")
+
+
+def _configmap(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    _string_map(obj, "data", "ConfigMap.data")
+
+
+def _service(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    spec = obj.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        return
+    spec.setdefault("type", "ClusterIP")
+    old_spec = (old or {}).get("spec") or {}
+    if spec.get("type") != "ExternalName":
+        ip = spec.get("clusterIP") or old_spec.get("clusterIP")
+        if not ip:
+            ip = str(ipaddress.IPv4Address("10.96.0.0") + random.randint(10, 65000))
+        spec["clusterIP"] = ip
+        if ip != "None":
+            spec.setdefault("clusterIPs", [ip])
+    spec.setdefault("sessionAffinity", "None")
+    for port in spec.get("ports") or []:
+        if isinstance(port, dict):
+            port.setdefault("protocol", "TCP")
+            if "port" in port:
+                port.setdefault("targetPort", port["port"])
+    obj.setdefault("status", (old or {}).get("status") or {"loadBalancer": {}})
+
+
+def _namespace(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    if old is not None:
+        status = dict(old.get("status") or {}, **{k: v for k, v in status.items() if k != "phase"})
+        status["phase"] = (old.get("status") or {}).get("phase", "Active")
+    else:
+        status = {"phase": "Active"}
+    obj["status"] = status
+    labels = obj.setdefault("metadata", {}).setdefault("labels", {})
+    if isinstance(labels, dict):
+        labels["kubernetes.io/metadata.name"] = obj["metadata"].get("name", "")
+    obj.setdefault("spec", (old or {}).get("spec") or {"finalizers": ["kubernetes"]})
+
+
+def _pvc(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    if old is None:
+        obj["status"] = {"phase": "Pending"}
+    spec = obj.setdefault("spec", {})
+    if isinstance(spec, dict):
+        spec.setdefault("volumeMode", "Filesystem")
+
+
+def _workload(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        if old is None or spec is not None:
+            raise invalid(rtype, (obj.get("metadata") or {}).get("name", ""),
+                          [schema.required("spec", "").cause()],
+                          schema.invalid_message(rtype.kind + (f".{rtype.group}" if rtype.group else ""),
+                                                 (obj.get("metadata") or {}).get("name", ""),
+                                                 [schema.required("spec", "")]))
+        return
+    if rtype.kind in ("Deployment", "StatefulSet", "ReplicaSet"):
+        spec.setdefault("replicas", 1)
+        spec.setdefault("revisionHistoryLimit", 10)
+    if rtype.kind == "Deployment":
+        spec.setdefault("progressDeadlineSeconds", 600)
+        spec.setdefault("strategy", {"type": "RollingUpdate",
+                                     "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})
+    if rtype.kind == "StatefulSet":
+        spec.setdefault("podManagementPolicy", "OrderedReady")
+        spec.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+    if rtype.kind == "Job":
+        spec.setdefault("parallelism", 1)
+        spec.setdefault("completions", 1)
+        spec.setdefault("backoffLimit", 6)
+    if rtype.kind == "CronJob":
+        spec.setdefault("suspend", False)
+        spec.setdefault("concurrencyPolicy", "Allow")
+        spec.setdefault("successfulJobsHistoryLimit", 3)
+        spec.setdefault("failedJobsHistoryLimit", 1)
+    _validate_selector_matches_template(rtype, obj)
+
+
+def _validate_selector_matches_template(rtype: ResourceType, obj: dict[str, Any]) -> None:
+    """apps/v1 requires spec.selector matching the template labels (a classic role mistake: 422)."""
+    if rtype.group != "apps":
+        return
+    spec = obj["spec"]
+    name = (obj.get("metadata") or {}).get("name", "")
+    qualified = f"{rtype.kind}.{rtype.group}"
+    selector = spec.get("selector")
+    if not isinstance(selector, dict) or not (selector.get("matchLabels") or selector.get("matchExpressions")):
+        err = schema.required("spec.selector", "")
+        raise invalid(rtype, name, [err.cause()], schema.invalid_message(qualified, name, [err]))
+    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    wanted = selector.get("matchLabels") or {}
+    if isinstance(wanted, dict) and isinstance(labels, dict) and any(labels.get(k) != v for k, v in wanted.items()):
+        err = schema.invalid("spec.template.metadata.labels", labels,
+                             "`selector` does not match template `labels`")
+        raise invalid(rtype, name, [err.cause()], schema.invalid_message(qualified, name, [err]))
+
+
+def crd_status(crd: dict[str, Any]) -> dict[str, Any]:
+    """The status kube-apiserver converges a valid CRD to: names accepted and established."""
+    spec = crd.get("spec") or {}
+    names = dict(spec.get("names") or {})
+    names.setdefault("singular", str(names.get("kind", "")).lower())
+    names.setdefault("listKind", f"{names.get('kind', '')}List")
+    now = now_rfc3339()
+    old_status = crd.get("status") or {}
+    old_conditions = {c.get("type"): c for c in old_status.get("conditions") or [] if isinstance(c, dict)}
+
+    def cond(type_: str, reason: str, message: str) -> dict[str, Any]:
+        prev = old_conditions.get(type_)
+        return {"type": type_, "status": "True", "reason": reason, "message": message,
+                "lastTransitionTime": (prev or {}).get("lastTransitionTime", now)}
+
+    stored = list(old_status.get("storedVersions") or [])
+    for v in spec.get("versions") or []:
+        if v.get("storage") and v.get("name") not in stored:
+            stored.append(v.get("name"))
+    return {"conditions": [cond("NamesAccepted", "NoConflicts", "no conflicts found"),
+                           cond("Established", "InitialNamesAccepted", "the initial names have been accepted")],
+            "acceptedNames": names, "storedVersions": stored}
+
+
+_NORMALIZERS = {
+    ("", "Secret"): _secret,
+    ("", "ConfigMap"): _configmap,
+    ("", "Service"): _service,
+    ("", "Namespace"): _namespace,
+    ("", "PersistentVolumeClaim"): _pvc,
+    ("apps", "Deployment"): _workload,
+    ("apps", "StatefulSet"): _workload,
+    ("apps", "ReplicaSet"): _workload,
+    ("apps", "DaemonSet"): _workload,
+    ("batch", "Job"): _workload,
+    ("batch", "CronJob"): _workload,
+}
+
+__all__ = ["normalize", "crd_status", "check_metadata", "ApiError"]

@@ -1,0 +1,372 @@
+"""KWOK-style simulated controllers: status that real controllers would write, without running anything.
+
+Roles under test wait for Deployments to become Available, Jobs to complete and PVCs to bind; no
+containers exist here, so these controllers write the status a healthy cluster converges to, shortly
+(:data:`DELAY`) after each change:
+
+* Deployment / StatefulSet / ReplicaSet / DaemonSet: ``observedGeneration`` and all replicas ready
+  (Deployment: ``Available`` and ``Progressing`` conditions); scaling to 0 works. A StatefulSet's
+  ``volumeClaimTemplates`` produce PVCs ``<template>-<statefulset>-<ordinal>`` as the real controller does.
+* Job: ``startTime``/``active``, then ``succeeded`` with ``Complete`` (and ``completionTime``). With the
+  annotation ``sandbox.ansible-operator.dev/fail: "true"`` the Job fails instead (``Failed``,
+  ``BackoffLimitExceeded``) so failure paths are testable. ``spec.suspend: true`` keeps it idle.
+* PersistentVolumeClaim: ``Pending`` → ``Bound`` with a made-up volume and the requested capacity.
+* CronJob: creates Jobs (owned by the CronJob) on schedule with croniter, honours ``suspend`` and
+  ``concurrencyPolicy``, records ``lastScheduleTime``/``lastSuccessfulTime``/``active`` and trims history.
+  Besides standard 5-field schedules, a 6th field (seconds, croniter syntax) is accepted so tests need not
+  wait a minute — a sandbox extension.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as dt
+import logging
+from typing import Any, Callable
+
+from croniter import croniter
+
+from ansible_operator.sandbox.api import Api
+from ansible_operator.sandbox.errors import ApiError
+from ansible_operator.sandbox.resources import ResourceType
+from ansible_operator.sandbox.store import Event, Key
+from ansible_operator.sandbox.timeutil import now, parse, rfc3339
+
+log = logging.getLogger(__name__)
+
+DELAY = 0.15  # seconds between a change and the simulated controller's status write
+CRON_TICK = 0.5
+FAIL_ANNOTATION = "sandbox.ansible-operator.dev/fail"
+
+_WORKLOADS = {"apps/deployments", "apps/statefulsets", "apps/replicasets", "apps/daemonsets"}
+
+
+def _omit_zero(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v not in (0, None)}
+
+
+class Simulator:
+    """Subscribes to store events and schedules per-object status updates on the sandbox loop."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.store = api.store
+        self.registry = api.registry
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: dict[Key, asyncio.TimerHandle] = {}
+        self._cron_task: asyncio.Task[None] | None = None
+        self._running = False
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._running = True
+        self.store.add_listener(self._on_event)
+        # objects that existed before (persistence) or were created before start get reconciled too
+        for gr in _WORKLOADS | {"batch/jobs", "/persistentvolumeclaims"}:
+            for key, _ in list(self.store.items(gr)):
+                self._schedule(key)
+        self._cron_task = self._loop.create_task(self._cron_loop())
+
+    async def stop(self) -> None:
+        self._running = False
+        for handle in self._pending.values():
+            handle.cancel()
+        self._pending.clear()
+        if self._cron_task is not None:
+            self._cron_task.cancel()
+            try:
+                await self._cron_task
+            except asyncio.CancelledError:
+                pass
+            self._cron_task = None
+
+    # ---- scheduling ------------------------------------------------------------------------------
+    def _on_event(self, ev: Event) -> None:
+        if not self._running or ev.type == "DELETED":
+            return
+        if ev.group_resource in _WORKLOADS or ev.group_resource in ("batch/jobs", "/persistentvolumeclaims"):
+            meta = ev.obj.get("metadata") or {}
+            self._schedule((ev.group_resource, ev.namespace, meta.get("name", "")))
+
+    def _schedule(self, key: Key, delay: float = DELAY) -> None:
+        if self._loop is None or key in self._pending:
+            return
+        self._pending[key] = self._loop.call_later(delay, self._run, key)
+
+    def _run(self, key: Key) -> None:
+        self._pending.pop(key, None)
+        if not self._running:
+            return
+        obj = self.store.get(key)
+        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return
+        rtype = self.registry.storage_type(key[0])
+        if rtype is None:
+            return
+        handler: Callable[[ResourceType, dict[str, Any]], None] | None = {
+            "apps/deployments": self._deployment, "apps/statefulsets": self._statefulset,
+            "apps/replicasets": self._replicaset, "apps/daemonsets": self._daemonset,
+            "batch/jobs": self._job, "/persistentvolumeclaims": self._pvc}.get(key[0])
+        if handler is None:
+            return
+        try:
+            handler(rtype, obj)
+        except ApiError as e:  # e.g. a concurrent write: the resulting event reschedules us
+            log.debug("simulated controller for %s: %s", key, e.message)
+        except Exception:
+            log.exception("simulated controller for %s failed", key)
+
+    def _write_status(self, rtype: ResourceType, obj: dict[str, Any], status: dict[str, Any]) -> None:
+        if obj.get("status") == status:
+            return
+        body = copy.deepcopy(obj)
+        body["status"] = status
+        meta = obj["metadata"]
+        self.api.update(rtype, meta.get("namespace"), meta["name"], body, "status" if rtype.has_status else None)
+
+    # ---- workloads -------------------------------------------------------------------------------
+    def _deployment(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
+        spec = obj.get("spec") or {}
+        replicas = int(spec.get("replicas", 1))
+        old = obj.get("status") or {}
+        now_s = rfc3339(now())
+
+        def cond(type_: str, reason: str, message: str) -> dict[str, Any]:
+            prev = next((c for c in old.get("conditions") or [] if c.get("type") == type_), None)
+            same = prev is not None and prev.get("status") == "True" and prev.get("reason") == reason
+            return {"type": type_, "status": "True", "reason": reason, "message": message,
+                    "lastUpdateTime": prev.get("lastUpdateTime", now_s) if same and prev else now_s,
+                    "lastTransitionTime": prev.get("lastTransitionTime", now_s) if prev else now_s}
+
+        name = obj["metadata"]["name"]
+        status = _omit_zero({"observedGeneration": obj["metadata"].get("generation", 1), "replicas": replicas,
+                             "updatedReplicas": replicas, "readyReplicas": replicas,
+                             "availableReplicas": replicas})
+        status["conditions"] = [
+            cond("Available", "MinimumReplicasAvailable", "Deployment has minimum availability."),
+            cond("Progressing", "NewReplicaSetAvailable", f'ReplicaSet "{name}" has successfully progressed.')]
+        if _conditions_equal(old, status):
+            status["conditions"] = old["conditions"]
+        self._write_status(rtype, obj, status)
+
+    def _statefulset(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
+        spec = obj.get("spec") or {}
+        replicas = int(spec.get("replicas", 1))
+        meta = obj["metadata"]
+        self._claims(obj, replicas)
+        revision = f"{meta['name']}-{meta.get('generation', 1):08x}"[:63]
+        status = {"observedGeneration": meta.get("generation", 1), "replicas": replicas,
+                  **_omit_zero({"readyReplicas": replicas, "currentReplicas": replicas,
+                                "updatedReplicas": replicas, "availableReplicas": replicas}),
+                  "currentRevision": revision, "updateRevision": revision, "collisionCount": 0}
+        self._write_status(rtype, obj, status)
+
+    def _claims(self, sts: dict[str, Any], replicas: int) -> None:
+        """PVCs for volumeClaimTemplates, named like the StatefulSet controller names them."""
+        pvc_type = self.registry.get("", "v1", "persistentvolumeclaims")
+        assert pvc_type is not None
+        meta = sts["metadata"]
+        spec = sts.get("spec") or {}
+        labels = ((spec.get("selector") or {}).get("matchLabels") or {})
+        for tmpl in spec.get("volumeClaimTemplates") or []:
+            tname = (tmpl.get("metadata") or {}).get("name")
+            if not tname:
+                continue
+            for i in range(replicas):
+                name = f"{tname}-{meta['name']}-{i}"
+                if self.store.peek(("/persistentvolumeclaims", meta["namespace"], name)) is not None:
+                    continue
+                tmeta = tmpl.get("metadata") or {}
+                body = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                        "metadata": {"name": name, "namespace": meta["namespace"],
+                                     "labels": dict(tmeta.get("labels") or {}, **labels),
+                                     **({"annotations": tmeta["annotations"]} if tmeta.get("annotations") else {})},
+                        "spec": copy.deepcopy(tmpl.get("spec") or {})}
+                self.api.create(pvc_type, meta["namespace"], body)
+
+    def _replicaset(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
+        replicas = int((obj.get("spec") or {}).get("replicas", 1))
+        status = {"observedGeneration": obj["metadata"].get("generation", 1), "replicas": replicas,
+                  **_omit_zero({"fullyLabeledReplicas": replicas, "readyReplicas": replicas,
+                                "availableReplicas": replicas})}
+        self._write_status(rtype, obj, status)
+
+    def _daemonset(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
+        # one simulated node
+        status = {"observedGeneration": obj["metadata"].get("generation", 1), "currentNumberScheduled": 1,
+                  "desiredNumberScheduled": 1, "numberAvailable": 1, "numberMisscheduled": 0, "numberReady": 1,
+                  "updatedNumberScheduled": 1}
+        self._write_status(rtype, obj, status)
+
+    def _pvc(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
+        status = obj.get("status") or {}
+        if status.get("phase") == "Bound":
+            return
+        spec = obj.get("spec") or {}
+        meta = obj["metadata"]
+        if not spec.get("volumeName"):
+            body = copy.deepcopy(obj)
+            body["spec"]["volumeName"] = f"pvc-{meta.get('uid', '')}"
+            obj = self.api.update(rtype, meta.get("namespace"), meta["name"], body)
+        storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
+        self._write_status(rtype, obj, {"phase": "Bound", "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+                                        "capacity": {"storage": storage}})
+
+    # ---- jobs ------------------------------------------------------------------------------------
+    def _job(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
+        spec = obj.get("spec") or {}
+        status = dict(obj.get("status") or {})
+        if spec.get("suspend"):
+            return
+        if any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+               for c in status.get("conditions") or []):
+            return
+        now_s = rfc3339(now())
+        meta = obj["metadata"]
+        if "startTime" not in status:
+            status.update(startTime=now_s, active=1, ready=0, uncountedTerminatedPods={})
+            self._write_status(rtype, obj, status)
+            self._schedule((rtype.group_resource, meta.get("namespace", ""), meta["name"]))
+            return
+        status.pop("active", None)
+        status["ready"] = 0
+        if (meta.get("annotations") or {}).get(FAIL_ANNOTATION) == "true":
+            status["failed"] = int(spec.get("backoffLimit", 6)) + 1
+            status["conditions"] = [
+                {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
+                 "message": "Job has reached the specified backoff limit", "lastProbeTime": now_s,
+                 "lastTransitionTime": now_s},
+                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                 "message": "Job has reached the specified backoff limit", "lastProbeTime": now_s,
+                 "lastTransitionTime": now_s}]
+        else:
+            status["succeeded"] = int(spec.get("completions") or 1)
+            status["completionTime"] = now_s
+            status["conditions"] = [
+                {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
+                 "message": "Reached expected number of succeeded pods", "lastProbeTime": now_s,
+                 "lastTransitionTime": now_s},
+                {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+                 "message": "Reached expected number of succeeded pods", "lastProbeTime": now_s,
+                 "lastTransitionTime": now_s}]
+        self._write_status(rtype, obj, status)
+
+    # ---- cronjobs --------------------------------------------------------------------------------
+    async def _cron_loop(self) -> None:
+        while self._running:
+            try:
+                self._cron_tick()
+            except Exception:
+                log.exception("simulated CronJob controller failed")
+            await asyncio.sleep(CRON_TICK)
+
+    def _cron_tick(self) -> None:
+        cj_type = self.registry.get("batch", "v1", "cronjobs")
+        job_type = self.registry.get("batch", "v1", "jobs")
+        assert cj_type is not None and job_type is not None
+        for key, cj in list(self.store.items("batch/cronjobs")):
+            meta = cj.get("metadata") or {}
+            spec = cj.get("spec") or {}
+            if meta.get("deletionTimestamp"):
+                continue
+            try:
+                self._cron_one(cj_type, job_type, copy.deepcopy(cj))
+            except ApiError as e:
+                log.debug("simulated CronJob %s: %s", key, e.message)
+
+    def _cron_one(self, cj_type: ResourceType, job_type: ResourceType, cj: dict[str, Any]) -> None:
+        meta = cj["metadata"]
+        spec = cj.get("spec") or {}
+        ns = meta["namespace"]
+        status = dict(cj.get("status") or {})
+        owned = [obj for _, obj in self.store.items("batch/jobs", ns)
+                 if any(r.get("uid") == meta.get("uid") for r in (obj.get("metadata") or {}).get("ownerReferences")
+                        or [])]
+        active = [j for j in owned if not _job_finished(j)]
+        finished = [j for j in owned if _job_finished(j)]
+        new_status = dict(status)
+        if active:
+            new_status["active"] = [{"kind": "Job", "apiVersion": "batch/v1", "name": j["metadata"]["name"],
+                                     "namespace": ns, "uid": j["metadata"]["uid"],
+                                     "resourceVersion": j["metadata"]["resourceVersion"]} for j in active]
+        else:
+            new_status.pop("active", None)
+        succeeded = [j for j in finished if _job_finished(j) == "Complete"]
+        if succeeded:
+            new_status["lastSuccessfulTime"] = max((j.get("status") or {}).get("completionTime", "")
+                                                   for j in succeeded)
+        self._trim_history(job_type, finished, spec)
+        schedule = spec.get("schedule", "")
+        if not spec.get("suspend") and isinstance(schedule, str) and croniter.is_valid(schedule):
+            last = parse(status.get("lastScheduleTime") or meta.get("creationTimestamp", "")) or now()
+            due = croniter(schedule, last).get_next(dt.datetime)
+            current = now()
+            if due <= current:
+                # like the real controller, only the most recent missed time is run
+                it = croniter(schedule, due)
+                while True:
+                    nxt = it.get_next(dt.datetime)
+                    if nxt > current:
+                        break
+                    due = nxt
+                policy = spec.get("concurrencyPolicy", "Allow")
+                if policy == "Forbid" and active:
+                    pass
+                else:
+                    if policy == "Replace":
+                        for j in active:
+                            self.api.delete(job_type, ns, j["metadata"]["name"],
+                                            {"propagationPolicy": "Background"})
+                    self._create_job(job_type, cj, due)
+                    new_status["lastScheduleTime"] = rfc3339(due)
+        if new_status != status:
+            body = copy.deepcopy(cj)
+            body["status"] = new_status
+            self.api.update(cj_type, ns, meta["name"], body, "status")
+
+    def _create_job(self, job_type: ResourceType, cj: dict[str, Any], scheduled: dt.datetime) -> None:
+        meta = cj["metadata"]
+        tmpl = (cj.get("spec") or {}).get("jobTemplate") or {}
+        tmeta = tmpl.get("metadata") or {}
+        name = f"{meta['name']}-{int(scheduled.timestamp() // 60)}"
+        if (scheduled.second or 0) != 0:  # sub-minute schedules (sandbox extension) need unique names
+            name = f"{meta['name']}-{int(scheduled.timestamp())}"
+        if self.store.peek(("batch/jobs", meta["namespace"], name)) is not None:
+            return
+        annotations = dict(tmeta.get("annotations") or {})
+        annotations["batch.kubernetes.io/cronjob-scheduled-timestamp"] = rfc3339(scheduled)
+        body = {"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": name, "namespace": meta["namespace"], "labels": dict(tmeta.get("labels") or {}),
+                             "annotations": annotations,
+                             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob", "name": meta["name"],
+                                                  "uid": meta["uid"], "controller": True,
+                                                  "blockOwnerDeletion": True}]},
+                "spec": copy.deepcopy(tmpl.get("spec") or {})}
+        self.api.create(job_type, meta["namespace"], body)
+
+    def _trim_history(self, job_type: ResourceType, finished: list[dict[str, Any]], spec: dict[str, Any]) -> None:
+        for outcome, limit in (("Complete", spec.get("successfulJobsHistoryLimit", 3)),
+                               ("Failed", spec.get("failedJobsHistoryLimit", 1))):
+            jobs = sorted((j for j in finished if _job_finished(j) == outcome),
+                          key=lambda j: (j.get("status") or {}).get("startTime", ""))
+            excess = len(jobs) - int(limit)
+            for j in jobs[:max(excess, 0)]:
+                try:
+                    self.api.delete(job_type, j["metadata"]["namespace"], j["metadata"]["name"],
+                                    {"propagationPolicy": "Background"})
+                except ApiError:
+                    pass
+
+
+def _job_finished(job: dict[str, Any]) -> str | None:
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+            return str(c["type"])
+    return None
+
+
+def _conditions_equal(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    def strip(cs: Any) -> list[tuple[Any, ...]]:
+        return [(c.get("type"), c.get("status"), c.get("reason"), c.get("message")) for c in cs or []]
+    return strip(old.get("conditions")) == strip(new.get("conditions"))

@@ -1,0 +1,213 @@
+"""Server-side printing: ``meta.k8s.io/v1`` Table responses, which ``kubectl get`` asks for.
+
+kubectl sends ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` and prints whatever columns the
+server returns. Custom resources get Name plus their CRD's ``additionalPrinterColumns`` (Name/Age when
+none are declared), evaluated with the small JSONPath subset CRDs use; built-ins get the familiar columns.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable
+
+from ansible_operator.sandbox.resources import ResourceType
+from ansible_operator.sandbox.timeutil import age
+
+Column = dict[str, Any]
+
+
+def wants_table(accept: str) -> bool:
+    return "as=Table" in accept and "g=meta.k8s.io" in accept
+
+
+# ---- a small JSONPath (the subset additionalPrinterColumns use) ---------------------------------------
+_TOKEN = re.compile(r"\.([A-Za-z0-9_\-$]+)|\[(\d+|\*)\]|\[\?\(@\.([A-Za-z0-9_.\-]+)\s*==\s*(['\"])(.*?)\4\)\]"
+                    r"|\['([^']+)'\]|\.\*")
+
+
+def jsonpath(obj: Any, path: str) -> list[Any]:
+    """Evaluate ``path`` (``.a.b``, ``.a[0]``, ``.a[*].b``, ``.a[?(@.t=="x")].b``, ``{...}`` wrappers)."""
+    path = path.strip()
+    if path.startswith("{") and path.endswith("}"):
+        path = path[1:-1]
+    if path.startswith("$"):
+        path = path[1:]
+    current = [obj]
+    pos = 0
+    while pos < len(path):
+        m = _TOKEN.match(path, pos)
+        if not m:
+            return []
+        pos = m.end()
+        nxt: list[Any] = []
+        for value in current:
+            if m.group(1) is not None or m.group(6) is not None:
+                key = m.group(1) if m.group(1) is not None else m.group(6)
+                if isinstance(value, dict) and key in value:
+                    nxt.append(value[key])
+            elif m.group(2) is not None:
+                if isinstance(value, list):
+                    if m.group(2) == "*":
+                        nxt.extend(value)
+                    elif int(m.group(2)) < len(value):
+                        nxt.append(value[int(m.group(2))])
+            elif m.group(3) is not None:
+                if isinstance(value, list):
+                    for item in value:
+                        found = jsonpath(item, "." + m.group(3))
+                        if found and str(found[0]) == m.group(5):
+                            nxt.append(item)
+            else:  # .*
+                if isinstance(value, dict):
+                    nxt.extend(value.values())
+                elif isinstance(value, list):
+                    nxt.extend(value)
+        current = nxt
+    return current
+
+
+def _cell(values: list[Any], type_: str) -> Any:
+    if not values:
+        return None
+    if type_ == "date":
+        return age(str(values[0]))
+    if len(values) > 1:
+        return ",".join(_text(v) for v in values)
+    v = values[0]
+    if type_ in ("integer", "number", "boolean") and isinstance(v, (int, float, bool)):
+        return v
+    return _text(v)
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return json.dumps(v, separators=(",", ":")) if isinstance(v, (dict, list)) else str(v)
+
+
+# ---- columns -----------------------------------------------------------------------------------------
+def _col(name: str, type_: str = "string", fmt: str = "", desc: str = "", priority: int = 0) -> Column:
+    return {"name": name, "type": type_, "format": fmt, "description": desc, "priority": priority}
+
+
+NAME = _col("Name", fmt="name", desc="Name must be unique within a namespace.")
+AGE = _col("Age", desc="CreationTimestamp is a timestamp representing the server time when this object was "
+                       "created.")
+
+
+def _meta_age(o: dict[str, Any]) -> str:
+    return age((o.get("metadata") or {}).get("creationTimestamp"))
+
+
+def _g(o: Any, *path: str, default: Any = None) -> Any:
+    for p in path:
+        if not isinstance(o, dict):
+            return default
+        o = o.get(p)
+    return default if o is None else o
+
+
+def _ready(o: dict[str, Any]) -> str:
+    return f"{_g(o, 'status', 'readyReplicas', default=0)}/{_g(o, 'spec', 'replicas', default=0)}"
+
+
+def _ports(o: dict[str, Any]) -> str:
+    ports = _g(o, "spec", "ports", default=[]) or []
+    return ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}" for p in ports if isinstance(p, dict)) or "<none>"
+
+
+def _job_status(o: dict[str, Any]) -> str:
+    for c in _g(o, "status", "conditions", default=[]) or []:
+        if c.get("status") == "True" and c.get("type") in ("Complete", "Failed"):
+            return c["type"]
+    return "Running"
+
+
+_BUILTIN: dict[tuple[str, str], list[tuple[Column, Callable[[dict[str, Any]], Any]]]] = {
+    ("", "Namespace"): [(_col("Status"), lambda o: _g(o, "status", "phase", default=""))],
+    ("", "ConfigMap"): [(_col("Data", "integer"), lambda o: len(_g(o, "data", default={}))
+                         + len(_g(o, "binaryData", default={})))],
+    ("", "Secret"): [(_col("Type"), lambda o: o.get("type", "")),
+                     (_col("Data", "integer"), lambda o: len(_g(o, "data", default={})))],
+    ("", "Service"): [(_col("Type"), lambda o: _g(o, "spec", "type", default="")),
+                      (_col("Cluster-IP"), lambda o: _g(o, "spec", "clusterIP", default="")),
+                      (_col("External-IP"), lambda o: "<none>"),
+                      (_col("Port(s)"), _ports)],
+    ("", "ServiceAccount"): [(_col("Secrets", "integer"), lambda o: len(o.get("secrets") or []))],
+    ("", "PersistentVolumeClaim"): [(_col("Status"), lambda o: _g(o, "status", "phase", default="")),
+                                    (_col("Volume"), lambda o: _g(o, "spec", "volumeName", default="")),
+                                    (_col("Capacity"), lambda o: _g(o, "status", "capacity", "storage", default="")),
+                                    (_col("Access Modes"), lambda o: ",".join(_g(o, "spec", "accessModes",
+                                                                                 default=[])))],
+    ("", "Pod"): [(_col("Ready"), lambda o: "0/%d" % len(_g(o, "spec", "containers", default=[]))),
+                  (_col("Status"), lambda o: _g(o, "status", "phase", default="Pending")),
+                  (_col("Restarts", "integer"), lambda o: 0)],
+    ("", "Event"): [(_col("Type"), lambda o: o.get("type", "")), (_col("Reason"), lambda o: o.get("reason", "")),
+                    (_col("Object"), lambda o: f"{_g(o, 'involvedObject', 'kind', default='')}/"
+                                               f"{_g(o, 'involvedObject', 'name', default='')}".lower()),
+                    (_col("Message"), lambda o: o.get("message", ""))],
+    ("apps", "Deployment"): [(_col("Ready"), _ready),
+                             (_col("Up-to-date", "integer"), lambda o: _g(o, "status", "updatedReplicas", default=0)),
+                             (_col("Available", "integer"),
+                              lambda o: _g(o, "status", "availableReplicas", default=0))],
+    ("apps", "StatefulSet"): [(_col("Ready"), _ready)],
+    ("apps", "ReplicaSet"): [(_col("Desired", "integer"), lambda o: _g(o, "spec", "replicas", default=0)),
+                             (_col("Current", "integer"), lambda o: _g(o, "status", "replicas", default=0)),
+                             (_col("Ready", "integer"), lambda o: _g(o, "status", "readyReplicas", default=0))],
+    ("batch", "Job"): [(_col("Status"), _job_status),
+                       (_col("Completions"), lambda o: f"{_g(o, 'status', 'succeeded', default=0)}/"
+                                                       f"{_g(o, 'spec', 'completions', default=1)}")],
+    ("batch", "CronJob"): [(_col("Schedule"), lambda o: _g(o, "spec", "schedule", default="")),
+                           (_col("Suspend"), lambda o: str(_g(o, "spec", "suspend", default=False))),
+                           (_col("Active", "integer"), lambda o: len(_g(o, "status", "active", default=[]))),
+                           (_col("Last Schedule"), lambda o: age(_g(o, "status", "lastScheduleTime"))
+                            if _g(o, "status", "lastScheduleTime") else "<none>")],
+    ("coordination.k8s.io", "Lease"): [(_col("Holder"), lambda o: _g(o, "spec", "holderIdentity", default=""))],
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): [
+        (_col("Created At", "date"), lambda o: (o.get("metadata") or {}).get("creationTimestamp", ""))],
+}
+
+
+def columns_for(rtype: ResourceType) -> list[tuple[Column, Callable[[dict[str, Any]], Any]]]:
+    """(column definition, cell function) pairs, Name first."""
+    out: list[tuple[Column, Callable[[dict[str, Any]], Any]]] = [
+        (NAME, lambda o: (o.get("metadata") or {}).get("name", ""))]
+    if not rtype.builtin and rtype.printer_columns:
+        for pc in rtype.printer_columns:
+            type_ = pc.get("type", "string")
+            col = _col(pc.get("name", ""), type_, pc.get("format", ""), pc.get("description", ""),
+                       int(pc.get("priority", 0)))
+            path = pc.get("jsonPath", "")
+            out.append((col, lambda o, p=path, t=type_: _cell(jsonpath(o, p), t)))
+        return out
+    out.extend(_BUILTIN.get((rtype.group, rtype.kind), []))
+    if (rtype.group, rtype.kind) != ("apiextensions.k8s.io", "CustomResourceDefinition"):
+        out.append((AGE, _meta_age))
+    return out
+
+
+def _row_object(obj: dict[str, Any], include: str) -> dict[str, Any] | None:
+    if include == "None":
+        return None
+    if include == "Object":
+        return obj
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata") or {}}
+
+
+def to_table(rtype: ResourceType, objects: list[dict[str, Any]], resource_version: str, include: str = "Metadata",
+             with_columns: bool = True) -> dict[str, Any]:
+    cols = columns_for(rtype)
+    rows = []
+    for obj in objects:
+        row: dict[str, Any] = {"cells": [fn(obj) for _, fn in cols]}
+        ro = _row_object(obj, include)
+        if ro is not None:
+            row["object"] = ro
+        rows.append(row)
+    table: dict[str, Any] = {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
+                             "metadata": {"resourceVersion": resource_version}, "rows": rows}
+    table["columnDefinitions"] = [c for c, _ in cols] if with_columns else None
+    return table
