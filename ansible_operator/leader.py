@@ -1,0 +1,333 @@
+"""Lease-based leader election (``coordination.k8s.io/v1`` Lease), following client-go's ``leaderelection``.
+
+Why it works the way it does:
+
+* **Expiry is judged on our own clock.** Like client-go we never compare the holder's ``renewTime`` with
+  our clock (clocks of two pods may disagree by more than a lease). Instead we remember *when we first
+  saw* the current record (``observed_time``); the lease is free once ``observed_time +
+  leaseDurationSeconds`` has passed without the record changing.
+* **Optimistic concurrency.** Every write is a full replace carrying the ``resourceVersion`` we read; a
+  409 Conflict means someone else wrote first, and we simply try again next period.
+* **We stop before anyone else can start.** A leader that has not renewed successfully for
+  ``renew_deadline`` seconds stops leading (``on_stopped_leading`` runs) even if the API server is just
+  unreachable. Other candidates wait ``lease_duration`` from when they observed our last renewal, and
+  ``renew_deadline < lease_duration`` leaves the gap in between. (This is stricter than client-go, which
+  starts counting the deadline one retry period after the last success.)
+* **Clean hand-over.** Cancelling ``run()`` releases a held lease (empty ``holderIdentity``,
+  ``leaseDurationSeconds: 1``) so a standby takes over in about one retry period instead of a full lease.
+
+The kubernetes client is blocking; each call runs in ``asyncio.to_thread`` under a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import random
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Awaitable, Callable
+
+__all__ = ["LeaderElector", "LeaseRecord", "default_identity", "format_micro_time"]
+
+log = logging.getLogger(__name__)
+
+Callback = Callable[[], "Awaitable[None] | None"]
+
+JITTER_FACTOR = 1.2
+"""client-go's JitterFactor for the acquire loop: candidates do not all hit the API at the same instant."""
+
+
+def default_identity() -> str:
+    """``<hostname>_<uuid4>``: the pod name is the hostname in Kubernetes, the uuid makes restarts distinct."""
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+def format_micro_time(ts: float) -> str:
+    """Kubernetes ``MicroTime``: RFC 3339 with exactly six fractional digits, UTC ``Z``."""
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """The election-relevant part of a Lease's spec, plus its resourceVersion."""
+
+    holder: str
+    lease_duration: float
+    acquire_time: str | None
+    renew_time: str | None
+    transitions: int
+    resource_version: str | None
+
+    @classmethod
+    def from_lease(cls, lease: dict[str, Any]) -> "LeaseRecord":
+        spec = lease.get("spec") or {}
+        return cls(
+            holder=spec.get("holderIdentity") or "",
+            lease_duration=float(spec.get("leaseDurationSeconds") or 0),
+            acquire_time=spec.get("acquireTime"),
+            renew_time=spec.get("renewTime"),
+            transitions=int(spec.get("leaseTransitions") or 0),
+            resource_version=(lease.get("metadata") or {}).get("resourceVersion"),
+        )
+
+    def same_spec(self, other: "LeaseRecord | None") -> bool:
+        """client-go compares the whole record: any renewal changes renewTime, so equality = no progress."""
+        return other is not None and (self.holder, self.lease_duration, self.acquire_time, self.renew_time,
+                                      self.transitions) == (other.holder, other.lease_duration,
+                                                            other.acquire_time, other.renew_time,
+                                                            other.transitions)
+
+
+class LeaderElector:
+    """Campaign for a Lease; run ``on_started_leading`` while holding it.
+
+    ``on_started_leading`` may be a plain function or a coroutine function; a coroutine runs as a task
+    that is cancelled when leadership ends (so it can be the whole "do the work" body, as in client-go).
+    ``on_stopped_leading`` is awaited before ``run()`` returns, and before the lease could expire in other
+    candidates' eyes. ``run()`` returns after leadership is lost (the caller should exit or restart, as
+    controller-runtime does); cancelling it releases the lease.
+    """
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        name: str,
+        namespace: str,
+        identity: str,
+        lease_duration: float = 15,
+        renew_deadline: float = 10,
+        retry_period: float = 2,
+        on_started_leading: Callback,
+        on_stopped_leading: Callback,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not identity:
+            raise ValueError("leader election identity must not be empty")
+        if not (0 < retry_period < renew_deadline < lease_duration):
+            raise ValueError(
+                "leader election needs 0 < retry period < renew deadline < lease duration, got"
+                f" retry={retry_period}s renew={renew_deadline}s lease={lease_duration}s")
+        from kubernetes import client as k8s
+
+        self._api = k8s.CoordinationV1Api(api_client)
+        self.name = name
+        self.namespace = namespace
+        self.identity = identity
+        self.lease_duration = float(lease_duration)
+        self.renew_deadline = float(renew_deadline)
+        self.retry_period = float(retry_period)
+        self._on_started = on_started_leading
+        self._on_stopped = on_stopped_leading
+        self._clock = clock
+        self._observed: LeaseRecord | None = None
+        self._observed_time = 0.0
+        self._leading = False
+        self._leading_task: asyncio.Task[Any] | None = None
+        self._last_success = 0.0
+        """Our clock at the *start* of the last successful acquire/renew attempt."""
+
+    # ---- public state -------------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leading
+
+    @property
+    def observed_holder(self) -> str | None:
+        """Holder of the lease as last seen (for logs and ``/readyz`` reasons)."""
+        return self._observed.holder if self._observed else None
+
+    # ---- main loop ----------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Acquire, then renew until a renewal misses ``renew_deadline`` (returns) or we are cancelled."""
+        try:
+            await self._acquire()
+            await self._become_leader()
+            await self._renew_until_lost()
+        except asyncio.CancelledError:
+            # Also release when an attempt succeeded in its worker thread just as we were cancelled.
+            if self._leading or (self._observed is not None and self._observed.holder == self.identity):
+                await asyncio.shield(self._release_and_stop())
+            raise
+        if self._leading:
+            await self._stop_leading("lease lost")
+
+    async def _acquire(self) -> None:
+        log.info("waiting for leader election lease %s/%s as %s", self.namespace, self.name, self.identity)
+        while True:
+            if await self._try_with_timeout(self.retry_period * 2):
+                return
+            await asyncio.sleep(self.retry_period * (1 + random.random() * (JITTER_FACTOR - 1)))
+
+    async def _become_leader(self) -> None:
+        self._leading = True
+        log.info("became leader (lease %s/%s, identity %s)", self.namespace, self.name, self.identity)
+        result = self._on_started()
+        if inspect.isawaitable(result):
+            self._leading_task = asyncio.ensure_future(result)
+
+    async def _renew_until_lost(self) -> None:
+        """Renew every ``retry_period``; give up once ``renew_deadline`` has passed since the start of the
+        last successful renewal (others see that renewal no earlier than that instant)."""
+        while True:
+            await asyncio.sleep(self.retry_period)
+            while True:
+                remaining = self._last_success + self.renew_deadline - self._clock()
+                if remaining <= 0:
+                    log.warning("failed to renew lease %s/%s within %.1fs; stopping leading",
+                                self.namespace, self.name, self.renew_deadline)
+                    return
+                if await self._try_with_timeout(remaining):
+                    break
+                remaining = self._last_success + self.renew_deadline - self._clock()
+                await asyncio.sleep(max(0.0, min(self.retry_period, remaining)))
+
+    async def _try_with_timeout(self, timeout: float) -> bool:
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(self._try_acquire_or_renew), timeout=timeout)
+        except asyncio.TimeoutError:
+            log.warning("lease %s/%s: API call timed out after %.1fs", self.namespace, self.name, timeout)
+            return False
+        except Exception as exc:  # the API may be down; the loop's deadline decides what that means
+            log.warning("lease %s/%s: %s: %s", self.namespace, self.name, type(exc).__name__, exc)
+            return False
+
+    # ---- stopping -----------------------------------------------------------------------------------
+
+    async def _stop_leading(self, why: str) -> None:
+        self._leading = False
+        log.info("stopped leading (%s)", why)
+        task, self._leading_task = self._leading_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                log.exception("on_started_leading task failed while stopping")
+        result = self._on_stopped()
+        if inspect.isawaitable(result):
+            await result
+
+    async def _release_and_stop(self) -> None:
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self._release), timeout=self.renew_deadline)
+        except Exception as exc:
+            log.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc)
+        if self._leading:
+            await self._stop_leading("released")
+
+    # ---- blocking API calls (worker thread) -----------------------------------------------------------
+
+    def _read(self) -> dict[str, Any] | None:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            resp = self._api.read_namespaced_lease(self.name, self.namespace, _preload_content=False,
+                                                   _request_timeout=self.retry_period * 2)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return json.loads(resp.data)
+
+    def _spec(self, *, acquire_time: str, now: float, transitions: int, holder: str | None = None,
+              duration: float | None = None) -> dict[str, Any]:
+        return {
+            "holderIdentity": self.identity if holder is None else holder,
+            "leaseDurationSeconds": max(1, int(round(self.lease_duration if duration is None else duration))),
+            "acquireTime": acquire_time,
+            "renewTime": format_micro_time(now),
+            "leaseTransitions": transitions,
+        }
+
+    def _try_acquire_or_renew(self) -> bool:
+        """One attempt (client-go ``tryAcquireOrRenew``). True when we hold the lease afterwards."""
+        from kubernetes.client.rest import ApiException
+
+        now = self._clock()
+        lease = self._read()
+        if lease is None:
+            body = {
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._spec(acquire_time=format_micro_time(now), now=now, transitions=0),
+            }
+            try:
+                created = self._api.create_namespaced_lease(self.namespace, body, _preload_content=False,
+                                                            _request_timeout=self.retry_period * 2)
+            except ApiException as exc:
+                if exc.status == 409:  # another candidate created it first
+                    return False
+                raise
+            self._observe(LeaseRecord.from_lease(json.loads(created.data)), now)
+            self._last_success = now
+            return True
+
+        record = LeaseRecord.from_lease(lease)
+        if not record.same_spec(self._observed):
+            self._observe(record, now)
+        elif self._observed is not None and record.resource_version != self._observed.resource_version:
+            self._observed = record  # same spec, new version (e.g. a label change): keep observed_time
+        held_by_other = bool(record.holder) and record.holder != self.identity
+        if held_by_other and self._observed_time + record.lease_duration > now:
+            return False
+
+        if record.holder == self.identity:
+            acquire_time = record.acquire_time or format_micro_time(now)
+            transitions = record.transitions
+        else:
+            acquire_time = format_micro_time(now)
+            transitions = record.transitions + 1
+        lease["spec"] = {**(lease.get("spec") or {}),
+                         **self._spec(acquire_time=acquire_time, now=now, transitions=transitions)}
+        try:
+            replaced = self._api.replace_namespaced_lease(self.name, self.namespace, lease,
+                                                          _preload_content=False,
+                                                          _request_timeout=self.retry_period * 2)
+        except ApiException as exc:
+            if exc.status == 409:  # somebody wrote since our read; re-read next time
+                return False
+            raise
+        self._observe(LeaseRecord.from_lease(json.loads(replaced.data)), now)
+        self._last_success = now
+        if held_by_other or not record.holder:
+            log.info("acquired lease %s/%s (previous holder %r)", self.namespace, self.name, record.holder)
+        return True
+
+    def _observe(self, record: LeaseRecord, now: float) -> None:
+        self._observed = record
+        self._observed_time = now
+
+    def _release(self) -> None:
+        """Give the lease up if we still hold it: empty holder, 1 s duration (client-go ``release``)."""
+        from kubernetes.client.rest import ApiException
+
+        lease = self._read()
+        if lease is None:
+            return
+        record = LeaseRecord.from_lease(lease)
+        if record.holder != self.identity:
+            return
+        now = self._clock()
+        lease["spec"] = {**(lease.get("spec") or {}),
+                         **self._spec(acquire_time=format_micro_time(now), now=now,
+                                      transitions=record.transitions, holder="", duration=1)}
+        try:
+            self._api.replace_namespaced_lease(self.name, self.namespace, lease, _preload_content=False,
+                                               _request_timeout=self.retry_period * 2)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            log.info("lease %s/%s changed while releasing; leaving it", self.namespace, self.name)
+            return
+        log.info("released lease %s/%s", self.namespace, self.name)

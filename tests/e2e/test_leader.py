@@ -1,0 +1,226 @@
+"""Lease leader election against the sandbox API server, with short durations (lease 2 s, renew 1.2 s,
+retry 0.2 s) so hand-overs take a couple of seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterator
+
+import kubernetes
+import pytest
+from kubernetes.client.rest import ApiException
+
+from ansible_operator.leader import LeaderElector, format_micro_time
+from ansible_operator.sandbox import Sandbox
+
+LEASE, NS = "op-lock", "default"
+LEASE_S, RENEW_S, RETRY_S = 2.0, 1.2, 0.2
+pytestmark = pytest.mark.e2e
+
+MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    sandbox = Sandbox(host="127.0.0.1", port=0, simulate=False)
+    sandbox.start_in_thread()
+    try:
+        yield sandbox.write_kubeconfig(tmp_path_factory.mktemp("leader") / "kubeconfig")
+    finally:
+        sandbox.stop_thread()
+
+
+def _client(kubeconfig: Path) -> kubernetes.client.ApiClient:
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    return kubernetes.client.ApiClient(configuration)
+
+
+class Candidate:
+    """One LeaderElector with its own ApiClient, recording start/stop times on a shared timeline."""
+
+    def __init__(self, kubeconfig: Path, identity: str, timeline: list[tuple[float, str, str]],
+                 lease: str) -> None:
+        self.identity = identity
+        self.client = _client(kubeconfig)
+        self.timeline = timeline
+        self.elector = LeaderElector(
+            self.client, name=lease, namespace=NS, identity=identity, lease_duration=LEASE_S,
+            renew_deadline=RENEW_S, retry_period=RETRY_S,
+            on_started_leading=lambda: self._mark("start"), on_stopped_leading=self._stopped)
+        self.task: asyncio.Task[None] | None = None
+
+    def _mark(self, what: str) -> None:
+        self.timeline.append((time.monotonic(), self.identity, what))
+
+    async def _stopped(self) -> None:
+        self._mark("stop")
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.elector.run(), name=self.identity)
+
+    async def cancel(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            try:
+                await self.task
+            except asyncio.CancelledError:
+                pass
+
+    def close(self) -> None:
+        self.client.close()
+
+
+@pytest.fixture
+async def candidates(kubeconfig: Path, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    timeline: list[tuple[float, str, str]] = []
+    made: list[Candidate] = []
+    lease = f"{LEASE}-{request.node.name.replace('_', '-')[:40]}"
+
+    def make(identity: str) -> Candidate:
+        c = Candidate(kubeconfig, identity, timeline, lease)
+        made.append(c)
+        return c
+
+    make.timeline = timeline  # type: ignore[attr-defined]
+    make.lease = lease  # type: ignore[attr-defined]
+    yield make
+    for c in made:
+        await c.cancel()
+        c.close()
+
+
+def read_lease(kubeconfig: Path, name: str) -> dict[str, Any]:
+    client = _client(kubeconfig)
+    try:
+        resp = kubernetes.client.CoordinationV1Api(client).read_namespaced_lease(name, NS,
+                                                                                 _preload_content=False)
+        return json.loads(resp.data)  # raw, so MicroTime strings are checked as the server stores them
+    finally:
+        client.close()
+
+
+async def wait_until(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+async def test_exactly_one_leads_and_handover_on_cancel(candidates: Any, kubeconfig: Path) -> None:
+    a, b = candidates("a"), candidates("b")
+    a.start()
+    b.start()
+    await wait_until(lambda: a.elector.is_leader or b.elector.is_leader, 10, "a leader")
+    # Over several renew periods, never two leaders and never a change of leader.
+    first = a if a.elector.is_leader else b
+    other = b if first is a else a
+    for _ in range(20):
+        assert first.elector.is_leader and not other.elector.is_leader
+        await asyncio.sleep(RETRY_S / 2)
+    lease = read_lease(kubeconfig, candidates.lease)
+    spec = lease["spec"]
+    assert spec["holderIdentity"] == first.identity
+    assert spec["leaseDurationSeconds"] == 2 and spec["leaseTransitions"] == 0
+    assert MICRO_TIME.match(spec["renewTime"]) and MICRO_TIME.match(spec["acquireTime"])
+
+    await first.cancel()  # releases the lease
+    assert [(who, what) for _, who, what in candidates.timeline] == [
+        (first.identity, "start"), (first.identity, "stop")]
+    released = read_lease(kubeconfig, candidates.lease)["spec"]
+    assert released["holderIdentity"] in ("", None) or released["holderIdentity"] == other.identity
+    await wait_until(lambda: other.elector.is_leader, LEASE_S + 4 * RETRY_S, "the standby to take over")
+    spec = read_lease(kubeconfig, candidates.lease)["spec"]
+    assert spec["holderIdentity"] == other.identity
+    assert spec["leaseTransitions"] == 1
+
+
+async def test_takeover_after_leader_vanishes_without_release(candidates: Any, kubeconfig: Path) -> None:
+    """A leader that dies silently (no release) is replaced once the lease expires on the standby's clock."""
+    a = candidates("a")
+    a.start()
+    await wait_until(lambda: a.elector.is_leader, 10, "a to lead")
+    # Simulate a crash: stop the task without running its release path.
+    a.elector._release = lambda: None  # type: ignore[method-assign]
+    await a.cancel()
+    b = candidates("b")
+    b.start()
+    t0 = time.monotonic()
+    await wait_until(lambda: b.elector.is_leader, LEASE_S + 2.0, "b to take over an expired lease")
+    # b first saw a's last renewal when it started, so it must have waited about a lease duration.
+    assert time.monotonic() - t0 >= LEASE_S - RETRY_S
+    spec = read_lease(kubeconfig, candidates.lease)["spec"]
+    assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
+
+
+async def test_leader_that_cannot_renew_stops_before_other_acquires(candidates: Any, kubeconfig: Path) -> None:
+    a = candidates("a")
+    a.start()
+    await wait_until(lambda: a.elector.is_leader, 10, "a to lead")
+    b = candidates("b")
+    b.start()
+    await asyncio.sleep(3 * RETRY_S)
+    assert not b.elector.is_leader
+
+    def unreachable(*_args: Any, **_kwargs: Any) -> Any:
+        raise ConnectionError("API server unreachable (injected)")
+
+    api = a.elector._api
+    api.read_namespaced_lease = unreachable  # type: ignore[method-assign]
+    api.replace_namespaced_lease = unreachable  # type: ignore[method-assign]
+
+    await wait_until(lambda: b.elector.is_leader, LEASE_S + RENEW_S + 2.0, "b to take over")
+    assert a.task is not None and a.task.done() and a.task.exception() is None  # run() returned
+    assert not a.elector.is_leader
+    events = [(who, what) for _, who, what in candidates.timeline]
+    assert events == [("a", "start"), ("a", "stop"), ("b", "start")]
+    (t_stop,) = [t for t, who, what in candidates.timeline if (who, what) == ("a", "stop")]
+    (t_start,) = [t for t, who, what in candidates.timeline if (who, what) == ("b", "start")]
+    assert t_stop < t_start
+    assert read_lease(kubeconfig, candidates.lease)["spec"]["leaseTransitions"] == 1
+
+
+async def test_conflicting_writes_are_retried(candidates: Any, kubeconfig: Path) -> None:
+    """Someone else rewrites the lease (new resourceVersion) between our read and write: we get 409,
+    do not crash, and keep leading after re-reading."""
+    a = candidates("a")
+    a.start()
+    await wait_until(lambda: a.elector.is_leader, 10, "a to lead")
+    api = a.elector._api
+    real_replace = api.replace_namespaced_lease
+    conflicts = 0
+
+    def replace_with_conflict(name: str, namespace: str, body: Any, **kw: Any) -> Any:
+        nonlocal conflicts
+        if conflicts < 2:
+            conflicts += 1
+            raise ApiException(status=409, reason="Conflict")
+        return real_replace(name, namespace, body, **kw)
+
+    api.replace_namespaced_lease = replace_with_conflict  # type: ignore[method-assign]
+    await wait_until(lambda: conflicts == 2, 5, "two conflicts")
+    renewed_before = read_lease(kubeconfig, candidates.lease)["spec"]["renewTime"]
+    await wait_until(lambda: read_lease(kubeconfig, candidates.lease)["spec"]["renewTime"] != renewed_before,
+                     5, "a renewal after the conflicts")
+    assert a.elector.is_leader
+
+
+def test_invalid_timings_are_refused(kubeconfig: Path) -> None:
+    client = _client(kubeconfig)
+    try:
+        with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
+            LeaderElector(client, name="x", namespace=NS, identity="i", lease_duration=5, renew_deadline=5,
+                          retry_period=1, on_started_leading=lambda: None, on_stopped_leading=lambda: None)
+    finally:
+        client.close()
+
+
+def test_micro_time_format() -> None:
+    assert format_micro_time(0) == "1970-01-01T00:00:00.000000Z"
+    assert format_micro_time(1.5) == "1970-01-01T00:00:01.500000Z"
