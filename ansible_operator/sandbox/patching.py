@@ -203,7 +203,6 @@ def list_strategy(kind: str, path: tuple[str, ...]) -> str | None:
 # --------------------------------------------------------------------------------------------------
 # Strategic merge patch: the merge
 
-_DELETE = object()
 _SET_ORDER = "$setElementOrder/"
 _DELETE_PRIMITIVE = "$deleteFromPrimitiveList/"
 
@@ -222,22 +221,18 @@ def strategic_merge_patch(target: dict, patch: dict, kind: str) -> dict:
         raise PatchError(f"strategic merge patch must be a JSON object, got {_go_json_type(patch)}")
     if target is not None and not isinstance(target, dict):
         raise PatchError("strategic merge patch target must be an object")
-    result = _smp_map(target, patch, (), kind)
-    if result is _DELETE:
-        return {}
-    return result
+    return _smp_map(target, patch, (), kind)
 
 
-def _smp_map(original: dict | None, patch: dict, path: tuple[str, ...], kind: str) -> Any:
+def _smp_map(original: dict | None, patch: dict, path: tuple[str, ...], kind: str) -> dict:
     patch = dict(patch)
     directive = patch.pop("$patch", None)
     if directive == "delete":
-        return _DELETE
+        return {}  # apimachinery: "$patch: delete" on a map yields an empty map
     if directive == "replace":
-        cleaned = _smp_map(None, patch, path, kind)
-        return {} if cleaned is _DELETE else cleaned
+        return _smp_map(None, patch, path, kind)
     if directive not in (None, "merge"):
-        raise PatchError(f"Unknown patch type: {directive}")
+        raise PatchError(f"unknown patch type: {directive} in map: {_go_map(dict(patch, **{'$patch': directive}))}")
 
     retain = patch.pop("$retainKeys", None)
     orders: dict[str, list[Any]] = {}
@@ -252,19 +247,18 @@ def _smp_map(original: dict | None, patch: dict, path: tuple[str, ...], kind: st
             if not isinstance(value, list):
                 raise PatchError(f"invalid {key}: must be a list, got {_go_json_type(value)}")
             deletions[key[len(_DELETE_PRIMITIVE):]] = value
-        else:
-            raise PatchError(f"unknown patch directive: {key}")
+        # any other "$..." key is dropped, as decoding into the typed object drops it on a real server
 
     result: dict[str, Any] = _copy(original) if isinstance(original, dict) else {}
     if retain is not None:
         if not isinstance(retain, list) or not all(isinstance(k, str) for k in retain):
-            raise PatchError("invalid $retainKeys: must be a list of strings")
+            raise PatchError("invalid patch format of retainKeys")
         for key in list(result):
             if key not in retain:
                 del result[key]
         for key in patch:
             if key not in retain and patch[key] is not None:
-                raise PatchError(f"The key {key!r} in the patch is not listed in $retainKeys {retain}")
+                raise PatchError("invalid patch format of retainKeys")
 
     for key in set(deletions) | set(orders):
         if key in patch:
@@ -274,7 +268,7 @@ def _smp_map(original: dict | None, patch: dict, path: tuple[str, ...], kind: st
             strategy = list_strategy(kind, path + (key,))
             updated = _remove_primitives(current, deletions.get(key, []))
             if key in orders:
-                updated = _reorder(updated, orders[key], strategy or "")
+                updated = _normalize_order(updated, orders[key], current, strategy or "")
             result[key] = updated
 
     for key, value in patch.items():
@@ -283,11 +277,7 @@ def _smp_map(original: dict | None, patch: dict, path: tuple[str, ...], kind: st
             result.pop(key, None)
         elif isinstance(value, dict):
             current = result.get(key)
-            merged = _smp_map(current if isinstance(current, dict) else None, value, sub, kind)
-            if merged is _DELETE:
-                result.pop(key, None)
-            else:
-                result[key] = merged
+            result[key] = _smp_map(current if isinstance(current, dict) else None, value, sub, kind)
         elif isinstance(value, list):
             current = result.get(key)
             result[key] = _smp_list(
@@ -309,10 +299,11 @@ def _smp_list(original: list | None, patch: list, path: tuple[str, ...], kind: s
         result = list(base)
         for item in patch:
             if isinstance(item, (dict, list)):
-                raise PatchError(f"strategic merge patch: list {'.'.join(path)} holds primitives, got {_go_json_type(item)}")
+                raise PatchError(f"strategic merge patch: list {'.'.join(path)} holds primitives, "
+                                 f"got {_go_json_type(item)}")
             if not any(_same(item, x) for x in result):
                 result.append(item)
-        return _reorder(result, order, "") if order is not None else result
+        return _normalize_order(result, order if order is not None else patch, base, "")
 
     key = strategy
     if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
@@ -320,11 +311,10 @@ def _smp_list(original: list | None, patch: list, path: tuple[str, ...], kind: s
         for item in patch:
             if isinstance(item, dict) and item.get("$patch") == "replace":
                 continue
-            merged = _smp_map(None, item, path, kind) if isinstance(item, dict) else item
-            if merged is not _DELETE:
-                replaced.append(merged)
+            replaced.append(_smp_map(None, item, path, kind) if isinstance(item, dict) else _copy(item))
         return replaced
     result = base
+    base_order = list(base)
     for item in patch:
         if not isinstance(item, dict):
             raise PatchError(f"strategic merge patch: list {'.'.join(path)} must hold objects with merge key "
@@ -337,16 +327,10 @@ def _smp_list(original: list | None, patch: list, path: tuple[str, ...], kind: s
             result = [x for i, x in enumerate(result) if i not in matches]
             continue
         if matches:
-            merged = _smp_map(result[matches[0]], item, path, kind)
-            if merged is _DELETE:
-                result.pop(matches[0])
-            else:
-                result[matches[0]] = merged
+            result[matches[0]] = _smp_map(result[matches[0]], item, path, kind)
         else:
-            merged = _smp_map(None, item, path, kind)
-            if merged is not _DELETE:
-                result.append(merged)
-    return _reorder(result, order, key) if order is not None else result
+            result.append(_smp_map(None, item, path, kind))
+    return _normalize_order(result, order if order is not None else patch, base_order, key)
 
 
 def _remove_primitives(items: list, deletions: list[Any]) -> list:
@@ -355,29 +339,49 @@ def _remove_primitives(items: list, deletions: list[Any]) -> list:
     return [x for x in items if not any(_same(x, d) for d in deletions)]
 
 
-def _reorder(items: list, order: list[Any], key: str) -> list:
-    """Order ``items`` like ``$setElementOrder`` says; items it does not name (server-only) keep
-    their place right after the element that preceded them before."""
+def _normalize_order(merged: list, order: list[Any], original: list, key: str) -> list:
+    """Order a merged list the way apimachinery's ``normalizeElementOrder`` does.
+
+    Items named by ``order`` (the ``$setElementOrder`` list, else the patch list itself) come in that
+    order; server-only items keep their live order; the two are interleaved by their position in the
+    live list (``mergeSortedSlice``), new items winning ties — e.g. a new container port lands
+    before an untouched live one, exactly as ``kubectl patch`` shows.
+    """
     def ident(x: Any) -> str:
-        if key and isinstance(x, dict):
-            return _canon(x.get(key))
+        if key:
+            return _canon(x.get(key)) if isinstance(x, dict) else _canon(None)
         return _canon(x)
 
-    position: dict[str, int] = {}
+    order_pos: dict[str, int] = {}
     for i, o in enumerate(order):
-        position.setdefault(ident(o), i)
-    ordered = sorted((x for x in items if ident(x) in position), key=lambda x: position[ident(x)])
-    out = list(ordered)
-    for i, x in enumerate(items):
-        if ident(x) in position:
+        if isinstance(o, dict) and key and o.get("$patch") == "delete":
             continue
-        insert_at = 0
-        for prev in reversed(items[:i]):
-            found = next((j for j, y in enumerate(out) if y is prev), None)
-            if found is not None:
-                insert_at = found + 1
-                break
-        out.insert(insert_at, x)
+        order_pos.setdefault(ident(o), i)
+    live_pos: dict[str, int] = {}
+    for i, o in enumerate(original):
+        live_pos.setdefault(ident(o), i)
+
+    patch_items = sorted((x for x in merged if ident(x) in order_pos), key=lambda x: order_pos[ident(x)])
+    server_only = sorted((x for x in merged if ident(x) not in order_pos),
+                         key=lambda x: live_pos.get(ident(x), len(live_pos)))
+    out: list[Any] = []
+    i = j = 0
+    while i < len(server_only) or j < len(patch_items):
+        if i >= len(server_only):
+            out.append(patch_items[j])
+            j += 1
+        elif j >= len(patch_items):
+            out.append(server_only[i])
+            i += 1
+        else:
+            li = live_pos.get(ident(server_only[i]))
+            ri = live_pos.get(ident(patch_items[j]))
+            if li is not None and ri is not None and li < ri:
+                out.append(server_only[i])
+                i += 1
+            else:
+                out.append(patch_items[j])
+                j += 1
     return out
 
 
