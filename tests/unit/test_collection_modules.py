@@ -1,0 +1,188 @@
+"""ansible_operator.util modules run by real ansible-playbook against the sandbox API server.
+
+Each test runs one small playbook (localhost, the venv's interpreter, K8S_AUTH_KUBECONFIG pointing at
+the sandbox, ANSIBLE_COLLECTIONS_PATH from ansible_operator.collections.paths()) and checks both the
+registered task results and the object as stored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import kubernetes
+import pytest
+import yaml
+
+from ansible_operator import collections as aocollections
+from ansible_operator.sandbox import Sandbox
+
+GROUP, VERSION, PLURAL, KIND = "status.ansible-operator.dev", "v1", "gizmos", "Gizmo"
+NS = "coll"
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": f"{PLURAL}.{GROUP}"},
+    "spec": {
+        "group": GROUP,
+        "scope": "Namespaced",
+        "names": {"plural": PLURAL, "singular": "gizmo", "kind": KIND},
+        "versions": [{
+            "name": VERSION, "served": True, "storage": True, "subresources": {"status": {}},
+            "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}},
+        }],
+    },
+}
+VENV_BIN = Path(sys.executable).parent
+
+
+class Env:
+    def __init__(self, kubeconfig: Path, api: kubernetes.client.ApiClient, tmp: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.api = api
+        self.custom = kubernetes.client.CustomObjectsApi(api)
+        self.core = kubernetes.client.CoreV1Api(api)
+        self.tmp = tmp
+
+    def gizmo(self, name: str, status: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": name, "namespace": NS},
+                "spec": {"size": 1}}
+        obj = self.custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body)
+        if status is not None:
+            obj = self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, NS, PLURAL, name,
+                                                                    {"status": status})
+        return obj
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+
+    def play(self, tasks: list[dict[str, Any]], name: str, check: bool = False) -> dict[str, Any]:
+        """Run ``tasks`` (each may ``register``); returns {registered name: result}."""
+        registered = [t["register"] for t in tasks if "register" in t]
+        out = self.tmp / f"{name}.json"
+        dump = {"copy": {"dest": str(out), "content": "{{ {" + ", ".join(
+            f"'{r}': {r}" for r in registered) + "} | to_json }}"}, "check_mode": False}
+        playbook = [{"hosts": "localhost", "gather_facts": False, "tasks": tasks + [dump]}]
+        pb = self.tmp / f"{name}.yml"
+        pb.write_text(yaml.safe_dump(playbook, sort_keys=False))
+        env = dict(os.environ)
+        env.update({
+            "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(str(p) for p in aocollections.paths()),
+            "K8S_AUTH_KUBECONFIG": str(self.kubeconfig),
+            "ANSIBLE_LOCAL_TEMP": str(self.tmp / "ansible-tmp"),
+            "ANSIBLE_NOCOLOR": "1",
+            "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+        })
+        cmd = [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+               "-e", f"ansible_python_interpreter={sys.executable}", str(pb)]
+        if check:
+            cmd.append("--check")
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    tmp = tmp_path_factory.mktemp("collection")
+    sb = Sandbox(simulate=False)
+    sb.start_in_thread()
+    try:
+        kubeconfig = sb.write_kubeconfig(tmp / "kubeconfig", namespace=NS)
+        api = kubernetes.config.new_client_from_config(str(kubeconfig))
+        kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
+        kubernetes.client.ApiextensionsV1Api(api).create_custom_resource_definition(CRD)
+        yield Env(kubeconfig, api, tmp)
+        api.close()
+    finally:
+        sb.stop_thread()
+
+
+def _status_task(register: str, module: str = "ansible_operator.util.k8s_status", **args: Any) -> dict[str, Any]:
+    return {module: {"api_version": f"{GROUP}/{VERSION}", "kind": KIND, "namespace": NS, **args},
+            "register": register}
+
+
+def test_k8s_status_merges_keeps_conditions_and_is_idempotent(env: Env) -> None:
+    env.gizmo("g1", status={"conditions": [{"type": "Running", "status": "True", "reason": "Running",
+                                            "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                            "keep": "me"})
+    args = {"name": "g1", "status": {"replicas": 3, "nested": {"a": 1}},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "AllUp", "message": "ok"}]}
+    results = env.play([_status_task("first", **args), _status_task("second", **args)], "merge")
+    assert results["first"]["changed"] is True
+    assert results["second"]["changed"] is False
+    status = env.get("g1")["status"]
+    assert status["replicas"] == 3 and status["nested"] == {"a": 1} and status["keep"] == "me"
+    types = {c["type"]: c for c in status["conditions"]}
+    assert types["Running"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert types["Ready"]["status"] == "True" and types["Ready"]["lastTransitionTime"]
+    # the spec is untouched (written through the status subresource only)
+    assert env.get("g1")["spec"] == {"size": 1}
+
+
+def test_k8s_status_check_mode_and_sdk_name(env: Env) -> None:
+    env.gizmo("g2", status={"phase": "Old"})
+    results = env.play([
+        _status_task("checked", name="g2", status={"phase": "New"}),
+    ], "check", check=True)
+    assert results["checked"]["changed"] is True
+    assert results["checked"]["result"]["status"]["phase"] == "New"
+    assert env.get("g2")["status"]["phase"] == "Old"  # check mode wrote nothing
+    results = env.play([
+        _status_task("sdk", module="operator_sdk.util.k8s_status", name="g2", status={"phase": "New"}),
+        _status_task("again", module="operator_sdk.util.k8s_status", name="g2", status={"phase": "New"}),
+    ], "sdkname")
+    assert results["sdk"]["changed"] is True and results["again"]["changed"] is False
+    assert env.get("g2")["status"]["phase"] == "New"
+
+
+def test_k8s_status_replace_and_errors(env: Env) -> None:
+    env.gizmo("g3", status={"a": 1, "b": 2})
+    results = env.play([
+        _status_task("replaced", name="g3", replace=True, status={"c": 3}),
+        dict(_status_task("missing", name="nope", status={"x": 1}), ignore_errors=True),
+        dict(_status_task("badcond", name="g3", conditions=[{"type": "Ready", "status": "maybe"}]),
+             ignore_errors=True),
+    ], "replace")
+    assert results["replaced"]["changed"] is True
+    assert env.get("g3")["status"] == {"c": 3}
+    assert results["missing"]["failed"] and "nope" in results["missing"]["msg"]
+    assert results["badcond"]["failed"] and "status must be one of" in results["badcond"]["msg"]
+
+
+def test_requeue_after_result_keys(env: Env) -> None:
+    results = env.play([
+        {"ansible_operator.util.requeue_after": {"time": "1m30s"}, "register": "ours"},
+        {"operator_sdk.util.requeue_after": {"time": "45s"}, "register": "sdk"},
+        {"ansible_operator.util.requeue_after": {"time": "soon"}, "register": "bad", "ignore_errors": True},
+    ], "requeue")
+    assert results["ours"]["requeue_after_seconds"] == 90.0 and results["ours"]["changed"] is False
+    assert results["ours"]["period"] == "1m30s"
+    assert results["sdk"]["requeue_after_seconds"] == 45.0
+    assert results["bad"]["failed"] and "invalid duration 'soon'" in results["bad"]["msg"]
+
+
+def test_k8s_event_counts_and_involved_object(env: Env) -> None:
+    g = env.gizmo("g4")
+    event = {"name": "g4-backup", "namespace": NS, "reason": "BackupDone", "message": "stored",
+             "type": "Normal", "source": {"component": "gizmo-operator"},
+             "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": "g4", "namespace": NS}}
+    results = env.play([
+        {"operator_sdk.util.k8s_event": event, "register": "first"},
+        {"ansible_operator.util.k8s_event": event, "register": "second"},
+        {"ansible_operator.util.k8s_event": dict(event, appendTimestamp=True), "register": "unique"},
+    ], "event")
+    assert results["first"]["changed"] and results["second"]["changed"]
+    stored = env.core.read_namespaced_event("g4-backup", NS)
+    assert stored.count == 2 and stored.reason == "BackupDone" and stored.type == "Normal"
+    assert stored.involved_object.uid == g["metadata"]["uid"]
+    assert stored.source.component == "gizmo-operator"
+    unique = results["unique"]["result"]["metadata"]["name"]
+    assert unique.startswith("g4-backup.") and unique != "g4-backup"
