@@ -267,6 +267,8 @@ class Api:
             raise already_exists(rtype, name)
         if rtype.has_status and rtype.group_resource != "/namespaces":
             obj.pop("status", None)
+            if rtype.builtin:  # built-in kinds come back with an empty status, custom resources without
+                obj["status"] = {}
         obj["apiVersion"] = rtype.api_version
         obj["kind"] = rtype.kind
         for k in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",

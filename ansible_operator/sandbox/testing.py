@@ -1,0 +1,114 @@
+"""Test helpers: the sandbox in-thread (``SandboxHandle``) or as a subprocess (``SandboxProcess``).
+
+``tests/conftest.py`` builds its ``sandbox`` fixture on these; they are importable by any test that needs
+a sandbox of its own (restart tests: the same ``--data-dir`` and port across two processes).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from ansible_operator.sandbox import Sandbox
+
+
+@dataclass
+class SandboxHandle:
+    """A started in-thread sandbox: ``url``, ``kubeconfig`` (a file) and the :class:`Sandbox` itself."""
+
+    sandbox: Sandbox
+    kubeconfig: Path
+
+    @property
+    def url(self) -> str:
+        return self.sandbox.url
+
+    def api_client(self) -> Any:
+        """A ``kubernetes.client.ApiClient`` for this sandbox (no global configuration is touched)."""
+        return api_client_for(self.kubeconfig)
+
+    def kubectl_env(self) -> dict[str, str]:
+        """Environment for running kubectl / ansible against this sandbox."""
+        return dict(os.environ, KUBECONFIG=str(self.kubeconfig), K8S_AUTH_KUBECONFIG=str(self.kubeconfig))
+
+
+def api_client_for(kubeconfig: str | Path) -> Any:
+    import kubernetes
+
+    cfg = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    return kubernetes.client.ApiClient(cfg)
+
+
+def start_in_thread(kubeconfig: str | Path, crds: Iterable[str | Path] = (), simulate: bool = True,
+                    data_dir: str | Path | None = None, port: int = 0) -> SandboxHandle:
+    sb = Sandbox(port=port, data_dir=data_dir, crds=crds, simulate=simulate)
+    sb.start_in_thread()
+    return SandboxHandle(sb, sb.write_kubeconfig(kubeconfig))
+
+
+@dataclass
+class SandboxProcess:
+    """``ansible-operator sandbox`` running as a child process."""
+
+    proc: subprocess.Popen[str]
+    url: str
+    kubeconfig: Path
+    port: int
+    output: list[str] = field(default_factory=list)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout)
+        return int(self.proc.returncode)
+
+    def api_client(self) -> Any:
+        return api_client_for(self.kubeconfig)
+
+
+def start_process(kubeconfig: str | Path, port: int = 0, data_dir: str | Path | None = None,
+                  crds: Iterable[str | Path] = (), simulate: bool = True, timeout: float = 30.0,
+                  log_level: str = "WARNING") -> SandboxProcess:
+    """Start ``python -m ansible_operator sandbox ...`` and wait for its URL line."""
+    cmd = [sys.executable, "-m", "ansible_operator", "sandbox", "--port", str(port), "--kubeconfig",
+           str(kubeconfig), "--log-level", log_level]
+    if data_dir is not None:
+        cmd += ["--data-dir", str(data_dir)]
+    for c in crds:
+        cmd += ["--crds", str(c)]
+    if not simulate:
+        cmd.append("--no-simulate")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    lines: list[str] = []
+    url = ""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("sandbox: serving "):
+                url = line.split()[-1]
+            if line.startswith("kubeconfig: ") and url:
+                port_num = int(url.rsplit(":", 1)[1])
+                return SandboxProcess(proc, url, Path(line.split(" ", 1)[1].strip()), port_num, lines)
+        elif proc.poll() is not None:
+            break
+    proc.kill()
+    proc.wait()
+    raise RuntimeError("sandbox process did not start:\n" + "".join(lines))
