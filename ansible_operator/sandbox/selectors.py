@@ -177,8 +177,7 @@ def _new_requirement(key: str, op: str, values: Iterable[str]) -> _Requirement:
     else:
         raise SelectorError(f"operator: Unsupported value: {_q(op)}")
     for i, v in enumerate(vals):
-        if op not in ("gt", "lt"):
-            validate_label_value(key, v, i)
+        validate_label_value(key, v, i)
     return _Requirement(key, op, tuple(vals))
 
 
@@ -296,7 +295,7 @@ class _LabelParser:
     def value_set(self) -> list[str]:
         kind, lit = self.take()
         if kind != "OPEN":
-            raise SelectorError(f"found '{lit}', expected: '('")
+            raise SelectorError(f"found '{lit}' expected: '('")
         kind, lit = self.peek()
         if kind == "CLOSE":
             self.take()
@@ -412,35 +411,32 @@ def _split_unescaped(s: str, sep: str) -> list[str]:
 
 
 def _split_term(term: str) -> tuple[str, str, str] | None:
-    """Find the first unescaped operator (``!=``, ``==``, ``=``, checked in that order per position)."""
-    i = 0
-    while i < len(term):
-        if term[i] == "\\":
-            i += 2
-            continue
+    """Split at the first ``!=``, ``==`` or ``=`` (checked in that order at each position); like the
+    apiserver, the left-hand side knows no escaping and is not trimmed."""
+    for i in range(len(term)):
         for op in ("!=", "==", "="):
             if term.startswith(op, i):
                 return term[:i], op, term[i + len(op):]
-        i += 1
     return None
 
 
 def _unescape(value: str) -> str:
+    r"""``fields.UnescapeValue``: only ``\\``, ``\,`` and ``\=`` are escapes; bare ``,``/``=`` are errors."""
     out: list[str] = []
     i = 0
     while i < len(value):
         ch = value[i]
         if ch == "\\":
             if i + 1 >= len(value):
-                raise SelectorError(f"invalid field selector value: {value!r}: trailing backslash")
+                raise SelectorError("invalid field selector: invalid escape sequence: \\")
             nxt = value[i + 1]
             if nxt not in "\\,=":
-                raise SelectorError(f"invalid field selector value: {value!r}: invalid escape sequence '\\{nxt}'")
+                raise SelectorError(f"invalid field selector: invalid escape sequence: \\{nxt}")
             out.append(nxt)
             i += 2
             continue
         if ch in ",=":
-            raise SelectorError(f"invalid field selector value: {value!r}: unescaped {ch!r}")
+            raise SelectorError(f"invalid field selector: unescaped character in value: {ch}")
         out.append(ch)
         i += 1
     return "".join(out)
@@ -480,9 +476,6 @@ def parse_field_selector(s: str | None, allowed: set[str] | None = None) -> Obje
         if split is None:
             raise SelectorError(f"invalid selector: '{s}'; can't understand '{part}'")
         field, op, raw = split
-        field = field.strip()
-        if not field:
-            raise SelectorError(f"invalid selector: '{s}'; can't understand '{part}'")
         if allowed is not None and field not in allowed:
             raise SelectorError(f"field label not supported: {field}")
         terms.append((field, op, _unescape(raw)))
