@@ -180,6 +180,9 @@ def mark_unsafe(value: Any) -> Any:
     return value
 
 
+_mark_unsafe = mark_unsafe  # build_extra_vars has a parameter of the same name
+
+
 def object_var_name(group: str, kind: str) -> str:
     """``_<group>_<kind>`` with ``.`` and ``-`` replaced by ``_`` (SDK ``escapeAnsibleKey``)."""
     return re.sub(r"[.\-]", "_", f"_{group}_{kind.lower()}")
@@ -200,7 +203,7 @@ def build_extra_vars(
     ``finalizer_vars`` are given on finalizer runs only; like watch vars they are trusted and win.
     Raises ``RefusedVariable`` for spec fields that would set ``ansible_*`` variables or collide.
     """
-    wrap = globals()["mark_unsafe"] if mark_unsafe else (lambda v: v)
+    wrap = _mark_unsafe if mark_unsafe else (lambda v: v)
     raw_spec = obj.get("spec")
     spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
 
