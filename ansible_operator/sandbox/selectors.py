@@ -302,25 +302,32 @@ class _LabelParser:
             return [""]
         if kind not in ("ID", "COMMA"):
             raise SelectorError(f"found '{lit}', expected: ',', ')' or identifier")
+        # parseIdentifiersList: "(a,,b)", "(,a)" and "(a,)" carry an empty value, as in k8s.
         values: list[str] = []
-        expect_value = True
         while True:
             kind, lit = self.take()
             if kind == "ID":
-                if not expect_value:
-                    raise SelectorError(f"found '{lit}', expected: ',' or ')'")
                 values.append(lit)
-                expect_value = False
-            elif kind == "COMMA":
-                if expect_value:
-                    values.append("")  # "(a,,b)" and "(,a)" carry an empty value, as in k8s
-                expect_value = True
-            elif kind == "CLOSE":
-                if expect_value:
+                nxt, nlit = self.peek()
+                if nxt == "COMMA":
+                    continue
+                if nxt == "CLOSE":
+                    self.take()
+                    return values
+                raise SelectorError(f"found '{nlit}', expected: ',' or ')'")
+            if kind == "COMMA":
+                if not values:
                     values.append("")
-                return values
-            else:
-                raise SelectorError(f"found '{lit}', expected: ',', or identifier")
+                nxt, _ = self.peek()
+                if nxt == "CLOSE":
+                    values.append("")
+                    self.take()
+                    return values
+                if nxt == "COMMA":
+                    self.take()
+                    values.append("")
+                continue
+            raise SelectorError(f"found '{lit}', expected: ',', or identifier")
 
     def exact_value(self) -> list[str]:
         kind, lit = self.peek()
