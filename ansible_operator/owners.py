@@ -1,0 +1,615 @@
+"""Owner references for objects roles create, done transparently by a loopback API proxy.
+
+Roles talk to the cluster through kubernetes.core, which only knows "a kubeconfig". Like Operator SDK we
+give each run a kubeconfig that points at a small reverse proxy in the operator process; the credential
+in that kubeconfig identifies the custom resource (CR) being reconciled, and the proxy adds the owner to
+every object the run creates:
+
+* an ``ownerReference`` (apiVersion, kind, name, uid) when the owner is cluster-scoped, or when both are
+  namespaced in the same namespace -- Kubernetes garbage-collects these with the CR;
+* otherwise (cluster-scoped dependent of a namespaced CR, or another namespace) the two annotations
+  ``operator-sdk/primary-resource: <ns>/<name>`` and ``operator-sdk/primary-resource-type: <Kind>.<group>``,
+  which :mod:`ansible_operator.dependents` uses to find the owner again.
+
+This matches Operator SDK (``internal/ansible/proxy/inject_owner.go`` and ``k8sutil.SupportsOwnerReference``):
+the owner reference carries neither ``controller`` nor ``blockOwnerDeletion`` (SDK sets neither; setting
+``controller: true`` would make creating an object that already has a controller reference fail, and
+``blockOwnerDeletion`` needs extra RBAC on the CR's ``finalizers`` subresource on clusters that enforce it).
+Beyond SDK, which only injects on ``POST``, we also inject on full updates (``PUT``: kubernetes.core's
+``force: true`` replaces the object and would otherwise drop the reference) and on server-side apply
+(``PATCH`` with ``application/apply-patch+yaml``, which can create objects).
+
+Everything else -- reads, watches (streamed chunk by chunk), deletes, other patches, subresources,
+status codes, headers -- is forwarded unchanged to the real API server using the operator's own
+connection settings (TLS, bearer token or basic auth), so it works against any cluster, not just the
+sandbox. Requests with an unknown token get ``401``; the token is the only thing tying a request to an
+owner, and it lives only for one run (:meth:`OwnerProxy.release`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import secrets
+import ssl
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
+from urllib.parse import urlsplit
+
+import yaml
+
+if TYPE_CHECKING:  # pragma: no cover
+    import kubernetes.client
+    from aiohttp import ClientSession, web
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ANNOTATION_PRIMARY_RESOURCE",
+    "ANNOTATION_PRIMARY_RESOURCE_TYPE",
+    "DependentKind",
+    "Owner",
+    "OwnerProxy",
+    "RequestInfo",
+    "inject_owner",
+    "injection_mode",
+    "owner_ref",
+    "parse_request_path",
+]
+
+ANNOTATION_PRIMARY_RESOURCE = "operator-sdk/primary-resource"
+ANNOTATION_PRIMARY_RESOURCE_TYPE = "operator-sdk/primary-resource-type"
+
+APPLY_PATCH = "application/apply-patch+yaml"
+_HOP_BY_HOP = {
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
+    "transfer-encoding", "upgrade", "host", "content-length", "authorization",
+}
+_RESPONSE_DROP = {
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
+    "transfer-encoding", "upgrade", "content-length",
+}
+_WEBSOCKET_DROP = _HOP_BY_HOP | {
+    "sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions", "sec-websocket-protocol",
+}
+_DISCOVERY_RETRY_SECONDS = 2.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# pure parts
+
+
+@dataclass(frozen=True)
+class DependentKind:
+    """A kind of object runs have created (what :class:`~ansible_operator.dependents.DependentWatcher` watches)."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The CR a run reconciles, as far as owner injection needs it."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str | None
+    uid: str
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def namespaced(self) -> bool:
+        return bool(self.namespace)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> "Owner":
+        """From a CR object; ``ValueError`` naming the missing field (uid is needed for ownerReferences)."""
+        meta = obj.get("metadata") or {}
+        missing = [f for f, v in (("apiVersion", obj.get("apiVersion")), ("kind", obj.get("kind")),
+                                  ("metadata.name", meta.get("name")), ("metadata.uid", meta.get("uid"))) if not v]
+        if missing:
+            raise ValueError(f"owner object lacks {', '.join(missing)}: cannot inject owner references")
+        return cls(str(obj["apiVersion"]), str(obj["kind"]), str(meta["name"]),
+                   str(meta["namespace"]) if meta.get("namespace") else None, str(meta["uid"]))
+
+
+def owner_ref(owner: Owner) -> dict[str, Any]:
+    """The ownerReference Operator SDK injects (no ``controller``/``blockOwnerDeletion``, see module doc)."""
+    return {"apiVersion": owner.api_version, "kind": owner.kind, "name": owner.name, "uid": owner.uid}
+
+
+def injection_mode(owner: Owner, dependent_namespaced: bool,
+                   dependent_namespace: str | None) -> Literal["ownerReference", "annotations"]:
+    """``SupportsOwnerReference``: where Kubernetes allows an ownerReference from dependent to owner.
+
+    Cluster-scoped owner -> reference; cluster-scoped dependent of a namespaced owner -> annotations;
+    namespaced both -> reference only within the same namespace.
+    """
+    if not owner.namespaced:
+        return "ownerReference"
+    if not dependent_namespaced:
+        return "annotations"
+    return "ownerReference" if dependent_namespace == owner.namespace else "annotations"
+
+
+def inject_owner(obj: dict[str, Any], owner: Owner, mode: Literal["ownerReference", "annotations"]) -> bool:
+    """Add the owner to ``obj`` in place; returns whether ``obj`` changed. Never duplicates a reference."""
+    meta = obj.get("metadata")
+    if meta is None:
+        meta = obj["metadata"] = {}
+    if not isinstance(meta, dict):
+        raise ValueError("metadata is not an object")
+    if mode == "ownerReference":
+        refs = meta.get("ownerReferences")
+        if refs is None:
+            refs = meta["ownerReferences"] = []
+        if not isinstance(refs, list):
+            raise ValueError("metadata.ownerReferences is not a list")
+        for ref in refs:
+            if isinstance(ref, dict) and (ref.get("uid") == owner.uid or (
+                    not ref.get("uid") and ref.get("kind") == owner.kind and ref.get("name") == owner.name
+                    and str(ref.get("apiVersion", "")).rpartition("/")[0] == owner.group)):
+                return False
+        refs.append(owner_ref(owner))
+        return True
+    annotations = meta.get("annotations")
+    if annotations is None:
+        annotations = meta["annotations"] = {}
+    if not isinstance(annotations, dict):
+        raise ValueError("metadata.annotations is not an object")
+    wanted = {
+        ANNOTATION_PRIMARY_RESOURCE: f"{owner.namespace or ''}/{owner.name}",
+        ANNOTATION_PRIMARY_RESOURCE_TYPE: f"{owner.kind}.{owner.group}" if owner.group else owner.kind,
+    }
+    if all(annotations.get(k) == v for k, v in wanted.items()):
+        return False
+    annotations.update(wanted)
+    return True
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """What an API path addresses (a subset of kube-apiserver's RequestInfo)."""
+
+    group: str
+    version: str
+    resource: str
+    namespace: str | None = None
+    name: str | None = None
+    subresource: str | None = None
+    watch_path: bool = False
+
+
+def parse_request_path(path: str) -> RequestInfo | None:
+    """``/api/v1/namespaces/ns/configmaps/x`` -> RequestInfo; ``None`` for non-resource paths (discovery,
+    ``/version``, ``/openapi``...). Follows kube-apiserver's rules, including ``namespaces/<ns>/status``."""
+    parts = [p for p in path.split("/") if p]
+    if not parts:
+        return None
+    if parts[0] == "api":
+        if len(parts) < 2:
+            return None
+        group, version, rest = "", parts[1], parts[2:]
+    elif parts[0] == "apis":
+        if len(parts) < 3:
+            return None
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    watch_path = False
+    if rest and rest[0] == "watch":
+        watch_path, rest = True, rest[1:]
+    if not rest:
+        return None
+    namespace = None
+    if rest[0] == "namespaces" and len(rest) >= 2:
+        namespace = rest[1]
+        if len(rest) > 2 and rest[2] not in ("status", "finalize"):
+            rest = rest[2:]
+        else:
+            # the Namespace object itself (or its status/finalize subresource)
+            return RequestInfo(group, version, "namespaces", None, rest[1],
+                               rest[2] if len(rest) > 2 else None, watch_path)
+    return RequestInfo(group, version, rest[0], namespace,
+                       rest[1] if len(rest) > 1 else None,
+                       "/".join(rest[2:]) or None, watch_path)
+
+
+def _is_mutation_to_inject(method: str, info: RequestInfo, content_type: str) -> bool:
+    if info.subresource or info.watch_path:
+        return False
+    if method == "POST":
+        return info.name is None
+    if method == "PUT":
+        return info.name is not None
+    if method == "PATCH":
+        return info.name is not None and content_type == APPLY_PATCH
+    return False
+
+
+def _status_body(code: int, reason: str, message: str) -> bytes:
+    return json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                       "message": message, "reason": reason, "code": code}).encode()
+
+
+# ---------------------------------------------------------------------------------------------------
+# upstream connection
+
+
+class _Upstream:
+    """How to reach the real API server, taken from a kubernetes.client.Configuration."""
+
+    def __init__(self, configuration: "kubernetes.client.Configuration") -> None:
+        self.configuration = configuration
+        self.base = str(configuration.host).rstrip("/")
+        self.ssl: ssl.SSLContext | bool = False
+        scheme = urlsplit(self.base).scheme
+        if scheme == "https":
+            ctx = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
+            if configuration.cert_file:
+                ctx.load_cert_chain(configuration.cert_file, configuration.key_file or None)
+            if not configuration.verify_ssl:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            elif getattr(configuration, "assert_hostname", None) is False:
+                ctx.check_hostname = False
+            self.ssl = ctx
+        elif scheme != "http":
+            raise ValueError(f"upstream host {self.base!r} is not an http(s) URL")
+        self.server_hostname: str | None = getattr(configuration, "tls_server_name", None) or None
+        self._refreshed = 0.0
+        self._lock = asyncio.Lock()
+
+    async def auth_header(self) -> str | None:
+        """``Authorization`` value for upstream; refreshes exec/OIDC tokens via the client's hook (<= 1/min)."""
+        cfg = self.configuration
+        hook = getattr(cfg, "refresh_api_key_hook", None)
+        if hook is not None and time.monotonic() - self._refreshed > 60:
+            async with self._lock:
+                if time.monotonic() - self._refreshed > 60:
+                    await asyncio.to_thread(hook, cfg)
+                    self._refreshed = time.monotonic()
+        token = cfg.get_api_key_with_prefix("authorization") if cfg.api_key else None
+        if token:
+            return str(token)
+        if cfg.username or cfg.password:
+            basic = base64.b64encode(f"{cfg.username or ''}:{cfg.password or ''}".encode()).decode()
+            return f"Basic {basic}"
+        return None
+
+
+class _Discovery:
+    """Cached resource lists per group/version, fetched by the proxy itself (with the operator's auth)."""
+
+    def __init__(self, fetch: Callable[[str], Any]) -> None:
+        self._fetch = fetch
+        self._by_gv: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        self._fetched_at: dict[tuple[str, str], float] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    async def lookup(self, group: str, version: str, plural: str) -> dict[str, Any] | None:
+        """The APIResource for ``plural`` in group/version; re-fetches once on a miss (new CRDs)."""
+        key = (group, version)
+        found = self._by_gv.get(key, {}).get(plural)
+        if found is not None:
+            return found
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            found = self._by_gv.get(key, {}).get(plural)
+            if found is None and time.monotonic() - self._fetched_at.get(key, -1e9) > _DISCOVERY_RETRY_SECONDS:
+                path = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+                doc = await self._fetch(path)
+                self._fetched_at[key] = time.monotonic()
+                if isinstance(doc, dict):
+                    self._by_gv[key] = {r["name"]: r for r in doc.get("resources", [])
+                                        if isinstance(r, dict) and "/" not in str(r.get("name", ""))}
+                found = self._by_gv.get(key, {}).get(plural)
+        return found
+
+
+# ---------------------------------------------------------------------------------------------------
+# the proxy
+
+
+class OwnerProxy:
+    """Loopback HTTP reverse proxy (aiohttp) in the operator process in front of the real API server."""
+
+    def __init__(self, upstream: "kubernetes.client.Configuration", *,
+                 on_dependent: Callable[[DependentKind], None] | None = None,
+                 inject_owner_ref: bool = True, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._upstream = _Upstream(upstream)
+        self._on_dependent = on_dependent
+        self._inject = inject_owner_ref
+        self._host = host
+        self._port = port
+        self._tokens: dict[str, Owner] = {}
+        self._paths: dict[Path, str] = {}
+        self._reported: set[tuple[str, str, str]] = set()
+        self._session: ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self._discovery = _Discovery(self._fetch_json)
+        self.url = ""
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
+
+        # Pass bodies and Accept-Encoding through untouched: no added headers, no decompression.
+        self._session = ClientSession(
+            connector=TCPConnector(ssl=self._upstream.ssl, limit=0),
+            timeout=ClientTimeout(total=None, sock_connect=30),
+            auto_decompress=False,
+            skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
+        )
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        # handler_cancellation: a role that drops a watch connection must end our upstream watch too.
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://{self._host}:{port}"
+        log.info("owner proxy listening on %s -> %s", self.url, self._upstream.base)
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        self._tokens.clear()
+        self._paths.clear()
+
+    # -- credentials --------------------------------------------------------------------------------
+
+    def kubeconfig_for(self, owner: dict[str, Any], path: Path) -> Path:
+        """Write a 0600 kubeconfig at ``path`` whose bearer token is bound to ``owner``; returns ``path``.
+
+        The context's namespace is the owner's, so tasks that omit ``namespace`` land next to the CR.
+        """
+        if not self.url:
+            raise RuntimeError("OwnerProxy.kubeconfig_for() called before start()")
+        bound = Owner.from_object(owner)
+        path = Path(path)
+        self.release(path)
+        token = secrets.token_urlsafe(32)
+        context: dict[str, Any] = {"cluster": "ansible-operator-proxy", "user": "ansible-operator-run"}
+        if bound.namespace:
+            context["namespace"] = bound.namespace
+        config = {
+            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "clusters": [{"name": "ansible-operator-proxy", "cluster": {"server": self.url}}],
+            "users": [{"name": "ansible-operator-run", "user": {"token": token}}],
+            "contexts": [{"name": "ansible-operator-run", "context": context}],
+            "current-context": "ansible-operator-run",
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            yaml.safe_dump(config, fh, sort_keys=False)
+        self._tokens[token] = bound
+        self._paths[path] = token
+        return path
+
+    def release(self, path: Path) -> None:
+        """Forget the token written to ``path`` (after the run); later requests with it get 401."""
+        token = self._paths.pop(Path(path), None)
+        if token is not None:
+            self._tokens.pop(token, None)
+
+    def owner_for_token(self, token: str) -> Owner | None:
+        return self._tokens.get(token)
+
+    # -- request handling ---------------------------------------------------------------------------
+
+    def _owner_of(self, request: "web.Request") -> Owner | None:
+        header = request.headers.get("Authorization", "")
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "bearer":
+            return self._tokens.get(value.strip())
+        if scheme.lower() == "basic":  # kubeconfigs with username=<token> (Operator SDK's style)
+            try:
+                user = base64.b64decode(value.strip()).decode().partition(":")[0]
+            except (ValueError, UnicodeDecodeError):
+                return None
+            return self._tokens.get(user)
+        return None
+
+    async def _handle(self, request: "web.Request") -> "web.StreamResponse":
+        from aiohttp import web
+
+        owner = self._owner_of(request)
+        if owner is None:
+            return web.Response(status=401, body=_status_body(401, "Unauthorized", "Unauthorized"),
+                                content_type="application/json")
+        body = await request.read()
+        content_type = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        info = parse_request_path(request.path)
+        dependent: DependentKind | None = None
+        if self._inject and info is not None and _is_mutation_to_inject(request.method, info, content_type):
+            try:
+                body, dependent = await self._maybe_inject(owner, info, body, content_type)
+            except _Refuse as exc:
+                return web.Response(status=exc.code, body=_status_body(exc.code, exc.reason, str(exc)),
+                                    content_type="application/json")
+        response = await self._forward(request, body)
+        if dependent is not None and 200 <= response.status < 300:
+            self._report(dependent)
+        return response
+
+    async def _maybe_inject(self, owner: Owner, info: RequestInfo, body: bytes,
+                            content_type: str) -> tuple[bytes, DependentKind | None]:
+        """Return the (possibly rewritten) body and the dependent kind to report."""
+        resource = await self._discovery.lookup(info.group, info.version, info.resource)
+        if resource is None:
+            # Operator SDK refuses here too: creating without an owner would silently lose GC and watches.
+            raise _Refuse(500, "InternalError",
+                          f"owner proxy: cannot find resource {info.resource!r} in "
+                          f"{info.group + '/' if info.group else ''}{info.version} via discovery")
+        verbs = set(resource.get("verbs") or [])
+        if not {"get", "list", "watch"} <= verbs:
+            return body, None  # virtual resource (TokenReview, SubjectAccessReview...)
+        kind = str(resource.get("kind", ""))
+        if (info.group, kind) == (owner.group, owner.kind):
+            return body, None  # the CR kind itself (e.g. writing a CR's own status / spec)
+        try:
+            if content_type == APPLY_PATCH:
+                obj = yaml.safe_load(body.decode("utf-8")) if body else None
+            else:
+                obj = json.loads(body) if body else None
+        except (ValueError, yaml.YAMLError):
+            return body, None  # let the API server produce its usual error for a malformed body
+        if not isinstance(obj, dict):
+            return body, None
+        namespaced = bool(resource.get("namespaced"))
+        namespace = info.namespace or ((obj.get("metadata") or {}).get("namespace") if namespaced else None)
+        mode = injection_mode(owner, namespaced, namespace)
+        try:
+            changed = inject_owner(obj, owner, mode)
+        except ValueError:
+            return body, None
+        dependent = DependentKind(info.group, info.version, kind, info.resource, namespaced)
+        if changed:
+            log.debug("owner proxy: %s %s %s/%s owned by %s %s/%s", mode, kind, namespace or "",
+                      (obj.get("metadata") or {}).get("name", ""), owner.kind, owner.namespace or "", owner.name)
+            body = json.dumps(obj, separators=(",", ":")).encode()
+        return body, dependent
+
+    def _report(self, dependent: DependentKind) -> None:
+        key = (dependent.group, dependent.version, dependent.kind)
+        if key in self._reported or self._on_dependent is None:
+            return
+        self._reported.add(key)
+        try:
+            self._on_dependent(dependent)
+        except Exception:  # a watcher problem must not fail the role's request
+            log.exception("owner proxy: on_dependent(%s) failed", dependent)
+
+    async def _forward(self, request: "web.Request", body: bytes) -> "web.StreamResponse":
+        from aiohttp import ClientError, ClientPayloadError, web
+
+        assert self._session is not None
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            return await self._forward_websocket(request)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        auth = await self._upstream.auth_header()
+        if auth:
+            headers["Authorization"] = auth
+        url = self._upstream.base + request.rel_url.raw_path_qs
+        try:
+            upstream = await self._session.request(
+                request.method, url, data=body if body or request.method in ("POST", "PUT", "PATCH") else None,
+                headers=headers, allow_redirects=False, server_hostname=self._upstream.server_hostname,
+            )
+        except (ClientError, OSError) as exc:
+            return web.Response(status=502, body=_status_body(502, "BadGateway", f"owner proxy: upstream: {exc}"),
+                                content_type="application/json")
+        try:
+            out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _RESPONSE_DROP}
+            streaming = (request.query.get("watch") in ("true", "1") or "/watch/" in request.path
+                         or request.query.get("follow") in ("true", "1")
+                         or upstream.headers.get("Content-Length") is None)
+            if not streaming:
+                data = await upstream.read()
+                return web.Response(status=upstream.status, body=data, headers=out_headers)
+            # Watches and logs: pass each chunk on as soon as it arrives.
+            response = web.StreamResponse(status=upstream.status, headers=out_headers)
+            await response.prepare(request)
+            try:
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+            except (ClientPayloadError, ConnectionError) as exc:
+                log.debug("owner proxy: stream %s ended: %s", request.path, exc)
+            return response
+        finally:
+            upstream.release()
+
+    async def _forward_websocket(self, request: "web.Request") -> "web.StreamResponse":
+        """exec/attach/port-forward (kubernetes.core.k8s_exec): relay WebSocket frames both ways."""
+        from aiohttp import ClientError, WSMsgType, WSServerHandshakeError, web
+
+        assert self._session is not None
+        protocols = tuple(p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")
+                          if p.strip())
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _WEBSOCKET_DROP}
+        auth = await self._upstream.auth_header()
+        if auth:
+            headers["Authorization"] = auth
+        url = self._upstream.base + request.rel_url.raw_path_qs
+        try:
+            upstream = await self._session.ws_connect(url, protocols=protocols, headers=headers,
+                                                      server_hostname=self._upstream.server_hostname,
+                                                      autoping=True, max_msg_size=0)
+        except WSServerHandshakeError as exc:
+            return web.Response(status=exc.status or 502,
+                                body=_status_body(exc.status or 502, "BadGateway", f"owner proxy: {exc.message}"),
+                                content_type="application/json")
+        except (ClientError, OSError) as exc:
+            return web.Response(status=502, body=_status_body(502, "BadGateway", f"owner proxy: upstream: {exc}"),
+                                content_type="application/json")
+        downstream = web.WebSocketResponse(protocols=(upstream.protocol,) if upstream.protocol else (),
+                                           max_msg_size=0)
+        await downstream.prepare(request)
+
+        async def pump(src: Any, dst: Any) -> None:
+            async for msg in src:
+                if msg.type == WSMsgType.BINARY:
+                    await dst.send_bytes(msg.data)
+                elif msg.type == WSMsgType.TEXT:
+                    await dst.send_str(msg.data)
+                else:
+                    break
+            await dst.close()
+
+        tasks = [asyncio.ensure_future(pump(upstream, downstream)), asyncio.ensure_future(pump(downstream, upstream))]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await upstream.close()
+            await downstream.close()
+        return downstream
+
+    async def _fetch_json(self, path: str) -> Any:
+        """GET ``path`` from upstream with the operator's own credentials (discovery)."""
+        assert self._session is not None
+        headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
+        auth = await self._upstream.auth_header()
+        if auth:
+            headers["Authorization"] = auth
+        async with self._session.get(self._upstream.base + path, headers=headers,
+                                     server_hostname=self._upstream.server_hostname) as resp:
+            if resp.status != 200:
+                log.warning("owner proxy: discovery GET %s -> %s", path, resp.status)
+                return None
+            return json.loads(await resp.read())
+
+
+class _Refuse(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason

@@ -1,0 +1,247 @@
+"""OwnerProxy in front of the sandbox: real kubernetes.core tasks through a per-run kubeconfig.
+
+Checks what a role author relies on: objects created in the CR's namespace get an ownerReference (and
+are garbage-collected with the CR), cluster-scoped ones get the primary-resource annotations, replace
+(PUT) and server-side apply keep/add the owner, reads/waits/watches pass through, unknown tokens get 401,
+and every new dependent kind is reported once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Iterator
+
+import kubernetes
+import pytest
+import yaml
+from kubernetes.client.rest import ApiException
+
+from ansible_operator.owners import (
+    ANNOTATION_PRIMARY_RESOURCE,
+    ANNOTATION_PRIMARY_RESOURCE_TYPE,
+    DependentKind,
+    OwnerProxy,
+)
+from ansible_operator.sandbox import Sandbox
+
+pytestmark = pytest.mark.e2e
+
+GROUP, VERSION, PLURAL, KIND = "owners.ansible-operator.dev", "v1", "apps", "App"
+NS = "owners"
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": f"{PLURAL}.{GROUP}"},
+    "spec": {
+        "group": GROUP, "scope": "Namespaced",
+        "names": {"plural": PLURAL, "singular": "app", "kind": KIND},
+        "versions": [{"name": VERSION, "served": True, "storage": True, "subresources": {"status": {}},
+                      "schema": {"openAPIV3Schema": {"type": "object",
+                                                     "x-kubernetes-preserve-unknown-fields": True}}}],
+    },
+}
+VENV_BIN = Path(sys.executable).parent
+
+
+class Cluster:
+    def __init__(self, sandbox: Sandbox, kubeconfig: Path) -> None:
+        self.sandbox = sandbox
+        self.kubeconfig = kubeconfig
+        self.api = kubernetes.config.new_client_from_config(str(kubeconfig))
+        self.core = kubernetes.client.CoreV1Api(self.api)
+        self.custom = kubernetes.client.CustomObjectsApi(self.api)
+        self.rbac = kubernetes.client.RbacAuthorizationV1Api(self.api)
+
+    def configuration(self) -> kubernetes.client.Configuration:
+        cfg = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(str(self.kubeconfig), client_configuration=cfg)
+        return cfg
+
+    def create_owner(self, name: str) -> dict[str, Any]:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+                "metadata": {"name": name, "namespace": NS}, "spec": {}}
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    tmp = tmp_path_factory.mktemp("owners")
+    sb = Sandbox(simulate=True)
+    sb.start_in_thread()
+    try:
+        c = Cluster(sb, sb.write_kubeconfig(tmp / "admin.kubeconfig", namespace=NS))
+        c.core.create_namespace({"metadata": {"name": NS}})
+        kubernetes.client.ApiextensionsV1Api(c.api).create_custom_resource_definition(CRD)
+        yield c
+        c.api.close()
+    finally:
+        sb.stop_thread()
+
+
+@pytest.fixture
+async def proxy(cluster: Cluster) -> AsyncIterator[tuple[OwnerProxy, list[DependentKind]]]:
+    seen: list[DependentKind] = []
+    p = OwnerProxy(cluster.configuration(), on_dependent=seen.append)
+    await p.start()
+    try:
+        yield p, seen
+    finally:
+        await p.close()
+
+
+async def run_playbook(tmp: Path, kubeconfig: Path, tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    """ansible-playbook as a subprocess (the proxy keeps serving on this loop); returns registered vars."""
+    registered = [t["register"] for t in tasks if "register" in t]
+    out = tmp / "results.json"
+    dump = {"copy": {"dest": str(out), "content": "{{ {" + ", ".join(f"'{r}': {r}" for r in registered)
+                     + "} | to_json }}"}}
+    pb = tmp / "play.yml"
+    pb.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks + [dump]}],
+                                 sort_keys=False))
+    env = dict(os.environ)
+    env.update({"K8S_AUTH_KUBECONFIG": str(kubeconfig), "KUBECONFIG": str(kubeconfig),
+                "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"), "ANSIBLE_NOCOLOR": "1",
+                "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"})
+    proc = await asyncio.create_subprocess_exec(
+        str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+        "-e", f"ansible_python_interpreter={sys.executable}", str(pb),
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    stdout, _ = await asyncio.wait_for(proc.communicate(), 240)
+    assert proc.returncode == 0, stdout.decode()[-5000:]
+    return json.loads(out.read_text())
+
+
+async def eventually(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await asyncio.to_thread(predicate)
+        if last:
+            return last
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}: last={last!r}")
+
+
+def _k8s(definition: dict[str, Any], register: str, **extra: Any) -> dict[str, Any]:
+    return {"kubernetes.core.k8s": {"definition": definition, **extra}, "register": register}
+
+
+async def test_roles_objects_get_owners_through_the_proxy(
+        cluster: Cluster, proxy: tuple[OwnerProxy, list[DependentKind]], tmp_path: Path) -> None:
+    p, seen = proxy
+    owner = await asyncio.to_thread(cluster.create_owner, "app1")
+    uid = owner["metadata"]["uid"]
+    kubeconfig = p.kubeconfig_for(owner, tmp_path / "run" / "kubeconfig")
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "app1-web", "namespace": NS},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "web", "image": "nginx"}]}}},
+    }
+    results = await run_playbook(tmp_path, kubeconfig, [
+        _k8s({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app1-cm", "namespace": NS},
+              "data": {"a": "1"}}, "cm"),
+        # replace (PUT) must keep the owner reference the create added
+        _k8s({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app1-cm", "namespace": NS},
+              "data": {"a": "2"}}, "cm_replaced", force=True),
+        _k8s({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+              "metadata": {"name": "app1-reader"},
+              "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}, "clusterrole"),
+        _k8s({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app1-extra"}}, "namespace"),
+        _k8s({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "app1-ssa", "namespace": NS},
+              "stringData": {"k": "v"}}, "ssa", apply=True, server_side_apply={"field_manager": "role"}),
+        _k8s(deployment, "deploy", wait=True, wait_timeout=60, wait_sleep=1),
+        {"kubernetes.core.k8s_info": {"api_version": "v1", "kind": "ConfigMap", "namespace": NS,
+                                      "name": "app1-cm"}, "register": "info"},
+    ])
+    ref = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": "app1", "uid": uid}
+    assert results["cm"]["changed"] and results["cm"]["result"]["metadata"]["ownerReferences"] == [ref]
+    cm = await asyncio.to_thread(cluster.core.read_namespaced_config_map, "app1-cm", NS)
+    assert cm.data == {"a": "2"}
+    assert [r.uid for r in cm.metadata.owner_references] == [uid]
+    secret = await asyncio.to_thread(cluster.core.read_namespaced_secret, "app1-ssa", NS)
+    assert [r.uid for r in secret.metadata.owner_references] == [uid]
+    assert results["deploy"]["result"]["metadata"]["ownerReferences"] == [ref]
+    assert results["info"]["resources"][0]["metadata"]["name"] == "app1-cm"
+    for key in ("clusterrole", "namespace"):
+        meta = results[key]["result"]["metadata"]
+        assert not meta.get("ownerReferences")
+        assert meta["annotations"][ANNOTATION_PRIMARY_RESOURCE] == f"{NS}/app1"
+        assert meta["annotations"][ANNOTATION_PRIMARY_RESOURCE_TYPE] == f"{KIND}.{GROUP}"
+    kinds = sorted(k.kind for k in seen)
+    assert kinds == ["ClusterRole", "ConfigMap", "Deployment", "Namespace", "Secret"]
+    assert DependentKind("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", False) in seen
+    assert DependentKind("", "v1", "ConfigMap", "configmaps", True) in seen
+
+    # deleting the owner garbage-collects what it owns (but not the annotated cluster-scoped objects)
+    await asyncio.to_thread(cluster.custom.delete_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, "app1")
+
+    def cm_gone() -> bool:
+        try:
+            cluster.core.read_namespaced_config_map("app1-cm", NS)
+            return False
+        except ApiException as exc:
+            return exc.status == 404
+
+    await eventually(cm_gone, what="ConfigMap app1-cm garbage-collected")
+    role = await asyncio.to_thread(cluster.rbac.read_cluster_role, "app1-reader")
+    assert role.metadata.annotations[ANNOTATION_PRIMARY_RESOURCE] == f"{NS}/app1"
+
+
+async def test_second_run_reports_no_new_kinds_and_owner_kind_untouched(
+        cluster: Cluster, proxy: tuple[OwnerProxy, list[DependentKind]], tmp_path: Path) -> None:
+    p, seen = proxy
+    owner = await asyncio.to_thread(cluster.create_owner, "app2")
+    kubeconfig = p.kubeconfig_for(owner, tmp_path / "kubeconfig")
+    await run_playbook(tmp_path, kubeconfig, [
+        _k8s({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app2-a", "namespace": NS}}, "a"),
+        _k8s({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app2-b", "namespace": NS}}, "b"),
+        # the owner kind itself is never given an owner (e.g. a role creating a sibling CR)
+        _k8s({"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": "app2-child",
+                                                                           "namespace": NS}}, "sibling"),
+    ])
+    assert [k.kind for k in seen] == ["ConfigMap"]
+    sibling = await asyncio.to_thread(cluster.custom.get_namespaced_custom_object, GROUP, VERSION, NS, PLURAL,
+                                      "app2-child")
+    assert not sibling["metadata"].get("ownerReferences")
+
+
+async def test_watch_streams_and_unknown_tokens_are_refused(
+        cluster: Cluster, proxy: tuple[OwnerProxy, list[DependentKind]], tmp_path: Path) -> None:
+    p, _ = proxy
+    owner = await asyncio.to_thread(cluster.create_owner, "app3")
+    kubeconfig = p.kubeconfig_for(owner, tmp_path / "kubeconfig")
+    api = kubernetes.config.new_client_from_config(str(kubeconfig))
+    core = kubernetes.client.CoreV1Api(api)
+    names: list[str] = []
+    started = threading.Event()
+
+    def watch() -> None:
+        w = kubernetes.watch.Watch()
+        rv = core.list_namespaced_config_map(NS).metadata.resource_version
+        started.set()
+        for event in w.stream(core.list_namespaced_config_map, NS, resource_version=rv, timeout_seconds=20):
+            names.append(event["object"].metadata.name)
+            if event["object"].metadata.name == "app3-late":
+                w.stop()
+
+    watcher = asyncio.create_task(asyncio.to_thread(watch))
+    await asyncio.to_thread(started.wait, 10)
+    await asyncio.sleep(0.3)
+    await asyncio.to_thread(cluster.core.create_namespaced_config_map, NS,
+                            {"metadata": {"name": "app3-late"}})
+    await asyncio.wait_for(watcher, 25)
+    assert names == ["app3-late"]
+
+    p.release(kubeconfig)
+    with pytest.raises(ApiException) as exc_info:
+        await asyncio.to_thread(core.list_namespaced_config_map, NS)
+    assert exc_info.value.status == 401
+    api.close()

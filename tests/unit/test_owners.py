@@ -1,0 +1,160 @@
+"""Owner injection rules (ownerReference vs primary-resource annotations), request path parsing and the
+proxy's token mapping -- the pure parts of ansible_operator.owners."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import kubernetes
+import pytest
+import yaml
+
+from ansible_operator.owners import (
+    ANNOTATION_PRIMARY_RESOURCE,
+    ANNOTATION_PRIMARY_RESOURCE_TYPE,
+    Owner,
+    OwnerProxy,
+    RequestInfo,
+    _is_mutation_to_inject,
+    inject_owner,
+    injection_mode,
+    owner_ref,
+    parse_request_path,
+)
+
+CR = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
+      "metadata": {"name": "mc", "namespace": "apps", "uid": "u-1"}}
+NAMESPACED = Owner.from_object(CR)
+CLUSTER = Owner("cache.example.com/v1alpha1", "Cluster", "c1", None, "u-2")
+
+
+def test_owner_from_object_requires_uid() -> None:
+    assert NAMESPACED == Owner("cache.example.com/v1alpha1", "Memcached", "mc", "apps", "u-1")
+    assert NAMESPACED.group == "cache.example.com"
+    with pytest.raises(ValueError, match="metadata.uid"):
+        Owner.from_object({"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}})
+
+
+def test_owner_ref_matches_operator_sdk() -> None:
+    assert owner_ref(NAMESPACED) == {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
+                                     "name": "mc", "uid": "u-1"}
+
+
+@pytest.mark.parametrize(
+    ("owner", "dep_namespaced", "dep_ns", "mode"),
+    [
+        (NAMESPACED, True, "apps", "ownerReference"),
+        (NAMESPACED, True, "other", "annotations"),
+        (NAMESPACED, False, None, "annotations"),
+        (CLUSTER, True, "apps", "ownerReference"),
+        (CLUSTER, False, None, "ownerReference"),
+    ],
+)
+def test_injection_mode(owner: Owner, dep_namespaced: bool, dep_ns: str | None, mode: str) -> None:
+    assert injection_mode(owner, dep_namespaced, dep_ns) == mode
+
+
+def test_inject_owner_reference_no_duplicates() -> None:
+    obj: dict = {"metadata": {"name": "cm", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "Other", "name": "o", "uid": "x"}]}}
+    assert inject_owner(obj, NAMESPACED, "ownerReference") is True
+    assert obj["metadata"]["ownerReferences"][-1] == owner_ref(NAMESPACED)
+    assert inject_owner(obj, NAMESPACED, "ownerReference") is False
+    assert len(obj["metadata"]["ownerReferences"]) == 2
+    # a reference to the same owner given without uid counts as present too
+    bare: dict = {"metadata": {"ownerReferences": [
+        {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached", "name": "mc"}]}}
+    assert inject_owner(bare, NAMESPACED, "ownerReference") is False
+    empty: dict = {}
+    assert inject_owner(empty, NAMESPACED, "ownerReference") is True
+    assert empty["metadata"]["ownerReferences"] == [owner_ref(NAMESPACED)]
+
+
+def test_inject_annotations() -> None:
+    obj: dict = {"metadata": {"name": "ns1", "annotations": {"keep": "1"}}}
+    assert inject_owner(obj, NAMESPACED, "annotations") is True
+    assert obj["metadata"]["annotations"] == {
+        "keep": "1",
+        ANNOTATION_PRIMARY_RESOURCE: "apps/mc",
+        ANNOTATION_PRIMARY_RESOURCE_TYPE: "Memcached.cache.example.com",
+    }
+    assert inject_owner(obj, NAMESPACED, "annotations") is False
+    core_owner = Owner("v1", "ConfigMap", "c", "apps", "u")
+    o2: dict = {"metadata": {}}
+    inject_owner(o2, core_owner, "annotations")
+    assert o2["metadata"]["annotations"][ANNOTATION_PRIMARY_RESOURCE_TYPE] == "ConfigMap"
+
+
+def test_inject_rejects_malformed_metadata() -> None:
+    with pytest.raises(ValueError):
+        inject_owner({"metadata": {"ownerReferences": "x"}}, NAMESPACED, "ownerReference")
+    with pytest.raises(ValueError):
+        inject_owner({"metadata": []}, NAMESPACED, "annotations")
+
+
+@pytest.mark.parametrize(
+    ("path", "info"),
+    [
+        ("/api/v1/namespaces/ns/configmaps", RequestInfo("", "v1", "configmaps", "ns")),
+        ("/api/v1/namespaces/ns/configmaps/c", RequestInfo("", "v1", "configmaps", "ns", "c")),
+        ("/api/v1/namespaces", RequestInfo("", "v1", "namespaces")),
+        ("/api/v1/namespaces/ns", RequestInfo("", "v1", "namespaces", None, "ns")),
+        ("/api/v1/namespaces/ns/status", RequestInfo("", "v1", "namespaces", None, "ns", "status")),
+        ("/api/v1/namespaces/ns/pods/p/exec", RequestInfo("", "v1", "pods", "ns", "p", "exec")),
+        ("/apis/rbac.authorization.k8s.io/v1/clusterroles",
+         RequestInfo("rbac.authorization.k8s.io", "v1", "clusterroles")),
+        ("/apis/apps/v1/watch/namespaces/ns/deployments",
+         RequestInfo("apps", "v1", "deployments", "ns", watch_path=True)),
+        ("/apis/x.io/v1/namespaces/ns/things/t/status", RequestInfo("x.io", "v1", "things", "ns", "t", "status")),
+    ],
+)
+def test_parse_request_path(path: str, info: RequestInfo) -> None:
+    assert parse_request_path(path) == info
+
+
+@pytest.mark.parametrize("path", ["/", "/api", "/api/v1", "/apis", "/apis/apps", "/apis/apps/v1", "/version",
+                                  "/openapi/v2"])
+def test_parse_non_resource_paths(path: str) -> None:
+    assert parse_request_path(path) is None
+
+
+def test_which_requests_get_an_owner() -> None:
+    coll = RequestInfo("", "v1", "configmaps", "ns")
+    item = RequestInfo("", "v1", "configmaps", "ns", "c")
+    sub = RequestInfo("", "v1", "pods", "ns", "p", "eviction")
+    assert _is_mutation_to_inject("POST", coll, "application/json")
+    assert not _is_mutation_to_inject("POST", sub, "application/json")
+    assert _is_mutation_to_inject("PUT", item, "application/json")
+    assert _is_mutation_to_inject("PATCH", item, "application/apply-patch+yaml")
+    assert not _is_mutation_to_inject("PATCH", item, "application/merge-patch+json")
+    assert not _is_mutation_to_inject("PATCH", item, "application/strategic-merge-patch+json")
+    assert not _is_mutation_to_inject("GET", coll, "")
+    assert not _is_mutation_to_inject("DELETE", item, "")
+
+
+async def test_kubeconfig_tokens_are_per_owner_and_released(tmp_path: Path) -> None:
+    cfg = kubernetes.client.Configuration()
+    cfg.host = "http://127.0.0.1:9"  # never contacted here
+    proxy = OwnerProxy(cfg)
+    await proxy.start()
+    try:
+        a = proxy.kubeconfig_for(CR, tmp_path / "a" / "kubeconfig")
+        other = dict(CR, metadata={"name": "mc2", "namespace": "apps", "uid": "u-9"})
+        b = proxy.kubeconfig_for(other, tmp_path / "b" / "kubeconfig")
+        assert stat.S_IMODE(a.stat().st_mode) == 0o600
+        ca, cb = yaml.safe_load(a.read_text()), yaml.safe_load(b.read_text())
+        assert ca["clusters"][0]["cluster"]["server"] == proxy.url
+        assert ca["contexts"][0]["context"]["namespace"] == "apps"
+        ta, tb = ca["users"][0]["user"]["token"], cb["users"][0]["user"]["token"]
+        assert ta != tb
+        assert proxy.owner_for_token(ta) == NAMESPACED
+        assert proxy.owner_for_token(tb).name == "mc2"  # type: ignore[union-attr]
+        proxy.release(a)
+        assert proxy.owner_for_token(ta) is None
+        assert proxy.owner_for_token(tb) is not None
+        # re-issuing for the same path replaces the old token
+        proxy.kubeconfig_for(other, b)
+        assert proxy.owner_for_token(tb) is None
+    finally:
+        await proxy.close()
