@@ -217,6 +217,13 @@ class Store:
         self._emit(Event("DELETED", key[0], key[1], final, old, rv))
         return final
 
+    def set_history_limit(self, limit: int) -> None:
+        """Shrink or grow the retained watch history (tests use a small one to provoke 410 Gone)."""
+        events = list(self._history)
+        self._history = collections.deque(events[-limit:], maxlen=limit)
+        if len(events) > limit:
+            self._compacted = events[-limit - 1].rv
+
     # ---- watch -----------------------------------------------------------------------------------
     def add_listener(self, fn: Callable[[Event], None]) -> None:
         """In-process subscribers (lifecycle, simulated controllers): called synchronously per event."""

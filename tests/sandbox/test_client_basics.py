@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import kubernetes
 import pytest
@@ -12,46 +11,13 @@ from kubernetes.dynamic import DynamicClient
 
 from ansible_operator.sandbox.testing import SandboxHandle
 
-CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-    "metadata": {"name": "widgets.test.example.com"},
-    "spec": {"group": "test.example.com", "scope": "Namespaced",
-             "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "shortNames": ["wd"]},
-             "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
-                           "schema": {"openAPIV3Schema": {
-                               "type": "object",
-                               "properties": {
-                                   "spec": {"type": "object", "required": ["size"],
-                                            "properties": {"size": {"type": "integer", "minimum": 1},
-                                                           "color": {"type": "string", "default": "blue"}}},
-                                   "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}}}]},
-}
-
-
-def wait_for(fn, timeout: float = 10.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out, last={last!r}")
-
+from .helpers import install_crd, wait_for
 
 @pytest.fixture
 def api(sandbox: SandboxHandle) -> kubernetes.client.ApiClient:
     client = sandbox.api_client()
     yield client
     client.close()
-
-
-def install_crd(api: kubernetes.client.ApiClient) -> None:
-    ext = kubernetes.client.ApiextensionsV1Api(api)
-    ext.create_custom_resource_definition(CRD)
-    wait_for(lambda: any(c.type == "Established" and c.status == "True"
-                         for c in (ext.read_custom_resource_definition(CRD["metadata"]["name"]).status.conditions
-                                   or [])))
 
 
 def test_configmap_crud(api):
