@@ -84,7 +84,9 @@ def json_patch(target: Any, operations: Any) -> Any:
         )
     for i, op in enumerate(operations):
         if not isinstance(op, dict):
-            raise PatchError(f"json: cannot unmarshal {_go_json_type(op)} into Go value of type jsonpatch.Operation")
+            raise PatchError(
+                f"json: cannot unmarshal {_go_json_type(op)} into Go value of type jsonpatch.Operation"
+            )
         if "op" not in op:
             raise PatchError(f"invalid JSON patch: operation {i} has no 'op'")
         if "path" not in op:
@@ -99,13 +101,25 @@ def json_patch(target: Any, operations: Any) -> Any:
         try:
             doc = step.apply(doc, in_place=True)
         except jsonpatch.JsonPatchTestFailed as exc:
-            raise PatchError(f"testing value {where} failed: test failed ({exc})", code=422, reason="Invalid") from exc
+            raise PatchError(
+                f"testing value {where} failed: test failed ({exc})", code=422, reason="Invalid"
+            ) from exc
         except jsonpatch.InvalidJsonPatch as exc:
             raise PatchError(f"invalid JSON patch: {exc}") from exc
-        except (jsonpatch.JsonPatchConflict, jsonpointer.JsonPointerException, jsonpatch.JsonPatchException,
-                KeyError, IndexError, TypeError) as exc:
-            raise PatchError(f"{name} operation does not apply: doc is missing path: {json.dumps(where)}: "
-                             f"missing value ({exc})", code=422, reason="Invalid") from exc
+        except (
+            jsonpatch.JsonPatchConflict,
+            jsonpointer.JsonPointerException,
+            jsonpatch.JsonPatchException,
+            KeyError,
+            IndexError,
+            TypeError,
+        ) as exc:
+            raise PatchError(
+                f"{name} operation does not apply: doc is missing path: {json.dumps(where)}: "
+                f"missing value ({exc})",
+                code=422,
+                reason="Invalid",
+            ) from exc
     return doc
 
 
@@ -232,7 +246,9 @@ def _smp_map(original: dict | None, patch: dict, path: tuple[str, ...], kind: st
     if directive == "replace":
         return _smp_map(None, patch, path, kind)
     if directive not in (None, "merge"):
-        raise PatchError(f"unknown patch type: {directive} in map: {_go_map(dict(patch, **{'$patch': directive}))}")
+        raise PatchError(
+            f"unknown patch type: {directive} in map: {_go_map(dict(patch, **{'$patch': directive}))}"
+        )
 
     retain = patch.pop("$retainKeys", None)
     orders: dict[str, list[Any]] = {}
@@ -242,11 +258,11 @@ def _smp_map(original: dict | None, patch: dict, path: tuple[str, ...], kind: st
         if key.startswith(_SET_ORDER):
             if not isinstance(value, list):
                 raise PatchError(f"invalid {key}: must be a list, got {_go_json_type(value)}")
-            orders[key[len(_SET_ORDER):]] = value
+            orders[key[len(_SET_ORDER) :]] = value
         elif key.startswith(_DELETE_PRIMITIVE):
             if not isinstance(value, list):
                 raise PatchError(f"invalid {key}: must be a list, got {_go_json_type(value)}")
-            deletions[key[len(_DELETE_PRIMITIVE):]] = value
+            deletions[key[len(_DELETE_PRIMITIVE) :]] = value
         # any other "$..." key is dropped, as decoding into the typed object drops it on a real server
 
     result: dict[str, Any] = _copy(original) if isinstance(original, dict) else {}
@@ -282,15 +298,25 @@ def _smp_map(original: dict | None, patch: dict, path: tuple[str, ...], kind: st
             current = result.get(key)
             result[key] = _smp_list(
                 current if isinstance(current, list) else None,
-                value, sub, kind, orders.get(key), deletions.get(key, []),
+                value,
+                sub,
+                kind,
+                orders.get(key),
+                deletions.get(key, []),
             )
         else:
             result[key] = value
     return result
 
 
-def _smp_list(original: list | None, patch: list, path: tuple[str, ...], kind: str,
-              order: list[Any] | None, deletions: list[Any]) -> list:
+def _smp_list(
+    original: list | None,
+    patch: list,
+    path: tuple[str, ...],
+    kind: str,
+    order: list[Any] | None,
+    deletions: list[Any],
+) -> list:
     strategy = list_strategy(kind, path)
     base = _remove_primitives(_copy(original or []), deletions)
     if strategy is None:
@@ -299,8 +325,10 @@ def _smp_list(original: list | None, patch: list, path: tuple[str, ...], kind: s
         result = list(base)
         for item in patch:
             if isinstance(item, (dict, list)):
-                raise PatchError(f"strategic merge patch: list {'.'.join(path)} holds primitives, "
-                                 f"got {_go_json_type(item)}")
+                raise PatchError(
+                    f"strategic merge patch: list {'.'.join(path)} holds primitives, "
+                    f"got {_go_json_type(item)}"
+                )
             if not any(_same(item, x) for x in result):
                 result.append(item)
         return _normalize_order(result, order if order is not None else patch, base, "")
@@ -317,8 +345,10 @@ def _smp_list(original: list | None, patch: list, path: tuple[str, ...], kind: s
     base_order = list(base)
     for item in patch:
         if not isinstance(item, dict):
-            raise PatchError(f"strategic merge patch: list {'.'.join(path)} must hold objects with merge key "
-                             f"{key!r}, got {_go_json_type(item)}")
+            raise PatchError(
+                f"strategic merge patch: list {'.'.join(path)} must hold objects with merge key "
+                f"{key!r}, got {_go_json_type(item)}"
+            )
         if key not in item:
             raise PatchError(f"map: {_go_map(item)} does not contain declared merge key: {key}")
         directive = item.get("$patch")
@@ -347,6 +377,7 @@ def _normalize_order(merged: list, order: list[Any], original: list, key: str) -
     live list (``mergeSortedSlice``), new items winning ties — e.g. a new container port lands
     before an untouched live one, exactly as ``kubectl patch`` shows.
     """
+
     def ident(x: Any) -> str:
         if key:
             return _canon(x.get(key)) if isinstance(x, dict) else _canon(None)
@@ -362,8 +393,9 @@ def _normalize_order(merged: list, order: list[Any], original: list, key: str) -
         live_pos.setdefault(ident(o), i)
 
     patch_items = sorted((x for x in merged if ident(x) in order_pos), key=lambda x: order_pos[ident(x)])
-    server_only = sorted((x for x in merged if ident(x) not in order_pos),
-                         key=lambda x: live_pos.get(ident(x), len(live_pos)))
+    server_only = sorted(
+        (x for x in merged if ident(x) not in order_pos), key=lambda x: live_pos.get(ident(x), len(live_pos))
+    )
     out: list[Any] = []
     i = j = 0
     while i < len(server_only) or j < len(patch_items):
@@ -405,8 +437,12 @@ def apply_patch(current: dict | None, applied: dict, field_manager: str) -> dict
     if not isinstance(applied, dict):
         raise PatchError(f"apply patch must be an object, got {_go_json_type(applied)}")
     if not field_manager:
-        raise PatchError("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for "
-                         "apply patch")
+        raise PatchError(
+            'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for '
+            "apply patch",
+            code=422,
+            reason="Invalid",
+        )
     if current is None:
         return _drop_nulls(applied)
     kind = str(applied.get("kind") or current.get("kind") or "")
@@ -442,10 +478,17 @@ def _apply_list(current: list, applied: list, path: tuple[str, ...], kind: str) 
     result = _copy(current)
     for item in applied:
         if not isinstance(item, dict) or strategy not in item:
-            raise PatchError(f".{'.'.join(path)}: element {_canon(item)} is missing the associative key "
-                             f"{strategy!r}")
-        idx = next((i for i, x in enumerate(result)
-                    if isinstance(x, dict) and _same(x.get(strategy), item[strategy])), None)
+            raise PatchError(
+                f".{'.'.join(path)}: element {_canon(item)} is missing the associative key {strategy!r}"
+            )
+        idx = next(
+            (
+                i
+                for i, x in enumerate(result)
+                if isinstance(x, dict) and _same(x.get(strategy), item[strategy])
+            ),
+            None,
+        )
         if idx is None:
             result.append(_drop_nulls(item))
         else:
@@ -485,5 +528,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _go_map(value: dict) -> str:
-    inner = " ".join(f"{k}:{_canon(v) if isinstance(v, (dict, list)) else v}" for k, v in sorted(value.items()))
+    inner = " ".join(
+        f"{k}:{_canon(v) if isinstance(v, (dict, list)) else v}" for k, v in sorted(value.items())
+    )
     return f"map[{inner}]"

@@ -34,7 +34,8 @@ import re
 import uuid as _uuid
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 __all__ = [
     "FieldError",
@@ -44,6 +45,15 @@ __all__ = [
     "validate_crd",
     "invalid_message",
     "format_value",
+    # field.Error constructors, shared with the server for its own (built-in kind) validation
+    "required",
+    "invalid",
+    "type_invalid",
+    "not_supported",
+    "too_long",
+    "too_many",
+    "forbidden",
+    "duplicate",
 ]
 
 _ROOT_META_KEYS = ("apiVersion", "kind", "metadata")
@@ -122,7 +132,9 @@ def _num(value: Any) -> str:
     return str(value)
 
 
-def _make(type_: str, field: str, value: Any = None, detail: str = "", *, show_value: bool = True) -> FieldError:
+def _make(
+    type_: str, field: str, value: Any = None, detail: str = "", *, show_value: bool = True
+) -> FieldError:
     body = _TYPE_STRINGS.get(type_, type_)
     if show_value and type_ not in _NO_VALUE_TYPES:
         body = f"{body}: {format_value(value)}"
@@ -236,13 +248,10 @@ def _is_type(value: Any, type_: str) -> bool:
 # The apiserver decodes JSON integers into int64; anything larger becomes a float64 ("number").
 # Like the apiserver, numeric formats (int32, int64, float, double) are not range-checked.
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_DATE_TIME_RE = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
-)
+_DATE_TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 _DURATION_RE = re.compile(r"^([+-]?\d+(\.\d+)?(ns|us|µs|ms|s|m|h|d|w))+$")
-_HOSTNAME_RE = re.compile(
-    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
-)
+_HOST_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME_RE = re.compile(rf"^(?=.{{1,253}}$){_HOST_LABEL}(\.{_HOST_LABEL})*$")
 _EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
 _MAC_RE = re.compile(r"^([0-9A-Fa-f]{2}[:-]){5}[0-9A-Fa-f]{2}$")
 _HEXCOLOR_RE = re.compile(r"^#?([0-9A-Fa-f]{3}|[0-9A-Fa-f]{6})$")
@@ -366,10 +375,14 @@ def _validate(schema: dict, value: Any, path: str, errors: list[FieldError]) -> 
         if schema.get("nullable"):
             return
         if schema.get("x-kubernetes-int-or-string"):
-            errors.append(type_invalid(path, "null", f'{path} in body must be of type integer,string: "null"'))
+            errors.append(
+                type_invalid(path, "null", f'{path} in body must be of type integer,string: "null"')
+            )
             return
         if "type" in schema:
-            errors.append(type_invalid(path, "null", f'{path} in body must be of type {schema["type"]}: "null"'))
+            errors.append(
+                type_invalid(path, "null", f'{path} in body must be of type {schema["type"]}: "null"')
+            )
             return
         if schema.get("x-kubernetes-preserve-unknown-fields") or schema.get("x-kubernetes-embedded-resource"):
             # Untyped preserved fields: apiserver rejects null unless nullable.
@@ -378,7 +391,9 @@ def _validate(schema: dict, value: Any, path: str, errors: list[FieldError]) -> 
     if schema.get("x-kubernetes-int-or-string"):
         if not (_is_type(value, "integer") or _is_type(value, "string")):
             actual = _json_type(value)
-            errors.append(type_invalid(path, actual, f'{path} in body must be of type integer,string: "{actual}"'))
+            errors.append(
+                type_invalid(path, actual, f'{path} in body must be of type integer,string: "{actual}"')
+            )
             return
     type_ = schema.get("type")
     if type_ and not _is_type(value, type_):
@@ -409,7 +424,9 @@ def _validate_number(schema: dict, value: int | float, path: str, errors: list[F
             if value <= m:
                 errors.append(invalid(path, value, f"{path} in body should be greater than {_num(m)}"))
         elif value < m:
-            errors.append(invalid(path, value, f"{path} in body should be greater than or equal to {_num(m)}"))
+            errors.append(
+                invalid(path, value, f"{path} in body should be greater than or equal to {_num(m)}")
+            )
     if "maximum" in schema and _is_type(schema["maximum"], "number"):
         m = schema["maximum"]
         if schema.get("exclusiveMaximum") is True:
@@ -429,7 +446,9 @@ def _validate_string(schema: dict, value: str, path: str, errors: list[FieldErro
     if _is_type(schema.get("maxLength"), "integer") and length > schema["maxLength"]:
         errors.append(too_long(path, schema["maxLength"]))
     if _is_type(schema.get("minLength"), "integer") and length < schema["minLength"]:
-        errors.append(invalid(path, value, f"{path} in body should be at least {schema['minLength']} chars long"))
+        errors.append(
+            invalid(path, value, f"{path} in body should be at least {schema['minLength']} chars long")
+        )
     pattern = schema.get("pattern")
     if isinstance(pattern, str):
         rx = _compile(pattern)
@@ -438,7 +457,9 @@ def _validate_string(schema: dict, value: str, path: str, errors: list[FieldErro
     fmt = schema.get("format")
     check = _STRING_FORMATS.get(fmt) if isinstance(fmt, str) else None
     if check is not None and not check(value):
-        errors.append(type_invalid(path, value, f"{path} in body must be of type {fmt}: {format_value(value)}"))
+        errors.append(
+            type_invalid(path, value, f"{path} in body must be of type {fmt}: {format_value(value)}")
+        )
 
 
 def _validate_array(schema: dict, value: list, path: str, errors: list[FieldError]) -> None:
@@ -447,7 +468,7 @@ def _validate_array(schema: dict, value: list, path: str, errors: list[FieldErro
     if _is_type(schema.get("minItems"), "integer") and len(value) < schema["minItems"]:
         errors.append(invalid(path, value, f"{path} in body should have at least {schema['minItems']} items"))
     if schema.get("uniqueItems") is True:
-        if any(_json_equal(a, b) for i, a in enumerate(value) for b in value[i + 1:]):
+        if any(_json_equal(a, b) for i, a in enumerate(value) for b in value[i + 1 :]):
             errors.append(invalid(path, value, f"{path} in body shouldn't contain duplicates"))
     items = schema.get("items")
     if isinstance(items, dict):
@@ -527,7 +548,9 @@ def _validate_junctors(schema: dict, value: Any, path: str, errors: list[FieldEr
         n = sum(1 for sub in one_of if isinstance(sub, dict) and _matches(sub, value, path))
         if n != 1:
             reason = "Found none valid" if n == 0 else f"Found {n} valid alternatives"
-            errors.append(invalid(path, "", f'"{shown}" must validate one and only one schema (oneOf). {reason}'))
+            errors.append(
+                invalid(path, "", f'"{shown}" must validate one and only one schema (oneOf). {reason}')
+            )
     not_ = schema.get("not")
     if isinstance(not_, dict) and _matches(not_, value, path):
         errors.append(invalid(path, "", f'"{shown}" must not validate the schema (not)'))
@@ -547,9 +570,7 @@ def _json_equal(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
-    return type(a) in (int, float) and type(b) in (int, float) and a == b or (
-        type(a) is type(b) and a == b
-    )
+    return type(a) in (int, float) and type(b) in (int, float) and a == b or (type(a) is type(b) and a == b)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -695,39 +716,69 @@ def validate_crd(crd: dict) -> list[FieldError]:
     if not group:
         errors.append(required("spec.group"))
     elif not isinstance(group, str) or not _DNS1123_SUBDOMAIN.match(group):
-        errors.append(invalid("spec.group", group, "a lowercase RFC 1123 subdomain must consist of lower case "
-                              "alphanumeric characters, '-' or '.', and must start and end with an "
-                              "alphanumeric character"))
+        errors.append(
+            invalid(
+                "spec.group",
+                group,
+                "a lowercase RFC 1123 subdomain must consist of lower case "
+                "alphanumeric characters, '-' or '.', and must start and end with an "
+                "alphanumeric character",
+            )
+        )
     elif "." not in group:
         errors.append(invalid("spec.group", group, "should be a domain with at least one dot"))
 
     if not plural:
         errors.append(required("spec.names.plural"))
     elif not isinstance(plural, str) or not _DNS1123_LABEL.match(plural):
-        errors.append(invalid("spec.names.plural", plural, "a lowercase RFC 1123 label must consist of lower case "
-                              "alphanumeric characters or '-', and must start and end with an alphanumeric character"))
+        errors.append(
+            invalid(
+                "spec.names.plural",
+                plural,
+                "a lowercase RFC 1123 label must consist of lower case "
+                "alphanumeric characters or '-', and must start and end with an alphanumeric character",
+            )
+        )
     singular = names.get("singular")
     if singular and (not isinstance(singular, str) or not _DNS1123_LABEL.match(singular)):
-        errors.append(invalid("spec.names.singular", singular, "a lowercase RFC 1123 label must consist of lower "
-                              "case alphanumeric characters or '-', and must start and end with an "
-                              "alphanumeric character"))
+        errors.append(
+            invalid(
+                "spec.names.singular",
+                singular,
+                "a lowercase RFC 1123 label must consist of lower "
+                "case alphanumeric characters or '-', and must start and end with an "
+                "alphanumeric character",
+            )
+        )
     kind = names.get("kind")
     if not kind:
         errors.append(required("spec.names.kind"))
     elif not isinstance(kind, str) or not _KIND_RE.match(kind):
-        errors.append(invalid("spec.names.kind", kind, "may have mixed case, but should otherwise match: "
-                              "^[a-zA-Z][-a-zA-Z0-9]*$"))
+        errors.append(
+            invalid(
+                "spec.names.kind",
+                kind,
+                "may have mixed case, but should otherwise match: ^[a-zA-Z][-a-zA-Z0-9]*$",
+            )
+        )
     list_kind = names.get("listKind")
     if list_kind is not None and (not isinstance(list_kind, str) or not _KIND_RE.match(list_kind)):
-        errors.append(invalid("spec.names.listKind", list_kind, "may have mixed case, but should otherwise "
-                              "match: ^[a-zA-Z][-a-zA-Z0-9]*$"))
+        errors.append(
+            invalid(
+                "spec.names.listKind",
+                list_kind,
+                "may have mixed case, but should otherwise match: ^[a-zA-Z][-a-zA-Z0-9]*$",
+            )
+        )
     elif list_kind is not None and list_kind == kind:
         errors.append(invalid("spec.names.listKind", list_kind, "kind and listKind may not be the same"))
 
     if plural and group and isinstance(plural, str) and isinstance(group, str):
         expected = f"{plural}.{group}"
         if meta.get("name") != expected:
-            errors.append(invalid("metadata.name", meta.get("name"), 'must be spec.names.plural+"."+spec.group'))
+            errors.append(
+                invalid("metadata.name", meta.get("name"), 'must be spec.names.plural+"."+spec.group')
+            )
 
     scope = spec.get("scope")
     if not scope:
@@ -738,8 +789,13 @@ def validate_crd(crd: dict) -> list[FieldError]:
     versions = spec.get("versions")
     is_v1 = crd.get("apiVersion", "apiextensions.k8s.io/v1") == "apiextensions.k8s.io/v1"
     if not isinstance(versions, list) or not versions:
-        errors.append(invalid("spec.versions", versions if versions is not None else [],
-                              "must have exactly one version marked as storage version"))
+        errors.append(
+            invalid(
+                "spec.versions",
+                versions if versions is not None else [],
+                "must have exactly one version marked as storage version",
+            )
+        )
         return errors
     storage = 0
     served = 0
@@ -753,8 +809,13 @@ def validate_crd(crd: dict) -> list[FieldError]:
         if not vname:
             errors.append(required(f"{vpath}.name"))
         elif not isinstance(vname, str) or not _VERSION_RE.match(vname):
-            errors.append(invalid(f"{vpath}.name", vname, "a DNS-1035 label must consist of lower case "
-                                  "alphanumeric characters or '-'"))
+            errors.append(
+                invalid(
+                    f"{vpath}.name",
+                    vname,
+                    "a DNS-1035 label must consist of lower case alphanumeric characters or '-'",
+                )
+            )
         elif vname in seen:
             errors.append(duplicate(f"{vpath}.name", vname))
         else:
@@ -766,8 +827,11 @@ def validate_crd(crd: dict) -> list[FieldError]:
         for flag in ("served", "storage"):
             if is_v1 and not isinstance(version.get(flag), bool):
                 errors.append(required(f"{vpath}.{flag}"))
-        schema = (version.get("schema") or {}).get("openAPIV3Schema") if isinstance(version.get("schema"), dict) \
+        schema = (
+            (version.get("schema") or {}).get("openAPIV3Schema")
+            if isinstance(version.get("schema"), dict)
             else None
+        )
         if schema is None:
             schema = (spec.get("validation") or {}).get("openAPIV3Schema") if not is_v1 else None
         spath = f"{vpath}.schema.openAPIV3Schema"
@@ -779,7 +843,9 @@ def validate_crd(crd: dict) -> list[FieldError]:
         else:
             errors.extend(_structural_errors(schema, spath, root=True))
     if storage != 1:
-        errors.append(invalid("spec.versions", versions, "must have exactly one version marked as storage version"))
+        errors.append(
+            invalid("spec.versions", versions, "must have exactly one version marked as storage version")
+        )
     if served == 0 and is_v1:
         errors.append(invalid("spec.versions", versions, "must have at least one version marked as served"))
     return errors
@@ -804,17 +870,28 @@ def _structural_errors(schema: dict, path: str, root: bool = False) -> list[Fiel
     if int_or_string and type_ is not None:
         errors.append(invalid(f"{path}.type", type_, "must be empty if x-kubernetes-int-or-string is true"))
     if embedded and type_ != "object":
-        errors.append(invalid(f"{path}.type", type_, "must be object if x-kubernetes-embedded-resource is true"))
-    if "pattern" in schema and (not isinstance(schema["pattern"], str) or _compile(schema["pattern"]) is None):
+        errors.append(
+            invalid(f"{path}.type", type_, "must be object if x-kubernetes-embedded-resource is true")
+        )
+    if "pattern" in schema and (
+        not isinstance(schema["pattern"], str) or _compile(schema["pattern"]) is None
+    ):
         errors.append(invalid(f"{path}.pattern", schema["pattern"], "must be a valid regular expression"))
     if schema.get("uniqueItems") is True:
-        errors.append(forbidden(f"{path}.uniqueItems",
-                                "uniqueItems cannot be set to true since the runtime complexity becomes quadratic"))
+        errors.append(
+            forbidden(
+                f"{path}.uniqueItems",
+                "uniqueItems cannot be set to true since the runtime complexity becomes quadratic",
+            )
+        )
     props = schema.get("properties")
     additional = schema.get("additionalProperties")
     if props and isinstance(additional, dict):
-        errors.append(forbidden(f"{path}.additionalProperties", "additionalProperties and properties are mutual "
-                                "exclusive"))
+        errors.append(
+            forbidden(
+                f"{path}.additionalProperties", "additionalProperties and properties are mutual exclusive"
+            )
+        )
     if type_ == "array" and not isinstance(schema.get("items"), dict):
         errors.append(required(f"{path}.items", "must be specified"))
     if isinstance(props, dict):
@@ -836,7 +913,9 @@ def _structural_errors(schema: dict, path: str, root: bool = False) -> list[Fiel
         if root:
             errors.append(forbidden(f"{path}.default", "must not be set at the root"))
         else:
-            default_errors = validate(schema, apply_defaults(schema, prune(schema, schema["default"])), f"{path}.default")
+            default_errors = validate(
+                schema, apply_defaults(schema, prune(schema, schema["default"])), f"{path}.default"
+            )
             errors.extend(default_errors)
     return errors
 
@@ -845,7 +924,7 @@ def _root_metadata_errors(schema: dict, path: str) -> list[FieldError]:
     errors: list[FieldError] = []
     if schema.get("type") not in (None, "object"):
         errors.append(invalid(f"{path}.type", schema.get("type"), "must be object"))
-    for key in (schema.get("properties") or {}):
+    for key in schema.get("properties") or {}:
         if key not in ("name", "generateName"):
             errors.append(forbidden(f"{path}.properties[{key}]", "must not be specified"))
     return errors

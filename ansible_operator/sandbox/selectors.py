@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 __all__ = [
     "SelectorError",
@@ -66,10 +67,14 @@ def _key_problems(key: str) -> list[str]:
     elif len(parts) == 2:
         prefix, name = parts
     else:
-        return ["a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
-                "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
-                f"validation is '{_NAME_FMT}') with an optional DNS subdomain prefix and '/' (e.g. "
-                "'example.com/MyName')"]
+        return [
+            (
+                "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start "
+                "and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+                f"used for validation is '{_NAME_FMT}') with an optional DNS subdomain prefix and '/' (e.g. "
+                "'example.com/MyName')"
+            )
+        ]
     problems: list[str] = []
     if prefix is not None:
         if not prefix:
@@ -78,19 +83,23 @@ def _key_problems(key: str) -> list[str]:
             if len(prefix) > 253:
                 problems.append("prefix part must be no more than 253 characters")
             if not _DNS1123_SUBDOMAIN_RE.match(prefix):
-                problems.append("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                                "characters, '-' or '.', and must start and end with an alphanumeric character "
-                                "(e.g. 'example.com', regex used for validation is "
-                                f"'{_DNS1123_SUBDOMAIN_FMT}')")
+                problems.append(
+                    "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                    "characters, '-' or '.', and must start and end with an alphanumeric character "
+                    "(e.g. 'example.com', regex used for validation is "
+                    f"'{_DNS1123_SUBDOMAIN_FMT}')"
+                )
     if not name:
         problems.append("name part must be non-empty")
     else:
         if len(name) > 63:
             problems.append("name part must be no more than 63 characters")
         if not _NAME_RE.match(name):
-            problems.append("name part must consist of alphanumeric characters, '-', '_' or '.', and must start "
-                            "and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', "
-                            f"regex used for validation is '{_NAME_FMT}')")
+            problems.append(
+                "name part must consist of alphanumeric characters, '-', '_' or '.', and must start "
+                "and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', "
+                f"regex used for validation is '{_NAME_FMT}')"
+            )
     return problems
 
 
@@ -99,9 +108,11 @@ def _value_problems(value: str) -> list[str]:
     if len(value) > 63:
         problems.append("must be no more than 63 characters")
     if not _VALUE_RE.match(value):
-        problems.append("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
-                        "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
-                        f"'my_value',  or '12345', regex used for validation is '{_VALUE_FMT}')")
+        problems.append(
+            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+            "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+            f"'my_value',  or '12345', regex used for validation is '{_VALUE_FMT}')"
+        )
     return problems
 
 
@@ -158,22 +169,32 @@ def _new_requirement(key: str, op: str, values: Iterable[str]) -> _Requirement:
     vals = sorted(set(values))
     if op in ("in", "notin"):
         if not vals:
-            raise SelectorError("values: Invalid value: []: for 'in', 'notin' operators, values set can't be empty")
+            raise SelectorError(
+                "values: Invalid value: []: for 'in', 'notin' operators, values set can't be empty"
+            )
     elif op in ("=", "==", "!="):
         if len(vals) != 1:
-            raise SelectorError(f"values: Invalid value: {json.dumps(vals)}: exact-match compatibility requires one "
-                                "single value")
+            raise SelectorError(
+                f"values: Invalid value: {json.dumps(vals)}: exact-match compatibility requires one "
+                "single value"
+            )
     elif op in ("exists", "!"):
         if vals:
-            raise SelectorError(f"values: Invalid value: {json.dumps(vals)}: values set must be empty for exists and "
-                                "does not exist")
+            raise SelectorError(
+                f"values: Invalid value: {json.dumps(vals)}: values set must be empty for exists and "
+                "does not exist"
+            )
     elif op in ("gt", "lt"):
         if len(vals) != 1:
-            raise SelectorError(f"values: Invalid value: {json.dumps(vals)}: for 'Gt', 'Lt' operators, exactly one "
-                                "value is required")
+            raise SelectorError(
+                f"values: Invalid value: {json.dumps(vals)}: for 'Gt', 'Lt' operators, exactly one "
+                "value is required"
+            )
         if not re.fullmatch(r"[+-]?\d+", vals[0]):
-            raise SelectorError(f"values[0]: Invalid value: {_q(vals[0])}: for 'Gt', 'Lt' operators, the value must "
-                                "be an integer")
+            raise SelectorError(
+                f"values[0]: Invalid value: {_q(vals[0])}: for 'Gt', 'Lt' operators, the value must "
+                "be an integer"
+            )
     else:
         raise SelectorError(f"operator: Unsupported value: {_q(op)}")
     for i, v in enumerate(vals):
@@ -197,8 +218,17 @@ def _selector(requirements: list[_Requirement]) -> LabelPredicate:
 
 _SPECIAL = "=!(),><"
 _OPERATORS_IN_ORDER = ("!=", "==", "=", "!", "(", ")", ",", ">", "<")
-_TOKEN_NAMES = {"!=": "NEQ", "==": "DEQ", "=": "EQ", "!": "NOT", "(": "OPEN", ")": "CLOSE", ",": "COMMA",
-                ">": "GT", "<": "LT"}
+_TOKEN_NAMES = {
+    "!=": "NEQ",
+    "==": "DEQ",
+    "=": "EQ",
+    "!": "NOT",
+    "(": "OPEN",
+    ")": "CLOSE",
+    ",": "COMMA",
+    ">": "GT",
+    "<": "LT",
+}
 
 
 def _lex(s: str) -> list[tuple[str, str]]:
@@ -278,9 +308,7 @@ class _LabelParser:
             # "!key" ends the requirement whatever follows; parse() then complains about the rest.
             return _new_requirement(key, op or "exists", [])
         kind, lit = self.take()
-        if kind == "ID" and lit in ("in", "notin"):
-            op = lit
-        elif kind in ("EQ", "DEQ", "NEQ"):
+        if kind == "ID" and lit in ("in", "notin") or kind in ("EQ", "DEQ", "NEQ"):
             op = lit
         elif kind == "GT":
             op = "gt"
@@ -364,15 +392,19 @@ def label_selector_from_dict(sel: dict | None) -> LabelPredicate:
         raise SelectorError(f"invalid label selector: expected an object, got {type(sel).__name__}")
     unknown = set(sel) - {"matchLabels", "matchExpressions"}
     if unknown:
-        raise SelectorError(f"invalid label selector: unknown field(s) {', '.join(sorted(unknown))}; "
-                            "expected matchLabels and/or matchExpressions")
+        raise SelectorError(
+            f"invalid label selector: unknown field(s) {', '.join(sorted(unknown))}; "
+            "expected matchLabels and/or matchExpressions"
+        )
     reqs: list[_Requirement] = []
     match_labels = sel.get("matchLabels") or {}
     if not isinstance(match_labels, dict):
         raise SelectorError("matchLabels: Invalid value: must be a map of string keys and values")
     for key, value in match_labels.items():
         if not isinstance(key, str) or not isinstance(value, str):
-            raise SelectorError(f"matchLabels: Invalid value: {key}={value!r}: keys and values must be strings")
+            raise SelectorError(
+                f"matchLabels: Invalid value: {key}={value!r}: keys and values must be strings"
+            )
         reqs.append(_new_requirement(key, "=", [value]))
     exprs = sel.get("matchExpressions") or []
     if not isinstance(exprs, list):
@@ -404,7 +436,7 @@ def _split_unescaped(s: str, sep: str) -> list[str]:
     while i < len(s):
         ch = s[i]
         if ch == "\\" and i + 1 < len(s):
-            cur.append(s[i:i + 2])
+            cur.append(s[i : i + 2])
             i += 2
             continue
         if ch == sep:
@@ -423,7 +455,7 @@ def _split_term(term: str) -> tuple[str, str, str] | None:
     for i in range(len(term)):
         for op in ("!=", "==", "="):
             if term.startswith(op, i):
-                return term[:i], op, term[i + len(op):]
+                return term[:i], op, term[i + len(op) :]
     return None
 
 

@@ -28,21 +28,41 @@ MEMCACHED_SCHEMA: dict[str, Any] = {
             "required": ["size"],
             "properties": {
                 "size": {"type": "integer", "minimum": 1, "maximum": 10, "default": 1, "format": "int32"},
-                "image": {"type": "string", "pattern": "^[a-z0-9./-]+(:[A-Za-z0-9._-]+)?$",
-                          "default": "memcached:1.6"},
+                "image": {
+                    "type": "string",
+                    "pattern": "^[a-z0-9./-]+(:[A-Za-z0-9._-]+)?$",
+                    "default": "memcached:1.6",
+                },
                 "mode": {"type": "string", "enum": ["standalone", "cluster"], "default": "standalone"},
                 "port": {"x-kubernetes-int-or-string": True},
-                "ratio": {"type": "number", "exclusiveMinimum": True, "minimum": 0, "exclusiveMaximum": True,
-                          "maximum": 1, "multipleOf": 0.25},
+                "ratio": {
+                    "type": "number",
+                    "exclusiveMinimum": True,
+                    "minimum": 0,
+                    "exclusiveMaximum": True,
+                    "maximum": 1,
+                    "multipleOf": 0.25,
+                },
                 "debug": {"type": "boolean"},
                 "labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 8}},
-                "tags": {"type": "array", "maxItems": 3, "minItems": 1, "items": {"type": "string", "minLength": 2}},
+                "tags": {
+                    "type": "array",
+                    "maxItems": 3,
+                    "minItems": 1,
+                    "items": {"type": "string", "minLength": 2},
+                },
                 "startAt": {"type": "string", "format": "date-time"},
                 "note": {"type": "string", "nullable": True},
-                "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
-                          "properties": {"known": {"type": "object", "properties": {"a": {"type": "string"}}}}},
-                "template": {"type": "object", "x-kubernetes-embedded-resource": True,
-                             "x-kubernetes-preserve-unknown-fields": True},
+                "extra": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                    "properties": {"known": {"type": "object", "properties": {"a": {"type": "string"}}}},
+                },
+                "template": {
+                    "type": "object",
+                    "x-kubernetes-embedded-resource": True,
+                    "x-kubernetes-preserve-unknown-fields": True,
+                },
                 "storage": {
                     "type": "object",
                     "default": {},
@@ -58,10 +78,18 @@ MEMCACHED_SCHEMA: dict[str, Any] = {
                         "required": ["name"],
                         "properties": {
                             "name": {"type": "string", "maxLength": 5},
-                            "pullPolicy": {"type": "string", "default": "IfNotPresent",
-                                           "enum": ["Always", "IfNotPresent", "Never"]},
-                            "env": {"type": "array", "items": {"type": "object", "properties": {
-                                "name": {"type": "string"}, "value": {"type": "string"}}}},
+                            "pullPolicy": {
+                                "type": "string",
+                                "default": "IfNotPresent",
+                                "enum": ["Always", "IfNotPresent", "Never"],
+                            },
+                            "env": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "properties": {"name": {"type": "string"}, "value": {"type": "string"}},
+                                },
+                            },
                         },
                     },
                 },
@@ -73,75 +101,200 @@ MEMCACHED_SCHEMA: dict[str, Any] = {
 
 
 def cr(**spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
-            "metadata": {"name": "mc", "namespace": "default"}, "spec": spec}
+    return {
+        "apiVersion": "cache.example.com/v1alpha1",
+        "kind": "Memcached",
+        "metadata": {"name": "mc", "namespace": "default"},
+        "spec": spec,
+    }
 
 
 # --------------------------------------------------------------------------------------------------
 # validation: one row per rule → (spec, field, reason, message)
 
 INVALID_CASES = [
-    pytest.param({"size": 0}, "spec.size", "FieldValueInvalid",
-                 "Invalid value: 0: spec.size in body should be greater than or equal to 1", id="minimum"),
-    pytest.param({"size": 11}, "spec.size", "FieldValueInvalid",
-                 "Invalid value: 11: spec.size in body should be less than or equal to 10", id="maximum"),
-    pytest.param({"size": "3"}, "spec.size", "FieldValueTypeInvalid",
-                 'Invalid value: "string": spec.size in body must be of type integer: "string"', id="type-string"),
-    pytest.param({"size": True}, "spec.size", "FieldValueTypeInvalid",
-                 'Invalid value: "boolean": spec.size in body must be of type integer: "boolean"', id="bool-not-int"),
-    pytest.param({"size": 2.5}, "spec.size", "FieldValueTypeInvalid",
-                 'Invalid value: "number": spec.size in body must be of type integer: "number"', id="float-not-int"),
-    pytest.param({"size": 2**64}, "spec.size", "FieldValueTypeInvalid",
-                 'Invalid value: "number": spec.size in body must be of type integer: "number"',
-                 id="beyond-int64-is-number"),
-    pytest.param({"size": 1, "mode": "ha"}, "spec.mode", "FieldValueNotSupported",
-                 'Unsupported value: "ha": supported values: "standalone", "cluster"', id="enum"),
-    pytest.param({"size": 1, "image": "Bad Image"}, "spec.image", "FieldValueInvalid",
-                 "Invalid value: \"Bad Image\": spec.image in body should match "
-                 "'^[a-z0-9./-]+(:[A-Za-z0-9._-]+)?$'", id="pattern"),
-    pytest.param({"size": 1, "port": True}, "spec.port", "FieldValueTypeInvalid",
-                 'Invalid value: "boolean": spec.port in body must be of type integer,string: "boolean"',
-                 id="int-or-string"),
-    pytest.param({"size": 1, "ratio": 0}, "spec.ratio", "FieldValueInvalid",
-                 "Invalid value: 0: spec.ratio in body should be greater than 0", id="exclusiveMinimum"),
-    pytest.param({"size": 1, "ratio": 1}, "spec.ratio", "FieldValueInvalid",
-                 "Invalid value: 1: spec.ratio in body should be less than 1", id="exclusiveMaximum"),
-    pytest.param({"size": 1, "ratio": 0.3}, "spec.ratio", "FieldValueInvalid",
-                 "Invalid value: 0.3: spec.ratio in body should be a multiple of 0.25", id="multipleOf"),
-    pytest.param({"size": 1, "debug": "yes"}, "spec.debug", "FieldValueTypeInvalid",
-                 'Invalid value: "string": spec.debug in body must be of type boolean: "string"', id="boolean"),
-    pytest.param({"size": 1, "labels": {"app": "far-too-long"}}, "spec.labels.app", "FieldValueTooLong",
-                 "Too long: may not be longer than 8", id="map-value-maxLength"),
-    pytest.param({"size": 1, "labels": {"app": 3}}, "spec.labels.app", "FieldValueTypeInvalid",
-                 'Invalid value: "integer": spec.labels.app in body must be of type string: "integer"',
-                 id="map-value-type"),
-    pytest.param({"size": 1, "tags": ["aa", "bb", "cc", "dd"]}, "spec.tags", "FieldValueTooMany",
-                 "Too many: 4: must have at most 3 items", id="maxItems"),
-    pytest.param({"size": 1, "tags": []}, "spec.tags", "FieldValueInvalid",
-                 "Invalid value: []: spec.tags in body should have at least 1 items", id="minItems"),
-    pytest.param({"size": 1, "tags": ["aa", "b"]}, "spec.tags[1]", "FieldValueInvalid",
-                 'Invalid value: "b": spec.tags[1] in body should be at least 2 chars long', id="minLength"),
-    pytest.param({"size": 1, "startAt": "yesterday"}, "spec.startAt", "FieldValueTypeInvalid",
-                 'Invalid value: "yesterday": spec.startAt in body must be of type date-time: "yesterday"',
-                 id="date-time"),
-    pytest.param({"size": 1, "containers": [{"name": "a"}, {"image": "x"}]}, "spec.containers[1].name",
-                 "FieldValueRequired", "Required value", id="required-in-array"),
-    pytest.param({"size": 1, "containers": [{"name": "toolong"}]}, "spec.containers[0].name",
-                 "FieldValueTooLong", "Too long: may not be longer than 5", id="maxLength-in-array"),
-    pytest.param({"size": 1, "containers": [{"name": "a", "pullPolicy": "Sometimes"}]},
-                 "spec.containers[0].pullPolicy", "FieldValueNotSupported",
-                 'Unsupported value: "Sometimes": supported values: "Always", "IfNotPresent", "Never"',
-                 id="enum-in-array"),
-    pytest.param({"size": 1, "containers": [{"name": "a", "env": [{"name": 1}]}]},
-                 "spec.containers[0].env[0].name", "FieldValueTypeInvalid",
-                 'Invalid value: "integer": spec.containers[0].env[0].name in body must be of type string: '
-                 '"integer"', id="deep-path"),
-    pytest.param({"size": None}, "spec.size", "FieldValueTypeInvalid",
-                 'Invalid value: "null": spec.size in body must be of type integer: "null"', id="null-not-nullable"),
-    pytest.param({"size": 1, "containers": {"name": "a"}}, "spec.containers", "FieldValueTypeInvalid",
-                 'Invalid value: "object": spec.containers in body must be of type array: "object"', id="array-type"),
-    pytest.param({"size": 1, "template": {"kind": "Pod"}}, "spec.template.apiVersion", "FieldValueRequired",
-                 "Required value: must not be empty", id="embedded-resource-apiVersion"),
+    pytest.param(
+        {"size": 0},
+        "spec.size",
+        "FieldValueInvalid",
+        "Invalid value: 0: spec.size in body should be greater than or equal to 1",
+        id="minimum",
+    ),
+    pytest.param(
+        {"size": 11},
+        "spec.size",
+        "FieldValueInvalid",
+        "Invalid value: 11: spec.size in body should be less than or equal to 10",
+        id="maximum",
+    ),
+    pytest.param(
+        {"size": "3"},
+        "spec.size",
+        "FieldValueTypeInvalid",
+        'Invalid value: "string": spec.size in body must be of type integer: "string"',
+        id="type-string",
+    ),
+    pytest.param(
+        {"size": True},
+        "spec.size",
+        "FieldValueTypeInvalid",
+        'Invalid value: "boolean": spec.size in body must be of type integer: "boolean"',
+        id="bool-not-int",
+    ),
+    pytest.param(
+        {"size": 2.5},
+        "spec.size",
+        "FieldValueTypeInvalid",
+        'Invalid value: "number": spec.size in body must be of type integer: "number"',
+        id="float-not-int",
+    ),
+    pytest.param(
+        {"size": 2**64},
+        "spec.size",
+        "FieldValueTypeInvalid",
+        'Invalid value: "number": spec.size in body must be of type integer: "number"',
+        id="beyond-int64-is-number",
+    ),
+    pytest.param(
+        {"size": 1, "mode": "ha"},
+        "spec.mode",
+        "FieldValueNotSupported",
+        'Unsupported value: "ha": supported values: "standalone", "cluster"',
+        id="enum",
+    ),
+    pytest.param(
+        {"size": 1, "image": "Bad Image"},
+        "spec.image",
+        "FieldValueInvalid",
+        "Invalid value: \"Bad Image\": spec.image in body should match '^[a-z0-9./-]+(:[A-Za-z0-9._-]+)?$'",
+        id="pattern",
+    ),
+    pytest.param(
+        {"size": 1, "port": True},
+        "spec.port",
+        "FieldValueTypeInvalid",
+        'Invalid value: "boolean": spec.port in body must be of type integer,string: "boolean"',
+        id="int-or-string",
+    ),
+    pytest.param(
+        {"size": 1, "ratio": 0},
+        "spec.ratio",
+        "FieldValueInvalid",
+        "Invalid value: 0: spec.ratio in body should be greater than 0",
+        id="exclusiveMinimum",
+    ),
+    pytest.param(
+        {"size": 1, "ratio": 1},
+        "spec.ratio",
+        "FieldValueInvalid",
+        "Invalid value: 1: spec.ratio in body should be less than 1",
+        id="exclusiveMaximum",
+    ),
+    pytest.param(
+        {"size": 1, "ratio": 0.3},
+        "spec.ratio",
+        "FieldValueInvalid",
+        "Invalid value: 0.3: spec.ratio in body should be a multiple of 0.25",
+        id="multipleOf",
+    ),
+    pytest.param(
+        {"size": 1, "debug": "yes"},
+        "spec.debug",
+        "FieldValueTypeInvalid",
+        'Invalid value: "string": spec.debug in body must be of type boolean: "string"',
+        id="boolean",
+    ),
+    pytest.param(
+        {"size": 1, "labels": {"app": "far-too-long"}},
+        "spec.labels.app",
+        "FieldValueTooLong",
+        "Too long: may not be longer than 8",
+        id="map-value-maxLength",
+    ),
+    pytest.param(
+        {"size": 1, "labels": {"app": 3}},
+        "spec.labels.app",
+        "FieldValueTypeInvalid",
+        'Invalid value: "integer": spec.labels.app in body must be of type string: "integer"',
+        id="map-value-type",
+    ),
+    pytest.param(
+        {"size": 1, "tags": ["aa", "bb", "cc", "dd"]},
+        "spec.tags",
+        "FieldValueTooMany",
+        "Too many: 4: must have at most 3 items",
+        id="maxItems",
+    ),
+    pytest.param(
+        {"size": 1, "tags": []},
+        "spec.tags",
+        "FieldValueInvalid",
+        "Invalid value: []: spec.tags in body should have at least 1 items",
+        id="minItems",
+    ),
+    pytest.param(
+        {"size": 1, "tags": ["aa", "b"]},
+        "spec.tags[1]",
+        "FieldValueInvalid",
+        'Invalid value: "b": spec.tags[1] in body should be at least 2 chars long',
+        id="minLength",
+    ),
+    pytest.param(
+        {"size": 1, "startAt": "yesterday"},
+        "spec.startAt",
+        "FieldValueTypeInvalid",
+        'Invalid value: "yesterday": spec.startAt in body must be of type date-time: "yesterday"',
+        id="date-time",
+    ),
+    pytest.param(
+        {"size": 1, "containers": [{"name": "a"}, {"image": "x"}]},
+        "spec.containers[1].name",
+        "FieldValueRequired",
+        "Required value",
+        id="required-in-array",
+    ),
+    pytest.param(
+        {"size": 1, "containers": [{"name": "toolong"}]},
+        "spec.containers[0].name",
+        "FieldValueTooLong",
+        "Too long: may not be longer than 5",
+        id="maxLength-in-array",
+    ),
+    pytest.param(
+        {"size": 1, "containers": [{"name": "a", "pullPolicy": "Sometimes"}]},
+        "spec.containers[0].pullPolicy",
+        "FieldValueNotSupported",
+        'Unsupported value: "Sometimes": supported values: "Always", "IfNotPresent", "Never"',
+        id="enum-in-array",
+    ),
+    pytest.param(
+        {"size": 1, "containers": [{"name": "a", "env": [{"name": 1}]}]},
+        "spec.containers[0].env[0].name",
+        "FieldValueTypeInvalid",
+        'Invalid value: "integer": spec.containers[0].env[0].name in body must be of type string: "integer"',
+        id="deep-path",
+    ),
+    pytest.param(
+        {"size": None},
+        "spec.size",
+        "FieldValueTypeInvalid",
+        'Invalid value: "null": spec.size in body must be of type integer: "null"',
+        id="null-not-nullable",
+    ),
+    pytest.param(
+        {"size": 1, "containers": {"name": "a"}},
+        "spec.containers",
+        "FieldValueTypeInvalid",
+        'Invalid value: "object": spec.containers in body must be of type array: "object"',
+        id="array-type",
+    ),
+    pytest.param(
+        {"size": 1, "template": {"kind": "Pod"}},
+        "spec.template.apiVersion",
+        "FieldValueRequired",
+        "Required value: must not be empty",
+        id="embedded-resource-apiVersion",
+    ),
 ]
 
 
@@ -165,8 +318,18 @@ VALID_SPECS = [
     pytest.param({"size": 3, "startAt": "2026-11-22T13:50:00Z"}, id="date-time-ok"),
     pytest.param({"size": 3, "startAt": "2026-11-22T13:50:00.123+02:00"}, id="date-time-offset"),
     pytest.param({"size": 3, "extra": {"anything": [1, {"x": None}], "known": {"a": "b"}}}, id="preserve"),
-    pytest.param({"size": 3, "template": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
-                                          "data": {"a": "b"}}}, id="embedded-resource"),
+    pytest.param(
+        {
+            "size": 3,
+            "template": {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "c"},
+                "data": {"a": "b"},
+            },
+        },
+        id="embedded-resource",
+    ),
     pytest.param({"size": 3, "labels": {}}, id="empty-map"),
     pytest.param({"size": 10, "image": "quay.io/org/memcached:1.6.21"}, id="bounds-and-pattern"),
 ]
@@ -187,8 +350,12 @@ def test_root_apiversion_kind_metadata_not_validated_against_schema() -> None:
 
 
 def test_root_metadata_name_constraint_is_enforced() -> None:
-    schema = {"type": "object", "properties": {
-        "metadata": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}}}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "metadata": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}}}
+        },
+    }
     errors = validate(schema, {"metadata": {"name": "toolong"}})
     assert [str(e) for e in errors] == ["metadata.name: Too long: may not be longer than 3"]
 
@@ -200,7 +367,10 @@ def test_multiple_errors_are_all_reported_in_stable_order() -> None:
 
 def test_path_prefix() -> None:
     errors = validate({"type": "integer", "minimum": 1}, 0, "spec.replicas")
-    assert str(errors[0]) == "spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1"
+    assert (
+        str(errors[0])
+        == "spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1"
+    )
 
 
 def test_numeric_enum_values_are_quoted_like_the_apiserver() -> None:
@@ -216,10 +386,13 @@ def test_number_accepts_int_and_float() -> None:
 
 
 def test_additional_properties_false_and_min_max_properties() -> None:
-    schema = {"type": "object", "properties": {
-        "m": {"type": "object", "maxProperties": 1, "additionalProperties": {"type": "integer"}},
-        "n": {"type": "object", "minProperties": 2, "additionalProperties": {"type": "integer"}},
-    }}
+    schema = {
+        "type": "object",
+        "properties": {
+            "m": {"type": "object", "maxProperties": 1, "additionalProperties": {"type": "integer"}},
+            "n": {"type": "object", "minProperties": 2, "additionalProperties": {"type": "integer"}},
+        },
+    }
     errors = validate(schema, {"m": {"a": 1, "b": 2}, "n": {"a": 1}})
     assert [str(e) for e in errors] == [
         "m: Too many: 2: must have at most 1 items",
@@ -228,14 +401,26 @@ def test_additional_properties_false_and_min_max_properties() -> None:
 
 
 def test_unique_items_and_list_type_set_and_map() -> None:
-    schema = {"type": "object", "properties": {
-        "u": {"type": "array", "uniqueItems": True, "items": {"type": "string"}},
-        "s": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
-        "m": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
-              "items": {"type": "object", "properties": {"name": {"type": "string"}, "v": {"type": "string"}}}},
-    }}
-    errors = validate(schema, {"u": ["a", "a"], "s": ["x", "y", "x"],
-                               "m": [{"name": "a", "v": "1"}, {"name": "a", "v": "2"}]})
+    schema = {
+        "type": "object",
+        "properties": {
+            "u": {"type": "array", "uniqueItems": True, "items": {"type": "string"}},
+            "s": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+            "m": {
+                "type": "array",
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+                "items": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string"}, "v": {"type": "string"}},
+                },
+            },
+        },
+    }
+    errors = validate(
+        schema,
+        {"u": ["a", "a"], "s": ["x", "y", "x"], "m": [{"name": "a", "v": "1"}, {"name": "a", "v": "2"}]},
+    )
     assert [str(e) for e in errors] == [
         'm[1]: Duplicate value: {"name":"a"}',
         's[2]: Duplicate value: "x"',
@@ -243,48 +428,73 @@ def test_unique_items_and_list_type_set_and_map() -> None:
     ]
 
 
-@pytest.mark.parametrize(("keyword", "value", "expected"), [
-    ("anyOf", "abc", 'x: Invalid value: "": "x" must validate at least one schema (anyOf)'),
-    ("oneOf", 5, 'x: Invalid value: "": "x" must validate one and only one schema (oneOf). Found 2 valid '
-                 'alternatives'),
-    ("oneOf", "abc", 'x: Invalid value: "": "x" must validate one and only one schema (oneOf). Found none valid'),
-])
+@pytest.mark.parametrize(
+    ("keyword", "value", "expected"),
+    [
+        ("anyOf", "abc", 'x: Invalid value: "": "x" must validate at least one schema (anyOf)'),
+        (
+            "oneOf",
+            5,
+            (
+                'x: Invalid value: "": "x" must validate one and only one schema (oneOf). Found 2 valid '
+                "alternatives"
+            ),
+        ),
+        (
+            "oneOf",
+            "abc",
+            'x: Invalid value: "": "x" must validate one and only one schema (oneOf). Found none valid',
+        ),
+    ],
+)
 def test_junctors(keyword: str, value: Any, expected: str) -> None:
-    schema = {"type": "object", "properties": {"x": {
-        "x-kubernetes-int-or-string": True,
-        keyword: [{"type": "integer", "minimum": 1}, {"type": "integer", "maximum": 10}],
-    }}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "x": {
+                "x-kubernetes-int-or-string": True,
+                keyword: [{"type": "integer", "minimum": 1}, {"type": "integer", "maximum": 10}],
+            }
+        },
+    }
     assert [str(e) for e in validate(schema, {"x": value})] == [expected]
     assert validate(schema, {"x": 42 if keyword == "oneOf" else 5}) == []
 
 
 def test_allof_and_not() -> None:
-    schema = {"type": "object", "properties": {"x": {"type": "integer", "allOf": [{"minimum": 2}],
-                                                     "not": {"enum": [7]}}}}
+    schema = {
+        "type": "object",
+        "properties": {"x": {"type": "integer", "allOf": [{"minimum": 2}], "not": {"enum": [7]}}},
+    }
     assert [str(e) for e in validate(schema, {"x": 1})] == [
         "x: Invalid value: 1: x in body should be greater than or equal to 2",
         'x: Invalid value: "": "x" must validate all the schemas (allOf)',
     ]
-    assert [str(e) for e in validate(schema, {"x": 7})] == ['x: Invalid value: "": "x" must not validate the schema (not)']
+    assert [str(e) for e in validate(schema, {"x": 7})] == [
+        'x: Invalid value: "": "x" must not validate the schema (not)'
+    ]
 
 
-@pytest.mark.parametrize(("fmt", "good", "bad"), [
-    ("date", "2026-11-22", "2026-13-01"),
-    ("byte", "aGVsbG8=", "not base64!"),
-    ("uuid", "8f1c2a9e-5b7d-4c3e-9a1f-0123456789ab", "1234"),
-    ("ipv4", "10.0.0.1", "10.0.0.256"),
-    ("ipv6", "::1", "10.0.0.1"),
-    ("cidr", "10.0.0.0/8", "10.0.0.0"),
-    ("hostname", "a.example.com", "-bad-"),
-    ("email", "a@b.c", "nope"),
-    ("duration", "1h30m", "soon"),
-])
+@pytest.mark.parametrize(
+    ("fmt", "good", "bad"),
+    [
+        ("date", "2026-11-22", "2026-13-01"),
+        ("byte", "aGVsbG8=", "not base64!"),
+        ("uuid", "8f1c2a9e-5b7d-4c3e-9a1f-0123456789ab", "1234"),
+        ("ipv4", "10.0.0.1", "10.0.0.256"),
+        ("ipv6", "::1", "10.0.0.1"),
+        ("cidr", "10.0.0.0/8", "10.0.0.0"),
+        ("hostname", "a.example.com", "-bad-"),
+        ("email", "a@b.c", "nope"),
+        ("duration", "1h30m", "soon"),
+    ],
+)
 def test_string_formats(fmt: str, good: str, bad: str) -> None:
     schema = {"type": "object", "properties": {"v": {"type": "string", "format": fmt}}}
     assert validate(schema, {"v": good}) == []
     errors = validate(schema, {"v": bad})
     assert len(errors) == 1 and errors[0].type == "FieldValueTypeInvalid"
-    assert errors[0].message.endswith(f"v in body must be of type {fmt}: \"{bad}\"")
+    assert errors[0].message.endswith(f'v in body must be of type {fmt}: "{bad}"')
 
 
 def test_unknown_format_is_ignored() -> None:
@@ -340,8 +550,18 @@ def test_defaults_replace_null_in_non_nullable_and_drop_null_without_default() -
 
 
 def test_defaults_in_additional_properties_and_explicit_values_win() -> None:
-    schema = {"type": "object", "properties": {"m": {"type": "object", "additionalProperties": {
-        "type": "object", "properties": {"p": {"type": "integer", "default": 80}}}}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "m": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "object",
+                    "properties": {"p": {"type": "integer", "default": 80}},
+                },
+            }
+        },
+    }
     assert apply_defaults(schema, {"m": {"a": {}, "b": {"p": 1}}}) == {"m": {"a": {"p": 80}, "b": {"p": 1}}}
 
 
@@ -358,7 +578,9 @@ def test_defaulted_object_is_independent_copy() -> None:
 
 
 def test_prune_drops_unknown_fields_but_keeps_root_meta() -> None:
-    obj = cr(size=1, unknown="x", containers=[{"name": "a", "bogus": 1, "env": [{"name": "E", "junk": True}]}])
+    obj = cr(
+        size=1, unknown="x", containers=[{"name": "a", "bogus": 1, "env": [{"name": "E", "junk": True}]}]
+    )
     obj["metadata"]["whatever"] = {"kept": True}
     obj["toplevel"] = 1
     obj["status"] = {"anything": {"goes": 1}}
@@ -379,18 +601,42 @@ def test_prune_preserve_unknown_still_prunes_known_properties() -> None:
 
 
 def test_prune_embedded_resource_keeps_type_meta() -> None:
-    schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": {"tpl": {
-        "type": "object", "x-kubernetes-embedded-resource": True,
-        "properties": {"spec": {"type": "object", "properties": {"a": {"type": "string"}}}}}}}}}
-    obj = {"spec": {"tpl": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-                            "spec": {"a": "x", "b": "y"}, "other": 1}}}
-    assert prune(schema, obj) == {"spec": {"tpl": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-                                                   "spec": {"a": "x"}}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "tpl": {
+                        "type": "object",
+                        "x-kubernetes-embedded-resource": True,
+                        "properties": {"spec": {"type": "object", "properties": {"a": {"type": "string"}}}},
+                    }
+                },
+            }
+        },
+    }
+    obj = {
+        "spec": {
+            "tpl": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "p"},
+                "spec": {"a": "x", "b": "y"},
+                "other": 1,
+            }
+        }
+    }
+    assert prune(schema, obj) == {
+        "spec": {"tpl": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"a": "x"}}}
+    }
 
 
 def test_prune_object_without_properties_becomes_empty_and_additional_true_keeps_all() -> None:
-    schema = {"type": "object", "properties": {"a": {"type": "object"},
-                                               "b": {"type": "object", "additionalProperties": True}}}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "object"}, "b": {"type": "object", "additionalProperties": True}},
+    }
     assert prune(schema, {"a": {"x": 1}, "b": {"y": 2}}) == {"a": {}, "b": {"y": 2}}
 
 
@@ -418,11 +664,21 @@ def crd(**overrides: Any) -> dict[str, Any]:
         "metadata": {"name": "memcacheds.cache.example.com"},
         "spec": {
             "group": "cache.example.com",
-            "names": {"plural": "memcacheds", "singular": "memcached", "kind": "Memcached",
-                      "listKind": "MemcachedList"},
+            "names": {
+                "plural": "memcacheds",
+                "singular": "memcached",
+                "kind": "Memcached",
+                "listKind": "MemcachedList",
+            },
             "scope": "Namespaced",
-            "versions": [{"name": "v1alpha1", "served": True, "storage": True,
-                          "schema": {"openAPIV3Schema": MEMCACHED_SCHEMA}}],
+            "versions": [
+                {
+                    "name": "v1alpha1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": MEMCACHED_SCHEMA},
+                }
+            ],
         },
     }
     for path, value in overrides.items():
@@ -444,16 +700,30 @@ def test_valid_crd() -> None:
     assert validate_crd(crd()) == []
 
 
-@pytest.mark.parametrize(("overrides", "expected"), [
-    ({"metadata__name": "wrong"}, 'metadata.name: Invalid value: "wrong": must be spec.names.plural+"."+spec.group'),
-    ({"spec__group": _DELETE}, "spec.group: Required value"),
-    ({"spec__group": "nodot"}, 'spec.group: Invalid value: "nodot": should be a domain with at least one dot'),
-    ({"spec__names__plural": _DELETE}, "spec.names.plural: Required value"),
-    ({"spec__names__kind": _DELETE}, "spec.names.kind: Required value"),
-    ({"spec__scope": "Global"}, 'spec.scope: Unsupported value: "Global": supported values: "Cluster", "Namespaced"'),
-    ({"spec__versions": []}, "spec.versions: Invalid value: []: must have exactly one version marked as storage "
-                             "version"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            {"metadata__name": "wrong"},
+            'metadata.name: Invalid value: "wrong": must be spec.names.plural+"."+spec.group',
+        ),
+        ({"spec__group": _DELETE}, "spec.group: Required value"),
+        (
+            {"spec__group": "nodot"},
+            'spec.group: Invalid value: "nodot": should be a domain with at least one dot',
+        ),
+        ({"spec__names__plural": _DELETE}, "spec.names.plural: Required value"),
+        ({"spec__names__kind": _DELETE}, "spec.names.kind: Required value"),
+        (
+            {"spec__scope": "Global"},
+            'spec.scope: Unsupported value: "Global": supported values: "Cluster", "Namespaced"',
+        ),
+        (
+            {"spec__versions": []},
+            ("spec.versions: Invalid value: []: must have exactly one version marked as storage version"),
+        ),
+    ],
+)
 def test_invalid_crd(overrides: dict[str, Any], expected: str) -> None:
     messages = [str(e) for e in validate_crd(crd(**overrides))]
     assert expected in messages
@@ -467,8 +737,11 @@ def test_crd_storage_versions_and_schema_required() -> None:
     ]
     messages = [str(e) for e in validate_crd(c)]
     assert "spec.versions[1].schema.openAPIV3Schema: Required value: schemas are required" in messages
-    assert any(m.startswith("spec.versions: Invalid value:") and m.endswith(
-        "must have exactly one version marked as storage version") for m in messages)
+    assert any(
+        m.startswith("spec.versions: Invalid value:")
+        and m.endswith("must have exactly one version marked as storage version")
+        for m in messages
+    )
 
 
 def test_crd_structural_schema_checks() -> None:
@@ -477,22 +750,29 @@ def test_crd_structural_schema_checks() -> None:
         "type": "object",
         "properties": {
             "metadata": {"type": "object", "properties": {"labels": {"type": "object"}}},
-            "spec": {"type": "object", "properties": {
-                "untyped": {"description": "no type"},
-                "list": {"type": "array"},
-                "bad": {"type": "strin"},
-                "n": {"type": "integer", "minimum": 1, "default": 0},
-            }},
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "untyped": {"description": "no type"},
+                    "list": {"type": "array"},
+                    "bad": {"type": "strin"},
+                    "n": {"type": "integer", "minimum": 1, "default": 0},
+                },
+            },
         },
     }
     messages = [str(e) for e in validate_crd(c)]
     p = "spec.versions[0].schema.openAPIV3Schema"
     assert f"{p}.properties[metadata].properties[labels]: Forbidden: must not be specified" in messages
-    assert f"{p}.properties[spec].properties[untyped].type: Required value: must not be empty for specified object " \
-           "fields" in messages
+    assert (
+        f"{p}.properties[spec].properties[untyped].type: Required value: must not be empty for specified "
+        "object fields" in messages
+    )
     assert f"{p}.properties[spec].properties[list].items: Required value: must be specified" in messages
-    assert any(m.startswith(f"{p}.properties[spec].properties[bad].type: Unsupported value: \"strin\"")
-               for m in messages)
+    assert any(
+        m.startswith(f'{p}.properties[spec].properties[bad].type: Unsupported value: "strin"')
+        for m in messages
+    )
     assert any("should be greater than or equal to 1" in m and "properties[n].default" in m for m in messages)
 
 

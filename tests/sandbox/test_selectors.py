@@ -15,7 +15,14 @@ from ansible_operator.sandbox.selectors import (
     validate_label_value,
 )
 
-LABELS = {"app": "web", "tier": "front", "env": "prod", "replicas": "3", "example.com/team": "core", "empty": ""}
+LABELS = {
+    "app": "web",
+    "tier": "front",
+    "env": "prod",
+    "replicas": "3",
+    "example.com/team": "core",
+    "empty": "",
+}
 
 # (selector, matches LABELS?)
 LABEL_CASES = [
@@ -82,15 +89,26 @@ LABEL_ERRORS = [
     ("!", "unable to parse requirement: found '', expected: identifier"),
     ("app=web tier=front", "found 'tier', expected: ',' or 'end of string'"),
     ("bad key=x", "unable to parse requirement: found 'key', expected: in, notin, =, ==, !=, gt, lt"),
-    ("-bad=x", 'unable to parse requirement: key: Invalid value: "-bad": name part must consist of alphanumeric'),
+    (
+        "-bad=x",
+        'unable to parse requirement: key: Invalid value: "-bad": name part must consist of alphanumeric',
+    ),
     ("a/b/c=x", 'unable to parse requirement: key: Invalid value: "a/b/c": a qualified name must consist of'),
     ("Example.com/x=y", 'key: Invalid value: "Example.com/x": prefix part a lowercase RFC 1123 subdomain'),
     ("/x=y", 'key: Invalid value: "/x": prefix part must be non-empty'),
     ("x/=y", 'key: Invalid value: "x/": name part must be non-empty'),
     ("a" * 64 + "=x", "name part must be no more than 63 characters"),
-    ("app=-web", 'unable to parse requirement: values[0][app]: Invalid value: "-web": a valid label must be an '
-                 "empty string or consist of alphanumeric characters"),
-    ("app=" + "v" * 64, "values[0][app]: Invalid value: \"" + "v" * 64 + "\": must be no more than 63 characters"),
+    (
+        "app=-web",
+        (
+            'unable to parse requirement: values[0][app]: Invalid value: "-web": a valid label must be an '
+            "empty string or consist of alphanumeric characters"
+        ),
+    ),
+    (
+        "app=" + "v" * 64,
+        'values[0][app]: Invalid value: "' + "v" * 64 + '": must be no more than 63 characters',
+    ),
     ("app in (ok,bad!)", "unable to parse requirement: found '!', expected: ',' or ')'"),
     ("replicas>x", "values[0]: Invalid value: \"x\": for 'Gt', 'Lt' operators, the value must be an integer"),
     ("replicas>", "values[0]: Invalid value: \"\": for 'Gt', 'Lt' operators, the value must be an integer"),
@@ -120,44 +138,72 @@ def test_label_key_and_value_validators() -> None:
 # metav1.LabelSelector
 
 
-@pytest.mark.parametrize(("selector", "expected"), [
-    ({}, True),
-    (None, True),
-    ({"matchLabels": {"app": "web"}}, True),
-    ({"matchLabels": {"app": "web", "tier": "back"}}, False),
-    ({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "db"]}]}, True),
-    ({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}, False),
-    ({"matchExpressions": [{"key": "missing", "operator": "NotIn", "values": ["x"]}]}, True),
-    ({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, True),
-    ({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, False),
-    ({"matchExpressions": [{"key": "nope", "operator": "DoesNotExist", "values": []}]}, True),
-    ({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "env", "operator": "In", "values": ["prod"]},
-                                                         {"key": "gone", "operator": "DoesNotExist"}]}, True),
-    ({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "env", "operator": "In", "values": ["dev"]}]}, False),
-])
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ({}, True),
+        (None, True),
+        ({"matchLabels": {"app": "web"}}, True),
+        ({"matchLabels": {"app": "web", "tier": "back"}}, False),
+        ({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "db"]}]}, True),
+        ({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}, False),
+        ({"matchExpressions": [{"key": "missing", "operator": "NotIn", "values": ["x"]}]}, True),
+        ({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, True),
+        ({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, False),
+        ({"matchExpressions": [{"key": "nope", "operator": "DoesNotExist", "values": []}]}, True),
+        (
+            {
+                "matchLabels": {"app": "web"},
+                "matchExpressions": [
+                    {"key": "env", "operator": "In", "values": ["prod"]},
+                    {"key": "gone", "operator": "DoesNotExist"},
+                ],
+            },
+            True,
+        ),
+        (
+            {
+                "matchLabels": {"app": "web"},
+                "matchExpressions": [{"key": "env", "operator": "In", "values": ["dev"]}],
+            },
+            False,
+        ),
+    ],
+)
 def test_label_selector_from_dict(selector: dict[str, Any] | None, expected: bool) -> None:
     assert label_selector_from_dict(selector)(LABELS) is expected
 
 
-@pytest.mark.parametrize(("selector", "fragment"), [
-    ({"matchExpressions": [{"key": "a", "operator": "Equals", "values": ["x"]}]},
-     '"Equals" is not a valid label selector operator'),
-    ({"matchExpressions": [{"key": "a", "operator": "In", "values": []}]},
-     "for 'in', 'notin' operators, values set can't be empty"),
-    ({"matchExpressions": [{"key": "a", "operator": "NotIn"}]},
-     "for 'in', 'notin' operators, values set can't be empty"),
-    ({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]},
-     "values set must be empty for exists and does not exist"),
-    ({"matchExpressions": [{"operator": "Exists"}]}, "matchExpressions[0].key: Required value"),
-    ({"matchExpressions": [{"key": "a", "operator": "In", "values": "x"}]}, "must be a list of strings"),
-    ({"matchExpressions": {"key": "a"}}, "matchExpressions: Invalid value: must be a list"),
-    ({"matchLabels": {"a": 1}}, "keys and values must be strings"),
-    ({"matchLabels": ["a"]}, "must be a map"),
-    ({"matchLabels": {"bad key": "x"}}, 'key: Invalid value: "bad key"'),
-    ({"matchLabels": {"a": "bad value"}}, 'values[0][a]: Invalid value: "bad value"'),
-    ({"matchLabel": {"a": "b"}}, "unknown field(s) matchLabel"),
-    ("app=web", "expected an object"),
-])
+@pytest.mark.parametrize(
+    ("selector", "fragment"),
+    [
+        (
+            {"matchExpressions": [{"key": "a", "operator": "Equals", "values": ["x"]}]},
+            '"Equals" is not a valid label selector operator',
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "operator": "In", "values": []}]},
+            "for 'in', 'notin' operators, values set can't be empty",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "operator": "NotIn"}]},
+            "for 'in', 'notin' operators, values set can't be empty",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]},
+            "values set must be empty for exists and does not exist",
+        ),
+        ({"matchExpressions": [{"operator": "Exists"}]}, "matchExpressions[0].key: Required value"),
+        ({"matchExpressions": [{"key": "a", "operator": "In", "values": "x"}]}, "must be a list of strings"),
+        ({"matchExpressions": {"key": "a"}}, "matchExpressions: Invalid value: must be a list"),
+        ({"matchLabels": {"a": 1}}, "keys and values must be strings"),
+        ({"matchLabels": ["a"]}, "must be a map"),
+        ({"matchLabels": {"bad key": "x"}}, 'key: Invalid value: "bad key"'),
+        ({"matchLabels": {"a": "bad value"}}, 'values[0][a]: Invalid value: "bad value"'),
+        ({"matchLabel": {"a": "b"}}, "unknown field(s) matchLabel"),
+        ("app=web", "expected an object"),
+    ],
+)
 def test_label_selector_from_dict_errors(selector: Any, fragment: str) -> None:
     with pytest.raises(SelectorError) as info:
         label_selector_from_dict(selector)
@@ -174,44 +220,57 @@ EVENT = {
     "type": "Normal",
     "count": 2,
 }
-POD = {"metadata": {"name": "web-1", "namespace": "apps"},
-       "spec": {"nodeName": "", "hostNetwork": False}, "status": {"phase": "Running"}}
+POD = {
+    "metadata": {"name": "web-1", "namespace": "apps"},
+    "spec": {"nodeName": "", "hostNetwork": False},
+    "status": {"phase": "Running"},
+}
 
 
-@pytest.mark.parametrize(("selector", "obj", "expected"), [
-    (None, EVENT, True),
-    ("", EVENT, True),
-    ("metadata.name=ev1", EVENT, True),
-    ("metadata.name==ev1", EVENT, True),
-    ("metadata.name!=ev1", EVENT, False),
-    ("metadata.namespace=default,type=Normal", EVENT, True),
-    ("metadata.namespace=default,type=Warning", EVENT, False),
-    ("involvedObject.name=web-1,involvedObject.kind=Pod", EVENT, True),
-    ("involvedObject.uid=", EVENT, True),  # unset field compares as ""
-    ("involvedObject.uid!=", EVENT, False),
-    ("count=2", EVENT, True),
-    ("status.phase=Running", POD, True),
-    ("status.phase!=Running", POD, False),
-    ("spec.nodeName=", POD, True),
-    ("spec.hostNetwork=false", POD, True),
-    ("reason=a\\,b", {"reason": "a,b"}, True),
-    ("reason=a\\=b", {"reason": "a=b"}, True),
-    ("reason=a\\\\b", {"reason": "a\\b"}, True),
-    ("metadata.name=ev1,", EVENT, True),  # empty terms are skipped
-])
+@pytest.mark.parametrize(
+    ("selector", "obj", "expected"),
+    [
+        (None, EVENT, True),
+        ("", EVENT, True),
+        ("metadata.name=ev1", EVENT, True),
+        ("metadata.name==ev1", EVENT, True),
+        ("metadata.name!=ev1", EVENT, False),
+        ("metadata.namespace=default,type=Normal", EVENT, True),
+        ("metadata.namespace=default,type=Warning", EVENT, False),
+        ("involvedObject.name=web-1,involvedObject.kind=Pod", EVENT, True),
+        ("involvedObject.uid=", EVENT, True),  # unset field compares as ""
+        ("involvedObject.uid!=", EVENT, False),
+        ("count=2", EVENT, True),
+        ("status.phase=Running", POD, True),
+        ("status.phase!=Running", POD, False),
+        ("spec.nodeName=", POD, True),
+        ("spec.hostNetwork=false", POD, True),
+        ("reason=a\\,b", {"reason": "a,b"}, True),
+        ("reason=a\\=b", {"reason": "a=b"}, True),
+        ("reason=a\\\\b", {"reason": "a\\b"}, True),
+        ("metadata.name=ev1,", EVENT, True),  # empty terms are skipped
+    ],
+)
 def test_field_selector_semantics(selector: str | None, obj: dict, expected: bool) -> None:
     assert parse_field_selector(selector)(obj) is expected
 
 
-@pytest.mark.parametrize(("selector", "allowed", "message"), [
-    ("metadata.name", None, "invalid selector: 'metadata.name'; can't understand 'metadata.name'"),
-    ("a=b,c", None, "invalid selector: 'a=b,c'; can't understand 'c'"),
-    ("a=b=c", None, "invalid field selector: unescaped character in value: ="),
-    ("a=b\\x", None, "invalid field selector: invalid escape sequence: \\x"),
-    ("a=b\\", None, "invalid field selector: invalid escape sequence: \\"),
-    ("spec.nodeName=n1", {"metadata.name", "metadata.namespace"}, "field label not supported: spec.nodeName"),
-    ("metadata.name =x", {"metadata.name"}, "field label not supported: metadata.name "),
-])
+@pytest.mark.parametrize(
+    ("selector", "allowed", "message"),
+    [
+        ("metadata.name", None, "invalid selector: 'metadata.name'; can't understand 'metadata.name'"),
+        ("a=b,c", None, "invalid selector: 'a=b,c'; can't understand 'c'"),
+        ("a=b=c", None, "invalid field selector: unescaped character in value: ="),
+        ("a=b\\x", None, "invalid field selector: invalid escape sequence: \\x"),
+        ("a=b\\", None, "invalid field selector: invalid escape sequence: \\"),
+        (
+            "spec.nodeName=n1",
+            {"metadata.name", "metadata.namespace"},
+            "field label not supported: spec.nodeName",
+        ),
+        ("metadata.name =x", {"metadata.name"}, "field label not supported: metadata.name "),
+    ],
+)
 def test_field_selector_errors(selector: str, allowed: set[str] | None, message: str) -> None:
     with pytest.raises(SelectorError) as info:
         parse_field_selector(selector, allowed)
