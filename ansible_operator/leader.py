@@ -84,6 +84,11 @@ class LeaseRecord:
                                                             other.transitions)
 
 
+def _log_task_failure(task: "asyncio.Future[Any]") -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("on_started_leading failed", exc_info=task.exception())
+
+
 class LeaderElector:
     """Campaign for a Lease; run ``on_started_leading`` while holding it.
 
@@ -173,6 +178,7 @@ class LeaderElector:
         result = self._on_started()
         if inspect.isawaitable(result):
             self._leading_task = asyncio.ensure_future(result)
+            self._leading_task.add_done_callback(_log_task_failure)
 
     async def _renew_until_lost(self) -> None:
         """Renew every ``retry_period``; give up once ``renew_deadline`` has passed since the start of the
@@ -213,7 +219,7 @@ class LeaderElector:
             except asyncio.CancelledError:
                 pass
             except Exception:
-                log.exception("on_started_leading task failed while stopping")
+                pass  # already logged by _log_task_failure
         result = self._on_stopped()
         if inspect.isawaitable(result):
             await result

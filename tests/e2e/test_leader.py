@@ -224,3 +224,34 @@ def test_invalid_timings_are_refused(kubeconfig: Path) -> None:
 def test_micro_time_format() -> None:
     assert format_micro_time(0) == "1970-01-01T00:00:00.000000Z"
     assert format_micro_time(1.5) == "1970-01-01T00:00:01.500000Z"
+
+
+async def test_coroutine_work_runs_while_leading_and_is_cancelled(kubeconfig: Path) -> None:
+    """An async on_started_leading is the "work" body (client-go style): it runs as a task while we lead
+    and is cancelled before on_stopped_leading runs."""
+    order: list[str] = []
+    working = asyncio.Event()
+
+    async def work() -> None:
+        working.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            order.append("work cancelled")
+            raise
+
+    client = _client(kubeconfig)
+    elector = LeaderElector(client, name="coro-lock", namespace=NS, identity="c", lease_duration=LEASE_S,
+                            renew_deadline=RENEW_S, retry_period=RETRY_S, on_started_leading=work,
+                            on_stopped_leading=lambda: order.append("stopped"))
+    task = asyncio.create_task(elector.run())
+    try:
+        await asyncio.wait_for(working.wait(), 10)
+        assert elector.is_leader
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        client.close()
+    assert order == ["work cancelled", "stopped"]
+    assert read_lease(kubeconfig, "coro-lock")["spec"]["holderIdentity"] in ("", None)
