@@ -83,6 +83,15 @@ def project(tmp_path: Path) -> Path:
         - include_tasks: extra.yml
         - import_role:
             name: common
+        - name: read the live object with a computed api_version
+          kubernetes.core.k8s_info:
+            api_version: "{{ memcached_api_version }}"
+            kind: Memcached
+            name: x
+        - name: computed api_version of an unknown kind
+          kubernetes.core.k8s_info:
+            api_version: "{{ foo_api_version }}"
+            kind: Foo
         - name: update status (already granted)
           operator_sdk.util.k8s_status:
             api_version: cache.example.com/v1alpha1
@@ -205,7 +214,9 @@ def test_generate_rbac_covers_watches_and_role_tasks(project: Path) -> None:
     assert "definition is a Jinja expression '{{ some_var }}'" in header
     assert "Sprocket (widgets.example.org/v2) → widgets.example.org/sprockets" in header
     assert "Gadget (apps.example.com/v1) → apps.example.com/gadgets (no CRD found" in header
-    assert "Memcached (" not in header  # its plural came from crds/memcached.yaml
+    assert "Memcached (cache" not in header  # its plural came from crds/memcached.yaml
+    assert "Memcached (api_version '{{ memcached_api_version }}') → assumed group cache.example.com" in header
+    assert "kind 'Foo' / api_version '{{ foo_api_version }}' is dynamic" in header
     assert header.count("gadget.yml") == 1  # one reason per task, not two
 
 
