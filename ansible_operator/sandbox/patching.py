@@ -19,6 +19,7 @@ Bad patch documents raise :class:`PatchError` carrying the HTTP ``code`` and Sta
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import jsonpatch
@@ -176,7 +177,6 @@ _POD_SPEC_PREFIXES: dict[str, tuple[tuple[str, ...], ...]] = {
 _COMMON_LISTS: dict[tuple[str, ...], str] = {
     ("metadata", "finalizers"): "",
     ("metadata", "ownerReferences"): "uid",
-    ("status", "conditions"): "type",
 }
 
 # Kind-specific lists outside the PodSpec.
@@ -186,6 +186,29 @@ _KIND_LISTS: dict[str, dict[tuple[str, ...], str]] = {
     "ServiceAccount": {("secrets",): "name"},
     "Pod": {("status", "podIPs"): "ip", ("status", "hostIPs"): "ip"},
 }
+# Built-in kinds whose status.conditions are merged by type (patchMergeKey "type"); for custom
+# resources conditions are atomic unless their CRD schema says otherwise.
+_CONDITION_KINDS = (
+    "Pod",
+    "Node",
+    "Namespace",
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+    "Service",
+    "Deployment",
+    "ReplicaSet",
+    "StatefulSet",
+    "DaemonSet",
+    "ReplicationController",
+    "Job",
+    "HorizontalPodAutoscaler",
+    "PodDisruptionBudget",
+    "CustomResourceDefinition",
+    "APIService",
+    "CertificateSigningRequest",
+)
+for _k in _CONDITION_KINDS:
+    _KIND_LISTS.setdefault(_k, {})[("status", "conditions")] = "type"
 
 
 def _kind_name(kind: str) -> str:
@@ -421,14 +444,17 @@ def _normalize_order(merged: list, order: list[Any], original: list, key: str) -
 # Server-side apply (simplified)
 
 
-def apply_patch(current: dict | None, applied: dict, field_manager: str) -> dict:
+def apply_patch(current: dict | None, applied: dict, field_manager: str, schema: dict | None = None) -> dict:
     """Server-side apply, **simplified to create-or-merge**.
 
     * ``current is None`` → the applied configuration is the new object.
-    * otherwise the applied configuration is merged into ``current``: maps merge recursively, lists
-      with a known merge key (the strategic-merge table, :func:`list_strategy`) merge element-wise
-      by key, primitive set lists (finalizers) are unioned, other lists are replaced; ``null`` in
-      the applied configuration means "not specified" and leaves the current value alone.
+    * otherwise the applied configuration is merged into ``current``: maps merge recursively,
+      associative lists merge element-wise by key, set lists are unioned, other (atomic) lists are
+      replaced; ``null`` in the applied configuration means "not specified" and leaves the current
+      value alone. Which lists are associative: for built-in kinds the strategic-merge table
+      (:func:`list_strategy`); for custom resources pass the version's ``schema`` and its
+      ``x-kubernetes-list-type: map`` (+ ``x-kubernetes-list-map-keys``) / ``set`` markers decide
+      (``metadata.finalizers``/``ownerReferences`` always merge).
 
     Not modelled: managedFields ownership — so no conflicts (``force`` is irrelevant), and fields
     or list elements a manager stops applying are *not* removed. ``field_manager`` is required (as
@@ -446,53 +472,90 @@ def apply_patch(current: dict | None, applied: dict, field_manager: str) -> dict
     if current is None:
         return _drop_nulls(applied)
     kind = str(applied.get("kind") or current.get("kind") or "")
-    return _apply_map(current, applied, (), kind)
+    return _apply_map(current, applied, (), _ApplyContext(kind, schema is not None), schema)
 
 
-def _apply_map(current: dict, applied: dict, path: tuple[str, ...], kind: str) -> dict:
+@dataclass(frozen=True)
+class _ApplyContext:
+    kind: str
+    schema_driven: bool
+
+    def list_keys(self, path: tuple[str, ...], node: dict | None) -> tuple[str, ...] | None:
+        """Merge keys of the list at ``path``: () for a set, None for atomic."""
+        if path in _COMMON_LISTS or not self.schema_driven:
+            strategy = list_strategy(self.kind, path)
+            return None if strategy is None else ((strategy,) if strategy else ())
+        node = node or {}
+        list_type = node.get("x-kubernetes-list-type")
+        if list_type == "map":
+            keys = node.get("x-kubernetes-list-map-keys") or []
+            return tuple(k for k in keys if isinstance(k, str)) or None
+        if list_type == "set":
+            return ()
+        return None
+
+
+def _sub_schema(node: dict | None, key: str) -> dict | None:
+    if not isinstance(node, dict):
+        return None
+    props = node.get("properties") or {}
+    if isinstance(props.get(key), dict):
+        return props[key]
+    additional = node.get("additionalProperties")
+    return additional if isinstance(additional, dict) else None
+
+
+def _apply_map(
+    current: dict, applied: dict, path: tuple[str, ...], ctx: _ApplyContext, node: dict | None
+) -> dict:
     result = _copy(current)
     for key, value in applied.items():
         if value is None:
             continue
         sub = path + (key,)
+        sub_node = _sub_schema(node, key)
         existing = result.get(key)
         if isinstance(value, dict) and isinstance(existing, dict):
-            result[key] = _apply_map(existing, value, sub, kind)
+            result[key] = _apply_map(existing, value, sub, ctx, sub_node)
         elif isinstance(value, list) and isinstance(existing, list):
-            result[key] = _apply_list(existing, value, sub, kind)
+            result[key] = _apply_list(existing, value, sub, ctx, sub_node)
         else:
             result[key] = _drop_nulls(value)
     return result
 
 
-def _apply_list(current: list, applied: list, path: tuple[str, ...], kind: str) -> list:
-    strategy = list_strategy(kind, path)
-    if strategy is None:
+def _apply_list(
+    current: list, applied: list, path: tuple[str, ...], ctx: _ApplyContext, node: dict | None
+) -> list:
+    keys = ctx.list_keys(path, node)
+    if keys is None:
         return _drop_nulls(applied)
-    if strategy == "":
-        result = _copy(current)
+    result = _copy(current)
+    if not keys:
         for item in applied:
             if not any(_same(item, x) for x in result):
                 result.append(_copy(item))
         return result
-    result = _copy(current)
+    items_node = node.get("items") if isinstance(node, dict) else None
     for item in applied:
-        if not isinstance(item, dict) or strategy not in item:
+        if not isinstance(item, dict) or not all(k in item for k in keys):
+            missing = [k for k in keys if not isinstance(item, dict) or k not in item]
             raise PatchError(
-                f".{'.'.join(path)}: element {_canon(item)} is missing the associative key {strategy!r}"
+                f".{'.'.join(path)}: element {_canon(item)} is missing the associative key "
+                + ", ".join(repr(k) for k in missing)
             )
         idx = next(
             (
                 i
                 for i, x in enumerate(result)
-                if isinstance(x, dict) and _same(x.get(strategy), item[strategy])
+                if isinstance(x, dict) and all(_same(x.get(k), item[k]) for k in keys)
             ),
             None,
         )
         if idx is None:
             result.append(_drop_nulls(item))
         else:
-            result[idx] = _apply_map(result[idx], item, path, kind)
+            result[idx] = _apply_map(result[idx], item, path, ctx, items_node)
     return result
 
 

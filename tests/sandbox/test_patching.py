@@ -151,6 +151,9 @@ def test_json_patch_errors(ops: Any, code: int, fragment: str) -> None:
         ("ConfigMap", ("metadata", "finalizers"), ""),
         ("Memcached", ("metadata", "ownerReferences"), "uid"),
         ("Memcached", ("spec", "containers"), None),
+        ("Memcached", ("status", "conditions"), None),
+        ("Deployment", ("status", "conditions"), "type"),
+        ("Node", ("status", "addresses"), "type"),
     ],
 )
 def test_list_strategy(kind: str, path: tuple[str, ...], expected: str | None) -> None:
@@ -894,3 +897,86 @@ def test_apply_errors() -> None:
     current = {"kind": "Pod", "spec": {"containers": [{"name": "a"}]}}
     with pytest.raises(PatchError, match="associative key 'name'"):
         apply_patch(current, {"kind": "Pod", "spec": {"containers": [{"image": "x"}]}}, "m")
+
+
+CR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "spec": {
+            "type": "object",
+            "properties": {
+                "ports": {
+                    "type": "array",
+                    "x-kubernetes-list-type": "map",
+                    "x-kubernetes-list-map-keys": ["port", "protocol"],
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "port": {"type": "integer"},
+                            "protocol": {"type": "string"},
+                            "name": {"type": "string"},
+                            "tags": {
+                                "type": "array",
+                                "x-kubernetes-list-type": "set",
+                                "items": {"type": "string"},
+                            },
+                        },
+                    },
+                },
+                "hosts": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                "args": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    },
+}
+
+
+def test_apply_on_custom_resource_follows_schema_list_types() -> None:
+    current = {
+        "apiVersion": "x/v1",
+        "kind": "Memcached",
+        "metadata": {"name": "m", "finalizers": ["a"]},
+        "spec": {
+            "ports": [
+                {"port": 53, "protocol": "UDP", "name": "dns-udp", "tags": ["x"]},
+                {"port": 53, "protocol": "TCP", "name": "dns-tcp"},
+            ],
+            "hosts": ["h1"],
+            "args": ["--a"],
+        },
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}, {"type": "Running", "status": "True"}]
+        },
+    }
+    applied = {
+        "apiVersion": "x/v1",
+        "kind": "Memcached",
+        "metadata": {"name": "m", "finalizers": ["b"]},
+        "spec": {
+            "ports": [
+                {"port": 53, "protocol": "TCP", "name": "dns"},
+                {"port": 53, "protocol": "UDP", "tags": ["y"]},
+                {"port": 80, "protocol": "TCP"},
+            ],
+            "hosts": ["h2", "h1"],
+            "args": ["--b"],
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "False"}]},
+    }
+    out = apply_patch(current, applied, "mgr", schema=CR_SCHEMA)
+    assert out["spec"]["ports"] == [
+        {"port": 53, "protocol": "UDP", "name": "dns-udp", "tags": ["x", "y"]},
+        {"port": 53, "protocol": "TCP", "name": "dns"},
+        {"port": 80, "protocol": "TCP"},
+    ]
+    assert out["spec"]["hosts"] == ["h1", "h2"]
+    assert out["spec"]["args"] == ["--b"]  # atomic
+    assert out["status"]["conditions"] == [{"type": "Ready", "status": "False"}]  # atomic for a CR
+    assert out["metadata"]["finalizers"] == ["a", "b"]
+
+
+def test_apply_schema_map_list_requires_all_keys() -> None:
+    current = {"kind": "Memcached", "spec": {"ports": [{"port": 1, "protocol": "TCP"}]}}
+    with pytest.raises(PatchError, match="missing the associative key 'protocol'"):
+        apply_patch(current, {"kind": "Memcached", "spec": {"ports": [{"port": 1}]}}, "m", schema=CR_SCHEMA)
