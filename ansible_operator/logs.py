@@ -66,6 +66,11 @@ class ContextFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         ctx = cr_context.get()
+        ref = getattr(record, "k8s_ref", None)
+        if not ctx and isinstance(ref, dict):
+            # kopf's per-object loggers pass the object as extra={"k8s_ref": {...}}: use it when we have
+            # no context of our own (kopf's internal tasks do not run inside ours).
+            ctx = {"kind": ref.get("kind"), "namespace": ref.get("namespace"), "name": ref.get("name")}
         if getattr(record, "cr_name", None) is None:
             record.cr_name = ctx.get("name")
         for key in ("kind", "namespace", "run_id"):
@@ -77,9 +82,9 @@ class ContextFilter(logging.Filter):
         return True
 
 
-def _utc(record: logging.LogRecord, micro: bool = False) -> str:
+def _utc(record: logging.LogRecord, millis: bool = False) -> str:
     base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-    if micro:
+    if millis:
         return f"{base}.{int(record.msecs):03d}Z"
     return base + "Z"
 
@@ -108,8 +113,9 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+_PLAIN = (str, int, float, bool, type(None), list, tuple, dict)
 _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("x", 0, "", 0, "", None, None))) | {
-    "message", "asctime", "taskName", "cr_name",
+    "message", "asctime", "taskName", "cr_name", "k8s_ref", "k8s_skip",
 }
 
 
@@ -118,7 +124,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "ts": _utc(record, micro=True),
+            "ts": _utc(record, millis=True),
             "level": record.levelname,
             "logger": record.name,
             "msg": record.getMessage(),
@@ -128,7 +134,10 @@ class JsonFormatter(logging.Formatter):
             "run_id": getattr(record, "run_id", None),
         }
         for key, value in vars(record).items():
-            if key not in _STANDARD_ATTRS and key not in out and not key.startswith("_"):
+            # Only plain data: libraries attach objects to records (kopf: its settings), which would turn
+            # into long reprs.
+            if key not in _STANDARD_ATTRS and key not in out and not key.startswith("_") \
+                    and isinstance(value, _PLAIN):
                 out[key] = value
         if record.exc_info:
             out["exc_info"] = self.formatException(record.exc_info)

@@ -149,3 +149,15 @@ def test_event_logger_verbosity_levels(caplog: pytest.LogCaptureFixture) -> None
     assert "TASK [skip me] skipped: localhost" in v2 and len(v2) == 6
     v3 = [m for _, m in _lines(caplog, 3)]
     assert 'TASK [create deployment] changed: localhost => {"changed": true, "result": {"kind": "Deployment"}}' in v3
+
+
+def test_kopf_object_loggers_fill_the_object_and_objects_are_not_dumped(capture: Any) -> None:
+    stream, install = capture
+    install("json")
+    ref = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached", "namespace": "ns", "name": "m",
+           "uid": "u"}
+    logging.getLogger("kopf.objects").info("handler done", extra={"k8s_ref": ref, "k8s_skip": False,
+                                                                  "settings": object()})
+    record = json.loads(stream.getvalue())
+    assert (record["kind"], record["namespace"], record["name"]) == ("Memcached", "ns", "m")
+    assert "settings" not in record and "k8s_ref" not in record
