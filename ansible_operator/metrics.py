@@ -17,6 +17,7 @@ depending on whether metrics and health probes share an address (they do not by 
 from __future__ import annotations
 
 import logging
+import socket
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -266,7 +267,10 @@ async def serve(
             from exc
     server = getattr(site, "_server", None)
     sockets = getattr(server, "sockets", None) or []
-    real_port = sockets[0].getsockname()[1] if sockets else port
+    # With port 0 on all interfaces each address family gets its own port: report the IPv4 one, which
+    # ``url`` (127.0.0.1) reaches.
+    ipv4 = [s for s in sockets if s.family == socket.AF_INET]
+    real_port = (ipv4 or sockets)[0].getsockname()[1] if sockets else port
     log.info("serving %s on %s", " ".join(paths), f"{host or '*'}:{real_port}")
     return ServerHandle(host=host, port=real_port, paths=tuple(paths), _runner=runner)
 

@@ -163,3 +163,15 @@ async def test_serve_endpoints_separate_shared_and_disabled() -> None:
         assert [h.paths for h in handles] == [("/healthz", "/readyz")]
     finally:
         await close_all(handles)
+
+
+async def test_all_interfaces_address() -> None:
+    handle = await serve(":0", metrics=Metrics())
+    assert handle is not None and handle.host is None
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{handle.port}/metrics") as resp:
+                assert resp.status == 200
+                assert "ansible_operator_build_info" in await resp.text()
+    finally:
+        await handle.close()
