@@ -324,9 +324,10 @@ _STRING_FORMATS = {
 
 @lru_cache(maxsize=512)
 def _compile(pattern: str) -> re.Pattern[str] | None:
-    """ECMA-262-ish pattern via Python ``re`` (search semantics, like JSON Schema)."""
+    """A schema ``pattern`` via Python ``re``: search semantics (like JSON Schema) and ASCII-only
+    ``\\d``/``\\w``/``\\s`` (the apiserver compiles patterns with Go's RE2, which is ASCII there too)."""
     try:
-        return re.compile(pattern)
+        return re.compile(pattern, re.ASCII)
     except re.error:
         return None
 

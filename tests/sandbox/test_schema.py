@@ -782,3 +782,118 @@ def test_crd_root_must_be_object() -> None:
     assert [str(e) for e in validate_crd(c)] == [
         "spec.versions[0].schema.openAPIV3Schema.type: Required value: must not be empty at the root"
     ]
+
+
+# --------------------------------------------------------------------------------------------------
+# real-world CRDs: what `operator-sdk create api` (ansible plugin) and kubebuilder generate
+
+OPERATOR_SDK_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "memcacheds.cache.example.com"},
+    "spec": {
+        "group": "cache.example.com",
+        "names": {
+            "kind": "Memcached",
+            "listKind": "MemcachedList",
+            "plural": "memcacheds",
+            "singular": "memcached",
+        },
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1alpha1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "description": "Memcached is the Schema for the memcacheds API",
+                        "type": "object",
+                        "properties": {
+                            "apiVersion": {"type": "string"},
+                            "kind": {"type": "string"},
+                            "metadata": {"type": "object"},
+                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+CONDITIONS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["type"],
+    "items": {
+        "type": "object",
+        "required": ["lastTransitionTime", "message", "reason", "status", "type"],
+        "properties": {
+            "lastTransitionTime": {"type": "string", "format": "date-time"},
+            "message": {"type": "string", "maxLength": 32768},
+            "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+            "reason": {
+                "type": "string",
+                "maxLength": 1024,
+                "minLength": 1,
+                "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+            },
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "type": {
+                "type": "string",
+                "maxLength": 316,
+                "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+            },
+        },
+    },
+}
+
+
+def test_operator_sdk_generated_crd_is_valid_and_keeps_free_form_spec() -> None:
+    assert validate_crd(OPERATOR_SDK_CRD) == []
+    schema = OPERATOR_SDK_CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    obj = cr(size=3, nested={"a": [1, {"b": None}]})
+    obj["status"] = {"conditions": [{"type": "Running"}]}
+    obj["bogus"] = True
+    out = apply_defaults(schema, prune(schema, obj))
+    assert "bogus" not in out
+    assert out["spec"] == {"size": 3, "nested": {"a": [1, {"b": None}]}}
+    assert validate(schema, out) == []
+
+
+def test_metav1_condition_list() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"status": {"type": "object", "properties": {"conditions": CONDITIONS_SCHEMA}}},
+    }
+    good = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "Reconciled",
+        "message": "",
+        "lastTransitionTime": "2026-11-22T13:50:00Z",
+        "observedGeneration": 3,
+    }
+    assert validate(schema, {"status": {"conditions": [good]}}) == []
+    bad = dict(good, type="Synced", status="Yes", reason="not valid!", lastTransitionTime="now")
+    del bad["message"]
+    errors = validate(schema, {"status": {"conditions": [good, bad, good]}})
+    assert [str(e) for e in errors] == [
+        "status.conditions[1].message: Required value",
+        'status.conditions[1].lastTransitionTime: Invalid value: "now": status.conditions[1].lastTransitionTime '
+        'in body must be of type date-time: "now"',
+        'status.conditions[1].reason: Invalid value: "not valid!": status.conditions[1].reason in body should '
+        "match '^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$'",
+        'status.conditions[1].status: Unsupported value: "Yes": supported values: "True", "False", "Unknown"',
+        'status.conditions[2]: Duplicate value: {"type":"Ready"}',
+    ]
+
+
+def test_pattern_digits_are_ascii_like_go_re2() -> None:
+    schema = {"type": "object", "properties": {"v": {"type": "string", "pattern": r"^\d+$"}}}
+    assert validate(schema, {"v": "123"}) == []
+    assert len(validate(schema, {"v": "١٢٣"})) == 1  # Arabic-Indic digits are not \d in RE2
