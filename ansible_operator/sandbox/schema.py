@@ -542,25 +542,35 @@ def _validate_junctors(schema: dict, value: Any, path: str, errors: list[FieldEr
             errors.append(invalid(path, "", f'"{shown}" must validate all the schemas (allOf)'))
     any_of = schema.get("anyOf")
     if isinstance(any_of, list) and any_of:
-        if not any(_matches(sub, value, path) for sub in any_of if isinstance(sub, dict)):
+        results = [_sub_errors(sub, value, path) for sub in any_of if isinstance(sub, dict)]
+        if results and all(results):
+            # go-openapi: the composite error, then the errors of the closest alternative
             errors.append(invalid(path, "", f'"{shown}" must validate at least one schema (anyOf)'))
+            errors.extend(min(results, key=len))
     one_of = schema.get("oneOf")
     if isinstance(one_of, list) and one_of:
-        n = sum(1 for sub in one_of if isinstance(sub, dict) and _matches(sub, value, path))
+        results = [_sub_errors(sub, value, path) for sub in one_of if isinstance(sub, dict)]
+        n = sum(1 for r in results if not r)
         if n != 1:
             reason = "Found none valid" if n == 0 else f"Found {n} valid alternatives"
             errors.append(
                 invalid(path, "", f'"{shown}" must validate one and only one schema (oneOf). {reason}')
             )
+            if n == 0 and results:
+                errors.extend(min(results, key=len))
     not_ = schema.get("not")
     if isinstance(not_, dict) and _matches(not_, value, path):
         errors.append(invalid(path, "", f'"{shown}" must not validate the schema (not)'))
 
 
+def _sub_errors(schema: dict, value: Any, path: str) -> list[FieldError]:
+    found: list[FieldError] = []
+    _validate(schema, value, path, found)
+    return found
+
+
 def _matches(schema: dict, value: Any, path: str) -> bool:
-    sub_errors: list[FieldError] = []
-    _validate(schema, value, path, sub_errors)
-    return not sub_errors
+    return not _sub_errors(schema, value, path)
 
 
 def _json_equal(a: Any, b: Any) -> bool:
