@@ -440,7 +440,8 @@ _TYPE_ERR = 'x: Invalid value: "string": x in body must be of type integer: "str
             "oneOf",
             5,
             [
-                'x: Invalid value: "": "x" must validate one and only one schema (oneOf). Found 2 valid alternatives'
+                'x: Invalid value: "": "x" must validate one and only one schema (oneOf). '
+                "Found 2 valid alternatives"
             ],
         ),
         (
@@ -899,13 +900,14 @@ def test_metav1_condition_list() -> None:
     bad = dict(good, type="Synced", status="Yes", reason="not valid!", lastTransitionTime="now")
     del bad["message"]
     errors = validate(schema, {"status": {"conditions": [good, bad, good]}})
+    c1 = "status.conditions[1]"
     assert [str(e) for e in errors] == [
-        "status.conditions[1].message: Required value",
-        'status.conditions[1].lastTransitionTime: Invalid value: "now": status.conditions[1].lastTransitionTime '
-        'in body must be of type date-time: "now"',
-        'status.conditions[1].reason: Invalid value: "not valid!": status.conditions[1].reason in body should '
-        "match '^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$'",
-        'status.conditions[1].status: Unsupported value: "Yes": supported values: "True", "False", "Unknown"',
+        f"{c1}.message: Required value",
+        f'{c1}.lastTransitionTime: Invalid value: "now": {c1}.lastTransitionTime in body must be of type '
+        'date-time: "now"',
+        f'{c1}.reason: Invalid value: "not valid!": {c1}.reason in body should match '
+        "'^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$'",
+        f'{c1}.status: Unsupported value: "Yes": supported values: "True", "False", "Unknown"',
         'status.conditions[2]: Duplicate value: {"type":"Ready"}',
     ]
 
