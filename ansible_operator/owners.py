@@ -56,6 +56,7 @@ __all__ = [
     "Owner",
     "OwnerProxy",
     "RequestInfo",
+    "Upstream",
     "inject_owner",
     "injection_mode",
     "owner_ref",
@@ -252,8 +253,12 @@ def _status_body(code: int, reason: str, message: str) -> bytes:
 # upstream connection
 
 
-class _Upstream:
-    """How to reach the real API server, taken from a kubernetes.client.Configuration."""
+class Upstream:
+    """How to reach the real API server, taken from a kubernetes.client.Configuration.
+
+    Shared by the proxy and :mod:`ansible_operator.dependents` so both use exactly the operator's own
+    connection settings (TLS verification, client certificates, bearer/basic auth, token refresh).
+    """
 
     def __init__(self, configuration: "kubernetes.client.Configuration") -> None:
         self.configuration = configuration
@@ -333,7 +338,7 @@ class OwnerProxy:
     def __init__(self, upstream: "kubernetes.client.Configuration", *,
                  on_dependent: Callable[[DependentKind], None] | None = None,
                  inject_owner_ref: bool = True, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._upstream = _Upstream(upstream)
+        self._upstream = Upstream(upstream)
         self._on_dependent = on_dependent
         self._inject = inject_owner_ref
         self._host = host

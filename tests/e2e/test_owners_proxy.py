@@ -29,6 +29,7 @@ from ansible_operator.owners import (
     OwnerProxy,
 )
 from ansible_operator.sandbox import Sandbox
+from ansible_operator.sandbox.store import HISTORY_LIMIT
 
 pytestmark = pytest.mark.e2e
 
@@ -245,3 +246,132 @@ async def test_watch_streams_and_unknown_tokens_are_refused(
         await asyncio.to_thread(core.list_namespaced_config_map, NS)
     assert exc_info.value.status == 401
     api.close()
+
+
+# ---- DependentWatcher ---------------------------------------------------------------------------------
+
+from ansible_operator.dependents import DependentWatcher  # noqa: E402
+
+CONFIGMAPS = DependentKind("", "v1", "ConfigMap", "configmaps", True)
+DEPLOYMENTS = DependentKind("apps", "v1", "Deployment", "deployments", True)
+CLUSTERROLES = DependentKind("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", False)
+
+
+class Recorder:
+    """Collects enqueue() calls and lets a test wait for the n-th one."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str | None, str]] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, api_version: str, kind: str, namespace: str | None, name: str) -> None:
+        self.calls.append((api_version, kind, namespace, name))
+        self._changed.set()
+
+    async def wait_for(self, count: int, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.calls) < count:
+            self._changed.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"expected {count} enqueue calls, got {self.calls}")
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
+
+
+@pytest.fixture
+async def watcher(cluster: Cluster) -> AsyncIterator[tuple[DependentWatcher, Recorder]]:
+    rec = Recorder()
+    w = DependentWatcher(cluster.api, rec, owner_kinds={(GROUP, KIND)}, cluster_scoped=True)
+    try:
+        yield w, rec
+    finally:
+        await w.close()
+
+
+def _owned(owner: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    ref = {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
+           "uid": owner["metadata"]["uid"]}
+    return {"ownerReferences": [ref], **meta}
+
+
+async def test_dependent_watcher_enqueues_owner_on_delete_and_real_changes(
+        cluster: Cluster, watcher: tuple[DependentWatcher, Recorder]) -> None:
+    w, rec = watcher
+    owner = await asyncio.to_thread(cluster.create_owner, "dep1")
+    key = (f"{GROUP}/{VERSION}", KIND, NS, "dep1")
+    await asyncio.to_thread(cluster.core.create_namespaced_config_map, NS,
+                            {"metadata": _owned(owner, name="dep1-cm"), "data": {"a": "1"}})
+    await w.ensure(CONFIGMAPS)
+    await w.ensure(CONFIGMAPS)  # idempotent: still one watch
+    assert w.watched == [CONFIGMAPS]
+
+    # objects created after the initial list are ignored (the run that created them is the cause)
+    await asyncio.to_thread(cluster.core.create_namespaced_config_map, NS,
+                            {"metadata": _owned(owner, name="dep1-cm2")})
+    # a data change re-queues; then a deletion re-queues exactly once more
+    await asyncio.to_thread(cluster.core.patch_namespaced_config_map, "dep1-cm", NS, {"data": {"a": "2"}})
+    await rec.wait_for(1)
+    await asyncio.to_thread(cluster.core.delete_namespaced_config_map, "dep1-cm", NS)
+    await rec.wait_for(2)
+    assert rec.calls == [key, key]
+
+    # status-only churn (the simulated Deployment controller) does not re-queue; a label change does
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _owned(owner, name="dep1-web"),
+                  "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "dep1"}},
+                           "template": {"metadata": {"labels": {"app": "dep1"}},
+                                        "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}
+    apps = kubernetes.client.AppsV1Api(cluster.api)
+    await w.ensure(DEPLOYMENTS)
+    await asyncio.to_thread(apps.create_namespaced_deployment, NS, deployment)
+    await eventually(lambda: (apps.read_namespaced_deployment("dep1-web", NS).status.ready_replicas or 0) == 2,
+                     what="simulated Deployment ready")
+    await asyncio.to_thread(apps.patch_namespaced_deployment, "dep1-web", NS,
+                            {"metadata": {"labels": {"touched": "yes"}}})
+    await rec.wait_for(3)
+    await asyncio.sleep(0.3)
+    assert rec.calls == [key, key, key]
+
+
+async def test_dependent_watcher_annotations_and_relist_after_410(
+        cluster: Cluster, watcher: tuple[DependentWatcher, Recorder]) -> None:
+    w, rec = watcher
+    await asyncio.to_thread(cluster.create_owner, "dep2")
+    annotations = {"operator-sdk/primary-resource": f"{NS}/dep2",
+                   "operator-sdk/primary-resource-type": f"{KIND}.{GROUP}"}
+    for name in ("dep2-a", "dep2-b"):
+        await asyncio.to_thread(cluster.rbac.create_cluster_role,
+                                {"metadata": {"name": name, "annotations": annotations}, "rules": []})
+    await w.ensure(CLUSTERROLES)
+    await asyncio.to_thread(cluster.rbac.delete_cluster_role, "dep2-a")
+    await rec.wait_for(1)
+    assert rec.calls == [(f"{GROUP}/{VERSION}", KIND, NS, "dep2")]
+
+    # Lose the watch, let the history move past our resourceVersion, come back: 410 -> re-list -> the
+    # deletion that happened meanwhile is still noticed.
+    kw = next(v for k, v in w._watches.items() if k[2] == "clusterroles")
+    task = next(t for t in w._tasks if "ClusterRole" in t.get_name())
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await asyncio.to_thread(cluster.sandbox.call, cluster.sandbox.server.store.set_history_limit, 3)
+    try:
+        await asyncio.to_thread(cluster.rbac.delete_cluster_role, "dep2-b")
+        for i in range(5):
+            await asyncio.to_thread(cluster.core.create_namespaced_config_map, NS,
+                                    {"metadata": {"name": f"dep2-filler-{i}"}})
+        w._tasks.append(asyncio.create_task(kw.run(), name="dependent-watch ClusterRole again"))
+        await rec.wait_for(2)
+        assert rec.calls[1] == (f"{GROUP}/{VERSION}", KIND, NS, "dep2")
+    finally:
+        await asyncio.to_thread(cluster.sandbox.call, cluster.sandbox.server.store.set_history_limit,
+                                HISTORY_LIMIT)
+
+
+async def test_dependent_watcher_ignores_without_owner_kinds(cluster: Cluster) -> None:
+    rec = Recorder()
+    w = DependentWatcher(cluster.api, rec, owner_kinds=set(), cluster_scoped=False)
+    await w.ensure(CONFIGMAPS)
+    assert w.watched == []
+    await w.close()

@@ -158,3 +158,66 @@ async def test_kubeconfig_tokens_are_per_owner_and_released(tmp_path: Path) -> N
         assert proxy.owner_for_token(tb) is None
     finally:
         await proxy.close()
+
+
+# ---- dependent watches: owner lookup and event filtering (ansible_operator.dependents) -------------
+
+from ansible_operator.dependents import OwnerKinds, fingerprint, owners_of, should_enqueue  # noqa: E402
+
+KINDS = OwnerKinds({("cache.example.com", "Memcached"): "cache.example.com/v1alpha1",
+                    ("cache.example.com", "Cluster"): "cache.example.com/v1"},
+                   frozenset({("cache.example.com", "Cluster")}))
+
+
+def _ref(kind: str, name: str, uid: str, controller: bool | None = None,
+         api_version: str = "cache.example.com/v1alpha1") -> dict:
+    ref = {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid}
+    if controller is not None:
+        ref["controller"] = controller
+    return ref
+
+
+def test_owners_from_owner_references() -> None:
+    obj = {"metadata": {"namespace": "apps", "ownerReferences": [
+        _ref("Memcached", "a", "1"), _ref("Memcached", "b", "2"),
+        _ref("ReplicaSet", "rs", "3", True, "apps/v1")]}}
+    assert owners_of(obj, KINDS) == {("cache.example.com/v1alpha1", "Memcached", "apps", "a"),
+                                     ("cache.example.com/v1alpha1", "Memcached", "apps", "b")}
+    # a controller reference among ours wins
+    obj["metadata"]["ownerReferences"][1]["controller"] = True
+    assert owners_of(obj, KINDS) == {("cache.example.com/v1alpha1", "Memcached", "apps", "b")}
+    # cluster-scoped owner kinds have no namespace
+    cobj = {"metadata": {"namespace": "apps", "ownerReferences": [_ref("Cluster", "c", "9", api_version="cache.example.com/v1")]}}
+    assert owners_of(cobj, KINDS) == {("cache.example.com/v1", "Cluster", None, "c")}
+
+
+def test_owners_from_annotations() -> None:
+    obj = {"metadata": {"name": "role", "annotations": {
+        "operator-sdk/primary-resource": "apps/a",
+        "operator-sdk/primary-resource-type": "Memcached.cache.example.com"}}}
+    assert owners_of(obj, KINDS) == {("cache.example.com/v1alpha1", "Memcached", "apps", "a")}
+    assert owners_of(obj, KINDS, follow_annotations=False) == set()
+    obj["metadata"]["annotations"]["operator-sdk/primary-resource"] = "/c"
+    assert owners_of(obj, KINDS) == {("cache.example.com/v1alpha1", "Memcached", None, "c")}
+    obj["metadata"]["annotations"]["operator-sdk/primary-resource-type"] = "Other.cache.example.com"
+    assert owners_of(obj, KINDS) == set()
+    assert owners_of({"metadata": {}}, KINDS) == set()
+
+
+def test_event_filtering_ignores_status_and_bookkeeping() -> None:
+    base = {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "generation": 1, "resourceVersion": "5", "labels": {"a": "1"}},
+            "spec": {"replicas": 1}, "status": {"readyReplicas": 0}}
+    fp = fingerprint(base)
+    status_only = {**base, "metadata": {**base["metadata"], "resourceVersion": "6",
+                                        "managedFields": [{"manager": "x"}]}, "status": {"readyReplicas": 1}}
+    assert not should_enqueue("MODIFIED", fp, status_only)
+    relabelled = {**base, "metadata": {**base["metadata"], "labels": {"a": "2"}}}
+    assert should_enqueue("MODIFIED", fp, relabelled)
+    respec = {**base, "spec": {"replicas": 2}, "metadata": {**base["metadata"], "generation": 2}}
+    assert should_enqueue("MODIFIED", fp, respec)
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}}
+    assert should_enqueue("MODIFIED", fingerprint(cm), {**cm, "data": {"k": "w"}})
+    assert should_enqueue("MODIFIED", None, cm)  # never seen before: treat as a change
+    assert should_enqueue("DELETED", fp, base)
+    assert not should_enqueue("ADDED", None, base)
