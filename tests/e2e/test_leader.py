@@ -1,5 +1,5 @@
-"""Lease leader election against the sandbox API server, with short durations (lease 2 s, renew 1.2 s,
-retry 0.2 s) so hand-overs take a couple of seconds."""
+"""Lease leader election against the sandbox API server, with short durations (lease 3 s, renew 2 s,
+retry 0.25 s) so hand-overs take a couple of seconds."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ansible_operator.leader import LeaderElector, format_micro_time
 from ansible_operator.sandbox import Sandbox
 
 LEASE, NS = "op-lock", "default"
-LEASE_S, RENEW_S, RETRY_S = 2.0, 1.2, 0.2
+LEASE_S, RENEW_S, RETRY_S = 3.0, 2.0, 0.25
 pytestmark = pytest.mark.e2e
 
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
@@ -127,7 +127,7 @@ async def test_exactly_one_leads_and_handover_on_cancel(candidates: Any, kubecon
     lease = read_lease(kubeconfig, candidates.lease)
     spec = lease["spec"]
     assert spec["holderIdentity"] == first.identity
-    assert spec["leaseDurationSeconds"] == 2 and spec["leaseTransitions"] == 0
+    assert spec["leaseDurationSeconds"] == 3 and spec["leaseTransitions"] == 0
     assert MICRO_TIME.match(spec["renewTime"]) and MICRO_TIME.match(spec["acquireTime"])
 
     await first.cancel()  # releases the lease
