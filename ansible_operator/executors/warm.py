@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ansible_operator.executors.base import EventCallback, RunOutcome, RunRequest, RunStatus
-from ansible_operator.executors.zygote_protocol import PINNED_ANSIBLE_CORE, RunSpec, encode
+from ansible_operator.executors.zygote_protocol import PINNED_ANSIBLE_CORE, RunSpec, encode, kill_group
 
 __all__ = ["WarmExecutor", "check_ansible_core_version"]
 
@@ -218,6 +218,8 @@ class WarmExecutor:
         zygote.runs.clear()
         for run in in_flight:
             run.restarted = True  # its child died with the zygote (PR_SET_PDEATHSIG), workers with it
+            if run.pid is not None:
+                kill_group(run.pid)  # module processes are orphaned, still in the run's group
             if not run.done.done():
                 run.done.set_result(None)
         if self._closing or self._zygote is not zygote:
@@ -242,9 +244,9 @@ class WarmExecutor:
         artifacts_dir = request.private_data_dir / "artifacts" / request.run_id
         try:
             prepared = await asyncio.to_thread(datadir.prepare, request)
-        except (ValueError, OSError) as exc:
+        except Exception as exc:  # bad request or unwritable dir: nothing ran
             return RunOutcome(status="error", rc=None, artifacts_dir=artifacts_dir,
-                              error=f"could not prepare the run: {exc}")
+                              error=f"cannot prepare run: {exc}")
         artifacts_dir = prepared.artifacts_dir
         spec: RunSpec = {
             "ident": request.run_id,
@@ -279,7 +281,7 @@ class WarmExecutor:
             except TimeoutError:
                 await self._stop(zygote, run)
                 return _finish(artifacts_dir, "timeout", _RUNNER_KILLED_RC,
-                               f"run exceeded its timeout of {request.timeout:g}s and was killed")
+                               f"run exceeded its timeout of {request.timeout:g}s and was stopped")
             except asyncio.CancelledError:
                 await self._stop(zygote, run)
                 _finish(artifacts_dir, "canceled", _RUNNER_KILLED_RC, None)
@@ -307,7 +309,14 @@ def _outcome(run: _Run, artifacts_dir: Path) -> RunOutcome:
         status = run.result.get("status")
         rc = run.result.get("rc")
         if status in ("successful", "failed") and isinstance(rc, int):
-            return RunOutcome(status=status, rc=rc, artifacts_dir=artifacts_dir)
+            error = None
+            if status == "failed" and rc not in (0, 2):
+                # as the runner executor: rc 2 = a task failed (the events say which); anything else
+                # failed outside any task (syntax error, role not found...): name it from the output.
+                from ansible_operator.executors.runner import _stdout_error
+
+                error = _stdout_error(artifacts_dir) or f"ansible-playbook exited with rc {rc}"
+            return RunOutcome(status=status, rc=rc, artifacts_dir=artifacts_dir, error=error)
     if run.error is not None:
         return _finish(artifacts_dir, "error", None, f"run failed inside the warm executor: {run.error}")
     if run.signal is not None:

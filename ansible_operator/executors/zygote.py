@@ -34,6 +34,7 @@ from ansible_operator.executors.zygote_protocol import (
     PINNED_ANSIBLE_CORE,
     RunSpec,
     encode,
+    kill_group,
 )
 
 PR_SET_PDEATHSIG = 1
@@ -86,29 +87,38 @@ def preload() -> None:
         )
     from ansible.cli.playbook import PlaybookCLI  # noqa: F401  (imports the CLI machinery)
     from ansible.executor import playbook_executor, task_queue_manager  # noqa: F401
+    from ansible import constants as C
     from ansible.plugins import loader
     from ansible.plugins.loader import init_plugin_loader
 
     init_plugin_loader([])
     import ansible_runner.utils  # noqa: F401  (OutputEventFilter, used by every child)
+    # Every run loads these lazily (TaskQueueManager walks all callbacks, the inventory manager every
+    # enabled inventory plugin, ...); loading them here also parses each plugin's DOCUMENTATION once.
     loader.callback_loader.get("awx_display", class_only=True)
-    loader.callback_loader.get("default", class_only=True)
-    for name in ("ansible.builtin.linear", "ansible.builtin.free"):
-        loader.strategy_loader.get(name, class_only=True)
-    loader.connection_loader.get("ansible.builtin.local", class_only=True)
-    loader.shell_loader.get("ansible.builtin.sh", class_only=True)
-    for name in ("ansible.builtin.ini", "ansible.builtin.yaml", "ansible.builtin.host_list"):
+    for plugin_loader in (loader.callback_loader, loader.connection_loader, loader.become_loader,
+                          loader.shell_loader, loader.strategy_loader, loader.filter_loader,
+                          loader.test_loader):
+        list(plugin_loader.all(class_only=True))
+    for name in C.INVENTORY_ENABLED:
         loader.inventory_loader.get(name, class_only=True)
+    # vars plugin *instances* are cached with the options of the process that loaded them: import only.
+    import ansible.plugins.vars.host_group_vars  # noqa: F401
     loader.cache_loader.get("ansible.builtin.jsonfile", class_only=True)
     loader.cache_loader.get("ansible.builtin.memory", class_only=True)
     for name in ("ansible.builtin.normal", "ansible.builtin.debug", "ansible.builtin.set_fact",
                  "ansible.builtin.template", "ansible.builtin.include_role", "ansible.builtin.assert",
-                 "ansible.builtin.command", "ansible.builtin.fail", "ansible.builtin.gather_facts"):
+                 "ansible.builtin.command", "ansible.builtin.fail", "ansible.builtin.gather_facts",
+                 "ansible.builtin.include_tasks", "ansible.builtin.include_vars", "ansible.builtin.copy",
+                 "ansible.builtin.pause", "ansible.builtin.wait_for_connection"):
         loader.action_loader.get(name, class_only=True)
-    for name in ("ansible.builtin.env", "ansible.builtin.file", "ansible.builtin.template"):
+    for name in ("ansible.builtin.env", "ansible.builtin.file", "ansible.builtin.template",
+                 "ansible.builtin.vars", "ansible.builtin.items", "ansible.builtin.dict"):
         loader.lookup_loader.get(name, class_only=True)
-    list(loader.filter_loader.all(class_only=True))
-    list(loader.test_loader.all(class_only=True))
+    import ansible.modules  # noqa: F401
+    import multiprocessing.popen_fork  # noqa: F401  (Ansible's workers)
+    import multiprocessing.resource_tracker  # noqa: F401
+    import multiprocessing.synchronize  # noqa: F401
     _preload_kubernetes(loader)
 
 
@@ -138,6 +148,8 @@ class _Child:
     pid: int
     event_fd: int
     buffer: bytearray = field(default_factory=bytearray)
+    finished: bool = False
+    """The child reported a result: whatever it leaves running is intentional (e.g. async tasks)."""
 
 
 class Zygote:
@@ -289,6 +301,7 @@ class Zygote:
             if tag == CHILD_TAG_EVENT:
                 out += b'{"op":"event","id":' + run_id + b',"event":' + body + b"}\n"
             elif tag == CHILD_TAG_RESULT:
+                child.finished = True
                 out += b'{"op":"result","id":' + run_id + b"," + body.lstrip()[1:] + b"\n"
             elif tag == CHILD_TAG_ERROR:
                 out += b'{"op":"error","id":' + run_id + b"," + body.lstrip()[1:] + b"\n"
@@ -311,6 +324,8 @@ class Zygote:
             self._read_child(child, final=True)  # everything the child wrote is in the pipe by now
             self._selector.unregister(child.event_fd)
             os.close(child.event_fd)
+            if not child.finished:
+                kill_group(pid)  # killed or crashed: its module processes must not run on
             self.send({
                 "op": "exited", "id": child.run_id, "pid": pid,
                 "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
@@ -319,7 +334,7 @@ class Zygote:
 
 
 def _kill_tree(pid: int) -> None:
-    """SIGKILL a run's child and every process below it (Ansible workers setsid, so no killpg)."""
+    """SIGKILL a run's child, every process below it and its process group."""
     import psutil
 
     try:
@@ -332,11 +347,7 @@ def _kill_tree(pid: int) -> None:
             proc.kill()
         except psutil.Error:
             pass
-    try:
-        os.killpg(pid, signal.SIGKILL)  # anything in the child's own session that psutil missed
-    except OSError as exc:
-        if exc.errno not in (errno.ESRCH, errno.EPERM):
-            raise
+    kill_group(pid)  # anything in the run's group that psutil missed (already re-parented)
 
 
 def main() -> int:

@@ -179,19 +179,29 @@ def _repoint_awx_display(artifacts_dir: str) -> None:
     module.event_context._global_ctx = {}
 
 
-def _workers_die_with_the_run() -> None:
-    """Ansible's worker processes ``setsid`` and would outlive a killed run; tie them to it instead."""
+def _keep_workers_in_the_run() -> None:
+    """Keep Ansible's worker processes (and the module processes they start) in this run's process group.
+
+    A worker ``setsid``s to lose the controlling terminal; this child already ``setsid``-ed (no
+    terminal), so skipping it changes nothing else and lets ``killpg(run)`` reach every module process
+    even after the child itself died. Workers also get ``PR_SET_PDEATHSIG`` so they die with the child.
+    """
     from ansible.executor.process.worker import WorkerProcess
 
     from ansible_operator.executors.zygote import PR_SET_PDEATHSIG, prctl
 
     detach = WorkerProcess._detach
 
-    def _detach_and_bind(self: Any) -> None:
-        detach(self)
+    def _detach_in_run_group(self: Any) -> None:
+        real_setsid = os.setsid
+        os.setsid = lambda: None  # the worker is single-threaded here; restored right below
+        try:
+            detach(self)
+        finally:
+            os.setsid = real_setsid
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
-    WorkerProcess._detach = _detach_and_bind  # type: ignore[method-assign]
+    WorkerProcess._detach = _detach_in_run_group  # type: ignore[method-assign]
 
 
 def _playbook_args(spec: RunSpec) -> list[str]:
@@ -219,7 +229,7 @@ def _run_playbook_cli(args: list[str]) -> int:
 
 
 def run_child(spec: RunSpec, event_fd: int) -> None:
-    """Body of a forked child. Returns normally after reporting; the caller ``os._exit``\\ s."""
+    """Body of a forked child. Returns normally after reporting; the caller calls ``os._exit``."""
     sink = EventSink(event_fd, spec["ident"], spec["artifacts_dir"])
     try:
         _run(spec, sink)
@@ -266,7 +276,7 @@ def _run(spec: RunSpec, sink: EventSink) -> None:
                                            dir=os.path.dirname(zygote_tmp))
     _point_collection_finder()
     _repoint_awx_display(artifacts)
-    _workers_die_with_the_run()
+    _keep_workers_in_the_run()
     color.ANSIBLE_COLOR = bool(C.ANSIBLE_FORCE_COLOR or not C.ANSIBLE_NOCOLOR)
     # CLI.run() calls init_plugin_loader() again; the zygote already did, and Python would print a warning.
     warnings.filterwarnings("ignore", message="AnsibleCollectionFinder has already been configured")

@@ -24,6 +24,9 @@ child -> zygote (a private pipe per child): lines prefixed with one tag characte
 
 from __future__ import annotations
 
+import errno
+import os
+import signal
 from typing import Any, TypedDict
 
 PINNED_ANSIBLE_CORE = "2.19.14"
@@ -55,3 +58,16 @@ def encode(message: dict[str, Any]) -> bytes:
     import json
 
     return json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL a run's process group (the child ``setsid``s; workers and modules stay in it).
+
+    Safe after the child was reaped: Linux does not hand out a pid while a process group of that id
+    still exists, and an empty group just gives ESRCH.
+    """
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError as exc:
+        if exc.errno not in (errno.ESRCH, errno.EPERM):
+            raise

@@ -1,0 +1,402 @@
+"""WarmExecutor behaviour, and the executor contract run against both executors.
+
+The ``contract`` tests are parametrized over ``make_executor("runner")`` and ``make_executor("warm")``:
+whatever the queue/status code can observe (status, rc, error, live ordered events, artifacts) must be
+the same for both. Warm-only tests cover what only a zygote can do wrong (state leaking between runs in
+one zygote, the zygote dying, a child dying).
+
+Streaming is proven without timing: a playbook waits for a file the *test* writes only after it
+received an event of that run, so the run can only succeed if events arrive while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import threading
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import psutil
+import pytest
+
+from ansible_operator.executors import make_executor
+from ansible_operator.executors.base import Executor, RunOutcome, RunRequest
+from ansible_operator.executors.datadir import new_run_id
+from ansible_operator.executors.warm import EXECUTOR_RESTARTED, WarmExecutor
+from ansible_operator.extravars import Unsafe
+
+
+@pytest.fixture(params=["runner", "warm"])
+async def executor(request: pytest.FixtureRequest) -> AsyncIterator[Executor]:
+    ex = make_executor(request.param, max_workers=4)
+    await ex.start()
+    try:
+        yield ex
+    finally:
+        await ex.close()
+
+
+@pytest.fixture
+async def warm() -> AsyncIterator[WarmExecutor]:
+    ex = WarmExecutor(max_workers=4)
+    await ex.start()
+    try:
+        yield ex
+    finally:
+        await ex.close()
+        assert ex.zygote_pid is None
+
+
+def request_for(tmp_path: Path, **kw: Any) -> RunRequest:
+    rid = new_run_id()
+    kw.setdefault("extra_vars", {})
+    kw.setdefault("envvars", {"ANSIBLE_GATHERING": "explicit"})
+    return RunRequest(run_id=rid, private_data_dir=tmp_path / "runs" / rid, **kw)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def ok_messages(events: list[dict[str, Any]]) -> list[str]:
+    return [e["event_data"]["res"].get("msg") for e in events if e["event"] == "runner_on_ok"]
+
+
+def job_event_files(outcome: RunOutcome) -> list[dict[str, Any]]:
+    files = sorted((outcome.artifacts_dir / "job_events").glob("*.json"), key=lambda p: int(p.name.split("-")[0]))
+    return [json.loads(p.read_text()) for p in files]
+
+
+def unique_sleep() -> str:
+    """A sleep duration no other process on the machine uses: it finds (only) this test's process."""
+    return f"{random.randint(200, 899)}.{random.randint(100000, 999999)}"
+
+
+def descendants_with(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if any(marker in part for part in proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+# ---- contract: both executors ----------------------------------------------------------------------
+
+
+async def test_contract_events_stream_live_in_order_with_stats_and_artifacts(
+        executor: Executor, tmp_path: Path) -> None:
+    flag = tmp_path / "go"
+    pb = write(tmp_path / "pb.yml", f"""
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: greet
+      debug: msg="hello {{{{ who }}}}"
+    - name: wait until the test saw the greeting event
+      wait_for: path={flag} timeout=60
+    - name: change something
+      command: /bin/true
+""")
+    loop_thread = threading.get_ident()
+    events: list[dict[str, Any]] = []
+    threads: set[int] = set()
+
+    def on_event(ev: dict[str, Any]) -> None:
+        events.append(ev)
+        threads.add(threading.get_ident())
+        if ev["event"] == "runner_on_ok" and ev["event_data"].get("task") == "greet":
+            flag.write_text("go")
+
+    outcome = await executor.run(request_for(tmp_path, playbook=pb, extra_vars={"who": "world"}), on_event)
+
+    assert (outcome.status, outcome.rc, outcome.error) == ("successful", 0, None)
+    assert threads == {loop_thread}
+    counters = [e["counter"] for e in events]
+    assert counters == list(range(1, len(events) + 1))
+    names = [e["event"] for e in events if e["event"] != "verbose"]
+    assert names[0] == "playbook_on_start" and names[-1] == "playbook_on_stats"
+    assert ok_messages(events)[0] == "hello world"
+    stats = events[-1]["event_data"]
+    assert (stats["ok"], stats["changed"], stats["failures"], stats["dark"]) == (
+        {"localhost": 3}, {"localhost": 1}, {}, {})
+    assert all(e["runner_ident"] == outcome.artifacts_dir.name for e in events)
+    assert [e["uuid"] for e in job_event_files(outcome)] == [e["uuid"] for e in events]
+    assert (outcome.artifacts_dir / "status").read_text() == "successful"
+    assert (outcome.artifacts_dir / "rc").read_text() == "0"
+    assert "hello world" in (outcome.artifacts_dir / "stdout").read_text()
+
+
+async def test_contract_failing_task_reports_failed_with_its_event(executor: Executor, tmp_path: Path) -> None:
+    pb = write(tmp_path / "pb.yml", """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - debug: msg=before
+    - name: boom
+      fail: msg="it broke"
+    - debug: msg=never
+""")
+    events: list[dict[str, Any]] = []
+    outcome = await executor.run(request_for(tmp_path, playbook=pb), events.append)
+    assert (outcome.status, outcome.rc, outcome.error) == ("failed", 2, None)
+    failed = [e for e in events if e["event"] == "runner_on_failed"]
+    assert len(failed) == 1
+    assert failed[0]["event_data"]["task"] == "boom"
+    assert failed[0]["event_data"]["res"]["msg"] == "it broke"
+    assert events[-1]["event_data"]["failures"] == {"localhost": 1}
+    assert "never" not in ok_messages(events)
+
+
+async def test_contract_playbook_error_outside_tasks_is_named(executor: Executor, tmp_path: Path) -> None:
+    pb = write(tmp_path / "pb.yml", "- hosts: localhost\n  tasks:\n    - no_such_module_here: {}\n")
+    outcome = await executor.run(request_for(tmp_path, playbook=pb), lambda e: None)
+    assert outcome.status == "failed" and outcome.rc not in (0, 2)
+    assert outcome.error and "no_such_module_here" in outcome.error
+
+
+async def test_contract_role_by_path_with_unsafe_extra_vars_kept_literal(
+        executor: Executor, tmp_path: Path) -> None:
+    role = tmp_path / "roles" / "greeter"
+    write(role / "tasks" / "main.yml", """
+- name: show
+  debug: msg="{{ text }}"
+- name: default from the role
+  debug: msg="{{ greeting }}"
+""")
+    write(role / "defaults" / "main.yml", "greeting: hi from defaults\n")
+    events: list[dict[str, Any]] = []
+    literal = "{{ lookup('env', 'HOME') }}"
+    outcome = await executor.run(
+        request_for(tmp_path, role=str(role), extra_vars={"text": Unsafe(literal)}), events.append)
+    assert outcome.status == "successful", outcome
+    assert ok_messages(events) == [literal, "hi from defaults"]
+    assert {e["event_data"].get("role") for e in events if e["event"] == "runner_on_ok"} == {"greeter"}
+
+
+async def test_contract_verbosity_is_per_run(executor: Executor, tmp_path: Path) -> None:
+    pb = write(tmp_path / "pb.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=x\n")
+    quiet = await executor.run(request_for(tmp_path, playbook=pb, verbosity=0), lambda e: None)
+    chatty = await executor.run(request_for(tmp_path, playbook=pb, verbosity=3), lambda e: None)
+    again = await executor.run(request_for(tmp_path, playbook=pb, verbosity=0), lambda e: None)
+    texts = [(o.artifacts_dir / "stdout").read_text() for o in (quiet, chatty, again)]
+    assert "task path:" not in texts[0] and "task path:" not in texts[2]
+    assert "task path:" in texts[1]
+
+
+async def test_contract_timeout_stops_the_run(executor: Executor, tmp_path: Path) -> None:
+    marker = unique_sleep()
+    pb = write(tmp_path / "pb.yml", f"""
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - command: /bin/sleep {marker}
+""")
+    outcome = await executor.run(request_for(tmp_path, playbook=pb, timeout=3), lambda e: None)
+    assert outcome.status == "timeout"
+    assert outcome.rc == 254
+    assert outcome.error and "timeout" in outcome.error
+    assert (outcome.artifacts_dir / "status").read_text() == "timeout"
+    await _stopped_everything(executor, marker)
+
+
+async def test_contract_cancel_stops_the_run_and_reraises(executor: Executor, tmp_path: Path) -> None:
+    marker = unique_sleep()
+    pb = write(tmp_path / "pb.yml", f"""
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: long
+      command: /bin/sleep {marker}
+""")
+    started = asyncio.Event()
+
+    def on_event(ev: dict[str, Any]) -> None:
+        if ev["event"] == "runner_on_start":
+            started.set()
+
+    req = request_for(tmp_path, playbook=pb)
+    task = asyncio.create_task(executor.run(req, on_event))
+    await asyncio.wait_for(started.wait(), 60)
+    await _eventually_running(marker)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (req.private_data_dir / "artifacts" / req.run_id / "status").read_text() == "canceled"
+    await _stopped_everything(executor, marker)
+
+
+async def test_contract_concurrent_runs_keep_their_own_vars_and_env(executor: Executor, tmp_path: Path) -> None:
+    pb = write(tmp_path / "pb.yml", """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - debug: msg="{{ n }}-{{ lookup('env', 'RUN_MARK') }}"
+""")
+    requests = [request_for(tmp_path, playbook=pb, extra_vars={"n": str(i)},
+                            envvars={"ANSIBLE_GATHERING": "explicit", "RUN_MARK": f"env{i}"}) for i in range(4)]
+    per_run: dict[str, list[dict[str, Any]]] = {r.run_id: [] for r in requests}
+    outcomes = await asyncio.gather(*(executor.run(r, per_run[r.run_id].append) for r in requests))
+    for i, (req, outcome) in enumerate(zip(requests, outcomes)):
+        assert outcome.status == "successful", outcome
+        assert ok_messages(per_run[req.run_id]) == [f"{i}-env{i}"]
+        assert {e["runner_ident"] for e in per_run[req.run_id]} == {req.run_id}
+
+
+async def test_contract_bad_request_is_an_error_outcome(executor: Executor, tmp_path: Path) -> None:
+    outcome = await executor.run(request_for(tmp_path, playbook=tmp_path / "missing.yml"), lambda e: None)
+    assert outcome.status == "error" and outcome.error and "missing.yml" in outcome.error
+
+
+async def _stopped_everything(executor: Executor, marker: str) -> None:
+    """The run's module process must be gone too, not just the playbook process."""
+    try:
+        await _eventually_gone(marker)
+    except AssertionError:
+        if executor.name != "runner":
+            raise
+        # Known (reported): after a timeout/cancel ansible-runner's ansible-playbook and its module
+        # process are orphaned and keep running. Clean up what this test started, then record it.
+        for proc in _processes_with(marker):
+            try:
+                os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
+            except OSError:
+                pass
+        pytest.xfail("runner executor leaves ansible-playbook and the module running after stop")
+
+
+async def _eventually_gone(marker: str) -> None:
+    for _ in range(100):
+        if not descendants_with(marker) and not _any_process_with(marker):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"processes with {marker} still running")
+
+
+async def _eventually_running(marker: str) -> None:
+    for _ in range(300):
+        if _any_process_with(marker):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no process with {marker} started")
+
+
+def _processes_with(marker: str) -> list[psutil.Process]:
+    return [proc for proc in psutil.process_iter(["cmdline"])
+            if any(marker in part for part in proc.info.get("cmdline") or ())]
+
+
+def _any_process_with(marker: str) -> bool:
+    return bool(_processes_with(marker))
+
+
+# ---- warm only ------------------------------------------------------------------------------------
+
+
+async def test_zygote_killed_mid_run_fails_in_flight_run_and_restarts(warm: WarmExecutor, tmp_path: Path) -> None:
+    marker = unique_sleep()
+    pb = write(tmp_path / "pb.yml", f"""
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - command: /bin/sleep {marker}
+""")
+    first_pid = warm.zygote_pid
+    assert first_pid is not None
+    task = asyncio.create_task(warm.run(request_for(tmp_path, playbook=pb), lambda e: None))
+    await _eventually_running(marker)
+    os.kill(first_pid, signal.SIGKILL)
+    outcome = await asyncio.wait_for(task, 60)
+    assert (outcome.status, outcome.error) == ("error", EXECUTOR_RESTARTED)
+    assert (outcome.artifacts_dir / "status").read_text() == "error"
+
+    ok = write(tmp_path / "ok.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=fine\n")
+    events: list[dict[str, Any]] = []
+    outcome = await warm.run(request_for(tmp_path, playbook=ok), events.append)
+    assert outcome.status == "successful"
+    assert ok_messages(events) == ["fine"]
+    assert warm.restarts == 1
+    assert warm.zygote_pid not in (None, first_pid)
+    await _eventually_gone(marker)
+
+
+async def test_child_killed_is_an_error_and_zygote_keeps_serving(warm: WarmExecutor, tmp_path: Path) -> None:
+    marker = unique_sleep()
+    pb = write(tmp_path / "pb.yml", f"""
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - command: /bin/sleep {marker}
+""")
+    zygote_pid = warm.zygote_pid
+    assert zygote_pid is not None
+    task = asyncio.create_task(warm.run(request_for(tmp_path, playbook=pb), lambda e: None))
+    await _eventually_running(marker)
+    (child,) = psutil.Process(zygote_pid).children()  # the run's forked child
+    child.kill()
+    outcome = await asyncio.wait_for(task, 60)
+    assert outcome.status == "error"
+    assert outcome.error == "the run's process was killed by signal 9"
+    await _eventually_gone(marker)  # workers and the module die with the child
+    assert warm.zygote_pid == zygote_pid and warm.restarts == 0
+
+    ok = write(tmp_path / "ok.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=fine\n")
+    assert (await warm.run(request_for(tmp_path, playbook=ok), lambda e: None)).status == "successful"
+
+
+async def test_runs_share_one_zygote_without_leaking_state(warm: WarmExecutor, tmp_path: Path) -> None:
+    """Per-run Ansible settings from the environment are re-applied in each child, not inherited."""
+    pb = write(tmp_path / "pb.yml", """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - debug: msg="{{ lookup('config', 'DEFAULT_HASH_BEHAVIOUR') }}"
+""")
+    zygote_pid = warm.zygote_pid
+    merged: list[dict[str, Any]] = []
+    plain: list[dict[str, Any]] = []
+    env = {"ANSIBLE_GATHERING": "explicit"}
+    await warm.run(request_for(tmp_path, playbook=pb, envvars={**env, "ANSIBLE_HASH_BEHAVIOUR": "merge"}),
+                   merged.append)
+    await warm.run(request_for(tmp_path, playbook=pb, envvars=env), plain.append)
+    assert ok_messages(merged) == ["merge"]
+    assert ok_messages(plain) == ["replace"]
+    assert warm.zygote_pid == zygote_pid
+
+
+async def test_close_stops_the_zygote_and_running_children(tmp_path: Path) -> None:
+    ex = WarmExecutor()
+    await ex.start()
+    zygote_pid = ex.zygote_pid
+    assert zygote_pid is not None
+    marker = unique_sleep()
+    pb = write(tmp_path / "pb.yml", f"- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+                                    f"    - command: /bin/sleep {marker}\n")
+    task = asyncio.create_task(ex.run(request_for(tmp_path, playbook=pb), lambda e: None))
+    await _eventually_running(marker)
+    await ex.close()
+    outcome = await asyncio.wait_for(task, 30)
+    assert outcome.status == "error"
+    assert not psutil.pid_exists(zygote_pid) or psutil.Process(zygote_pid).status() == psutil.STATUS_ZOMBIE
+    await _eventually_gone(marker)
+
+
+async def test_on_event_exceptions_do_not_break_the_run(warm: WarmExecutor, tmp_path: Path) -> None:
+    pb = write(tmp_path / "pb.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=x\n")
+    seen: list[str] = []
+
+    def bad(ev: dict[str, Any]) -> None:
+        seen.append(ev["event"])
+        raise RuntimeError("callback bug")
+
+    outcome = await warm.run(request_for(tmp_path, playbook=pb), bad)
+    assert outcome.status == "successful"
+    assert seen[-1] == "playbook_on_stats"
