@@ -174,8 +174,11 @@ class Reconciler:
         try:
             variables = self._extra_vars(obj, finalizer.vars)
         except extravars.RefusedVariable as exc:
+            if self.watch.manage_status:
+                await self._write_status(obj, lambda cur, gen: status.refused_status(
+                    cur, message=str(exc), generation=gen, now=utcnow()))
             await self._emit(obj, _warning_event(obj, "Refused", str(exc), self.rt.component))
-            return ReconcileOutcome(failed=True)
+            return ReconcileOutcome()  # retrying can't help; a spec change will bring it back
 
         result = await self._run(obj, "finalize", variables, role=role, playbook=playbook, overrides=overrides)
         if not result.succeeded:
