@@ -58,6 +58,9 @@ OwnerKey = tuple[str, str, "str | None", str]
 EnqueueFn = Callable[[str, str, "str | None", str], None]
 
 _WATCH_TIMEOUT_SECONDS = 300
+_NEVER_WATCHED = frozenset({("", "Event"), ("events.k8s.io", "Event")})
+"""Events a run records (k8s_event) get the owner for GC, but watching them would loop: every
+re-recorded Event (count+1) would re-queue the owner, whose run records the Event again."""
 _LIST_PAGE = 500
 _BACKOFF_START = 0.5
 _BACKOFF_MAX = 30.0
@@ -315,8 +318,8 @@ class DependentWatcher:
         """
         if self._closed or not self._owner_gks:
             return
-        if (kind.group, kind.kind) in self._owner_gks:
-            return  # the CR kinds themselves are watched by intake
+        if (kind.group, kind.kind) in self._owner_gks or (kind.group, kind.kind) in _NEVER_WATCHED:
+            return  # the CR kinds themselves are watched by intake; Events see _NEVER_WATCHED
         scopes: tuple[str | None, ...] = self._namespaces if (kind.namespaced and self._namespaces) else (None,)
         started: list[_KindWatch] = []
         for ns in scopes:

@@ -78,7 +78,6 @@ _RESPONSE_DROP = {
 _WEBSOCKET_DROP = _HOP_BY_HOP | {
     "sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions", "sec-websocket-protocol",
 }
-_DISCOVERY_RETRY_SECONDS = 2.0
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -300,32 +299,35 @@ class Upstream:
 
 
 class _Discovery:
-    """Cached resource lists per group/version, fetched by the proxy itself (with the operator's auth)."""
+    """Cached resource lists per group/version, fetched by the proxy itself (with the operator's auth).
+
+    A miss re-fetches the group/version at once (a role may have just created a CRD); concurrent misses
+    share one fetch. Fetch errors propagate: the caller must not create an object it cannot classify.
+    """
 
     def __init__(self, fetch: Callable[[str], Any]) -> None:
         self._fetch = fetch
         self._by_gv: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-        self._fetched_at: dict[tuple[str, str], float] = {}
+        self._generation: dict[tuple[str, str], int] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     async def lookup(self, group: str, version: str, plural: str) -> dict[str, Any] | None:
-        """The APIResource for ``plural`` in group/version; re-fetches once on a miss (new CRDs)."""
+        """The APIResource for ``plural`` in group/version, or ``None`` if the server does not serve it."""
         key = (group, version)
         found = self._by_gv.get(key, {}).get(plural)
         if found is not None:
             return found
+        seen_generation = self._generation.get(key, 0)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
-            found = self._by_gv.get(key, {}).get(plural)
-            if found is None and time.monotonic() - self._fetched_at.get(key, -1e9) > _DISCOVERY_RETRY_SECONDS:
+            if self._generation.get(key, 0) == seen_generation:  # nobody refreshed while we waited
                 path = f"/api/{version}" if not group else f"/apis/{group}/{version}"
                 doc = await self._fetch(path)
-                self._fetched_at[key] = time.monotonic()
-                if isinstance(doc, dict):
-                    self._by_gv[key] = {r["name"]: r for r in doc.get("resources", [])
-                                        if isinstance(r, dict) and "/" not in str(r.get("name", ""))}
-                found = self._by_gv.get(key, {}).get(plural)
-        return found
+                resources = doc.get("resources", []) if isinstance(doc, dict) else []
+                self._by_gv[key] = {r["name"]: r for r in resources
+                                    if isinstance(r, dict) and "/" not in str(r.get("name", ""))}
+                self._generation[key] = seen_generation + 1
+            return self._by_gv.get(key, {}).get(plural)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -465,12 +467,17 @@ class OwnerProxy:
     async def _maybe_inject(self, owner: Owner, info: RequestInfo, body: bytes,
                             content_type: str) -> tuple[bytes, DependentKind | None]:
         """Return the (possibly rewritten) body and the dependent kind to report."""
-        resource = await self._discovery.lookup(info.group, info.version, info.resource)
+        gv = f"{info.group}/{info.version}" if info.group else info.version
+        try:
+            resource = await self._discovery.lookup(info.group, info.version, info.resource)
+        except Exception as exc:
+            # Like Operator SDK: better refuse than create an object without its owner (no GC, no watch).
+            raise _Refuse(503, "ServiceUnavailable",
+                          f"owner proxy: discovery of {gv} failed, cannot add the owner: {exc}") from exc
         if resource is None:
-            # Operator SDK refuses here too: creating without an owner would silently lose GC and watches.
-            raise _Refuse(500, "InternalError",
-                          f"owner proxy: cannot find resource {info.resource!r} in "
-                          f"{info.group + '/' if info.group else ''}{info.version} via discovery")
+            # Not served: the API server will answer 404 itself, with its usual message.
+            log.warning("owner proxy: %s %s not found in discovery; forwarding without owner", gv, info.resource)
+            return body, None
         verbs = set(resource.get("verbs") or [])
         if not {"get", "list", "watch"} <= verbs:
             return body, None  # virtual resource (TokenReview, SubjectAccessReview...)
@@ -607,10 +614,12 @@ class OwnerProxy:
             headers["Authorization"] = auth
         async with self._session.get(self._upstream.base + path, headers=headers,
                                      server_hostname=self._upstream.server_hostname) as resp:
+            data = await resp.read()
+            if resp.status == 404:
+                return {}  # group/version not served
             if resp.status != 200:
-                log.warning("owner proxy: discovery GET %s -> %s", path, resp.status)
-                return None
-            return json.loads(await resp.read())
+                raise RuntimeError(f"GET {path}: HTTP {resp.status}: {data[:200].decode('utf-8', 'replace')}")
+            return json.loads(data)
 
 
 class _Refuse(Exception):

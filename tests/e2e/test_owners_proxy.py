@@ -241,6 +241,13 @@ async def test_watch_streams_and_unknown_tokens_are_refused(
     await asyncio.wait_for(watcher, 25)
     assert names == ["app3-late"]
 
+    # a resource the server does not serve: forwarded, the API server's own 404 comes back
+    custom = kubernetes.client.CustomObjectsApi(api)
+    with pytest.raises(ApiException) as not_found:
+        await asyncio.to_thread(custom.create_namespaced_custom_object, GROUP, VERSION, NS, "nothings",
+                                {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Nothing", "metadata": {"name": "n"}})
+    assert not_found.value.status == 404
+
     p.release(kubeconfig)
     with pytest.raises(ApiException) as exc_info:
         await asyncio.to_thread(core.list_namespaced_config_map, NS)
@@ -373,5 +380,11 @@ async def test_dependent_watcher_ignores_without_owner_kinds(cluster: Cluster) -
     rec = Recorder()
     w = DependentWatcher(cluster.api, rec, owner_kinds=set(), cluster_scoped=False)
     await w.ensure(CONFIGMAPS)
+    assert w.watched == []
+    await w.close()
+    # Events are never watched (re-recording one would re-queue its owner forever); nor the CR kind itself
+    w = DependentWatcher(cluster.api, rec, owner_kinds={(GROUP, KIND)}, cluster_scoped=True)
+    await w.ensure(DependentKind("", "v1", "Event", "events", True))
+    await w.ensure(DependentKind(GROUP, VERSION, KIND, PLURAL, True))
     assert w.watched == []
     await w.close()

@@ -221,3 +221,27 @@ def test_event_filtering_ignores_status_and_bookkeeping() -> None:
     assert should_enqueue("MODIFIED", None, cm)  # never seen before: treat as a change
     assert should_enqueue("DELETED", fp, base)
     assert not should_enqueue("ADDED", None, base)
+
+
+async def test_discovery_refetches_on_miss_and_propagates_errors() -> None:
+    from ansible_operator.owners import _Discovery
+
+    calls: list[str] = []
+    served = [{"name": "configmaps", "kind": "ConfigMap", "namespaced": True, "verbs": ["get"]}]
+
+    async def fetch(path: str) -> dict:
+        calls.append(path)
+        if path == "/apis/broken/v1":
+            raise RuntimeError("HTTP 503")
+        return {"resources": list(served)}
+
+    d = _Discovery(fetch)
+    assert (await d.lookup("", "v1", "configmaps"))["kind"] == "ConfigMap"  # type: ignore[index]
+    assert await d.lookup("", "v1", "configmaps") is not None
+    assert calls == ["/api/v1"]  # cached
+    assert await d.lookup("", "v1", "widgets") is None  # miss -> one refetch, still not served
+    served.append({"name": "widgets", "kind": "Widget", "namespaced": True, "verbs": ["get"]})
+    assert (await d.lookup("", "v1", "widgets"))["kind"] == "Widget"  # type: ignore[index]
+    assert calls == ["/api/v1"] * 3
+    with pytest.raises(RuntimeError, match="503"):
+        await d.lookup("broken", "v1", "things")
