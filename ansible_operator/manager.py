@@ -192,6 +192,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             return ready["kopf"]
 
         elector_state = {"leading": not args.leader_elect}
+        metrics.set_leader(not args.leader_elect)
         for c in controllers:
             metrics.register_watch(c.watch.key, c.watch.group, c.watch.version, c.watch.kind)
         servers = await serve_endpoints(args.metrics_bind_address, args.health_probe_bind_address,
@@ -317,6 +318,7 @@ async def _start_leader_election(args: argparse.Namespace, kube: Any, controller
 
     async def started() -> None:
         state["leading"] = True
+        metrics.set_leader(True)
         log.info("became leader (lease %s/%s, identity %s)", namespace, name, identity)
         for c in controllers:
             c.queue.resume()
@@ -327,6 +329,9 @@ async def _start_leader_election(args: argparse.Namespace, kube: Any, controller
         if not state["leading"]:
             return
         state["leading"] = False
+        metrics.set_leader(False)
+        if stop.is_set():
+            return  # a normal shutdown released the lease: nothing was lost
         state["lost"] = True
         log.error("lost leadership of lease %s/%s: stopping all runs", namespace, name)
         for c in controllers:
