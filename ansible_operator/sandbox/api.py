@@ -268,7 +268,7 @@ class Api:
         if rtype.has_status and rtype.group_resource != "/namespaces":
             obj.pop("status", None)
             if rtype.builtin:  # built-in kinds come back with an empty status, custom resources without
-                obj["status"] = {}
+                obj["status"] = kinds.initial_status(rtype)
         obj["apiVersion"] = rtype.api_version
         obj["kind"] = rtype.kind
         for k in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",

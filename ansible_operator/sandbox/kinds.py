@@ -208,6 +208,21 @@ def crd_status(crd: dict[str, Any]) -> dict[str, Any]:
             "acceptedNames": names, "storedVersions": stored}
 
 
+#: status fields kube-apiserver always serializes (not omitempty) for fresh objects; typed clients require them
+_INITIAL_STATUS: dict[tuple[str, str], dict[str, Any]] = {
+    ("apps", "StatefulSet"): {"replicas": 0, "availableReplicas": 0},
+    ("apps", "ReplicaSet"): {"replicas": 0},
+    ("apps", "DaemonSet"): {"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0,
+                            "numberReady": 0},
+    ("autoscaling", "HorizontalPodAutoscaler"): {"desiredReplicas": 0},
+}
+
+
+def initial_status(rtype: ResourceType) -> dict[str, Any]:
+    """The status a built-in object has right after create (before any controller wrote one)."""
+    return dict(_INITIAL_STATUS.get((rtype.group, rtype.kind), {}))
+
+
 _NORMALIZERS = {
     ("", "Secret"): _secret,
     ("", "ConfigMap"): _configmap,

@@ -157,8 +157,9 @@ class Simulator:
         self._claims(obj, replicas)
         revision = f"{meta['name']}-{meta.get('generation', 1):08x}"[:63]
         status = {"observedGeneration": meta.get("generation", 1), "replicas": replicas,
+                  "availableReplicas": replicas,
                   **_omit_zero({"readyReplicas": replicas, "currentReplicas": replicas,
-                                "updatedReplicas": replicas, "availableReplicas": replicas}),
+                                "updatedReplicas": replicas}),
                   "currentRevision": revision, "updateRevision": revision, "collisionCount": 0}
         self._write_status(rtype, obj, status)
 

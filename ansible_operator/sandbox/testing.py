@@ -7,10 +7,11 @@ a sandbox of its own (restart tests: the same ``--data-dir`` and port across two
 from __future__ import annotations
 
 import os
-import select
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,24 +92,31 @@ def start_process(kubeconfig: str | Path, port: int = 0, data_dir: str | Path | 
     if not simulate:
         cmd.append("--no-simulate")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
     lines: list[str] = []
+    got: queue.Queue[str | None] = queue.Queue()
+
+    def drain() -> None:  # keeps reading for the life of the process, so the pipe never fills up
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            got.put(line)
+        got.put(None)
+
+    threading.Thread(target=drain, name="sandbox-output", daemon=True).start()
+    deadline = time.monotonic() + timeout
     url = ""
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if ready:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if line.startswith("sandbox: serving "):
-                url = line.split()[-1]
-            if line.startswith("kubeconfig: ") and url:
-                port_num = int(url.rsplit(":", 1)[1])
-                return SandboxProcess(proc, url, Path(line.split(" ", 1)[1].strip()), port_num, lines)
-        elif proc.poll() is not None:
+        try:
+            line = got.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        if line is None:
             break
+        if line.startswith("sandbox: serving "):
+            url = line.split()[-1]
+        if line.startswith("kubeconfig: ") and url:
+            port_num = int(url.rsplit(":", 1)[1])
+            return SandboxProcess(proc, url, Path(line.split(" ", 1)[1].strip()), port_num, lines)
     proc.kill()
     proc.wait()
     raise RuntimeError("sandbox process did not start:\n" + "".join(lines))
