@@ -245,3 +245,125 @@ async def test_discovery_refetches_on_miss_and_propagates_errors() -> None:
     assert calls == ["/api/v1"] * 3
     with pytest.raises(RuntimeError, match="503"):
         await d.lookup("broken", "v1", "things")
+
+
+# ---- forwarding against a plain aiohttp upstream (no sandbox): auth, headers, bodies, streams, websockets --
+
+import asyncio  # noqa: E402
+import gzip  # noqa: E402
+import json  # noqa: E402
+
+from aiohttp import ClientSession, WSMsgType, web  # noqa: E402
+
+
+async def _fake_apiserver() -> tuple[web.AppRunner, str, list[dict]]:
+    seen: list[dict] = []
+
+    async def discovery(request: web.Request) -> web.Response:
+        return web.json_response({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+            {"name": "configmaps", "kind": "ConfigMap", "namespaced": True,
+             "verbs": ["create", "get", "list", "watch", "update", "patch"]}]})
+
+    async def record(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        seen.append({"method": request.method, "path": request.path_qs, "auth": request.headers.get("Authorization"),
+                     "ctype": request.headers.get("Content-Type"), "x": request.headers.get("X-Custom"),
+                     "body": json.loads(body) if body else None})
+        if request.query.get("watch") == "1":
+            resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+            await resp.prepare(request)
+            for i in range(3):
+                await resp.write(json.dumps({"type": "ADDED", "object": {"metadata": {"name": f"c{i}"}}}).encode() + b"\n")
+                await asyncio.sleep(0.01)
+            return resp
+        if request.query.get("gz") == "1":
+            return web.Response(status=200, body=gzip.compress(b'{"ok":true}'),
+                                headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
+        return web.json_response({"echo": True}, status=201 if request.method == "POST" else 409,
+                                 headers={"X-Upstream": "yes"})
+
+    async def ws(request: web.Request) -> web.WebSocketResponse:
+        sock = web.WebSocketResponse(protocols=("v4.channel.k8s.io",))
+        await sock.prepare(request)
+        seen.append({"ws_auth": request.headers.get("Authorization"), "protocol": sock.ws_protocol})
+        async for msg in sock:
+            if msg.type == WSMsgType.BINARY:
+                await sock.send_bytes(b"echo:" + msg.data)
+        return sock
+
+    app = web.Application()
+    app.router.add_get("/api/v1", discovery)
+    app.router.add_get("/api/v1/namespaces/ns/pods/p/exec", ws)
+    app.router.add_route("*", "/{tail:.*}", record)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}", seen
+
+
+async def test_forwarding_to_any_upstream(tmp_path: Path) -> None:
+    upstream, url, seen = await _fake_apiserver()
+    cfg = kubernetes.client.Configuration()
+    cfg.host = url
+    cfg.api_key = {"authorization": "Bearer operator-token"}
+    proxy = OwnerProxy(cfg)
+    await proxy.start()
+    try:
+        kc = yaml.safe_load(proxy.kubeconfig_for(CR, tmp_path / "kc").read_text())
+        token = kc["users"][0]["user"]["token"]
+        auth = {"Authorization": f"Bearer {token}"}
+        async with ClientSession() as http:
+            async with http.post(proxy.url + "/api/v1/namespaces/apps/configmaps?fieldManager=role",
+                                 json={"metadata": {"name": "c"}}, headers={**auth, "X-Custom": "1"}) as r:
+                assert r.status == 201 and r.headers["X-Upstream"] == "yes"
+            created = seen[-1]
+            assert created["path"] == "/api/v1/namespaces/apps/configmaps?fieldManager=role"
+            assert created["auth"] == "Bearer operator-token"  # the run's token never reaches upstream
+            assert created["x"] == "1" and created["ctype"] == "application/json"
+            assert created["body"]["metadata"]["ownerReferences"] == [owner_ref(NAMESPACED)]
+
+            async with http.put(proxy.url + "/api/v1/namespaces/apps/configmaps/c/status",
+                                json={"metadata": {"name": "c"}}, headers=auth) as r:
+                assert r.status == 409  # status codes pass through; subresources are never touched
+            assert "ownerReferences" not in seen[-1]["body"]["metadata"]
+
+            async with http.get(proxy.url + "/api/v1/namespaces/apps/configmaps?watch=1", headers=auth) as r:
+                lines = [json.loads(line) async for line in r.content if line.strip()]
+            assert [e["object"]["metadata"]["name"] for e in lines] == ["c0", "c1", "c2"]
+
+            async with http.get(proxy.url + "/api/v1/x?gz=1", headers={**auth, "Accept-Encoding": "gzip"}) as r:
+                assert r.headers["Content-Encoding"] == "gzip" and await r.json() == {"ok": True}
+
+            async with http.ws_connect(proxy.url + "/api/v1/namespaces/ns/pods/p/exec?command=ls",
+                                       protocols=("v4.channel.k8s.io",), headers=auth) as sock:
+                assert sock.protocol == "v4.channel.k8s.io"
+                await sock.send_bytes(b"\x00hi")
+                msg = await sock.receive(timeout=5)
+                assert msg.data == b"echo:\x00hi"
+            assert seen[-1]["ws_auth"] == "Bearer operator-token"
+
+            async with http.get(proxy.url + "/api/v1/namespaces", headers={"Authorization": "Bearer nope"}) as r:
+                assert r.status == 401 and (await r.json())["reason"] == "Unauthorized"
+            async with http.get(proxy.url + "/api/v1/namespaces") as r:
+                assert r.status == 401
+    finally:
+        await proxy.close()
+        await upstream.cleanup()
+
+
+async def test_upstream_down_gives_502(tmp_path: Path) -> None:
+    cfg = kubernetes.client.Configuration()
+    cfg.host = "http://127.0.0.1:1"
+    proxy = OwnerProxy(cfg)
+    await proxy.start()
+    try:
+        token = yaml.safe_load(proxy.kubeconfig_for(CR, tmp_path / "kc").read_text())["users"][0]["user"]["token"]
+        async with ClientSession() as http:
+            async with http.get(proxy.url + "/api/v1/namespaces", headers={"Authorization": f"Bearer {token}"}) as r:
+                assert r.status == 502
+            async with http.post(proxy.url + "/api/v1/namespaces/apps/configmaps", json={"metadata": {}},
+                                 headers={"Authorization": f"Bearer {token}"}) as r:
+                assert r.status == 503  # cannot classify the object -> refuse rather than lose the owner
+    finally:
+        await proxy.close()
