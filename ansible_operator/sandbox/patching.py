@@ -261,13 +261,17 @@ def strategic_merge_patch(target: dict, patch: dict, kind: str) -> dict:
     return _smp_map(target, patch, (), kind)
 
 
-def _smp_map(original: dict | None, patch: dict, path: tuple[str, ...], kind: str) -> dict:
+def _smp_map(original: dict | None, patch: dict, path: tuple[str, ...], kind: str, raw: bool = False) -> dict:
+    """Merge one map. ``raw`` marks content apimachinery copies verbatim (new list elements, the
+    body of ``$patch: replace``): there directives are merely stripped, as the typed decode on a
+    real server would; elsewhere a directive-carrying map for a key the object lacks is dropped,
+    exactly as ``strategicpatch`` does."""
     patch = dict(patch)
     directive = patch.pop("$patch", None)
     if directive == "delete":
         return {}  # apimachinery: "$patch: delete" on a map yields an empty map
     if directive == "replace":
-        return _smp_map(None, patch, path, kind)
+        return _smp_map(None, patch, path, kind, raw=True)
     if directive not in (None, "merge"):
         raise PatchError(
             f"unknown patch type: {directive} in map: {_go_map(dict(patch, **{'$patch': directive}))}"
@@ -316,7 +320,9 @@ def _smp_map(original: dict | None, patch: dict, path: tuple[str, ...], kind: st
             result.pop(key, None)
         elif isinstance(value, dict):
             current = result.get(key)
-            result[key] = _smp_map(current if isinstance(current, dict) else None, value, sub, kind)
+            if key not in result and not raw and "$patch" in value:
+                continue
+            result[key] = _smp_map(current if isinstance(current, dict) else None, value, sub, kind, raw)
         elif isinstance(value, list):
             current = result.get(key)
             result[key] = _smp_list(
@@ -362,7 +368,9 @@ def _smp_list(
         for item in patch:
             if isinstance(item, dict) and item.get("$patch") == "replace":
                 continue
-            replaced.append(_smp_map(None, item, path, kind) if isinstance(item, dict) else _copy(item))
+            replaced.append(
+                _smp_map(None, item, path, kind, raw=True) if isinstance(item, dict) else _copy(item)
+            )
         return replaced
     result = base
     base_order = list(base)
@@ -382,7 +390,7 @@ def _smp_list(
         if matches:
             result[matches[0]] = _smp_map(result[matches[0]], item, path, kind)
         else:
-            result.append(_smp_map(None, item, path, kind))
+            result.append(_smp_map(None, item, path, kind, raw=True))
     return _normalize_order(result, order if order is not None else patch, base_order, key)
 
 

@@ -493,6 +493,112 @@ SMP_CASES: list[tuple[str, dict, dict, Any]] = [
             == [{"name": "v", "hostPath": {"path": "/x"}}, {"name": "w", "configMap": {"name": "c"}}]
         ),
     ),
+    (
+        "delete-from-primitive-list-and-add",
+        POD,
+        {
+            "metadata": {
+                "$deleteFromPrimitiveList/finalizers": ["x"],
+                "finalizers": ["z"],
+                "$setElementOrder/finalizers": ["z", "y"],
+            }
+        },
+        lambda r: r["metadata"]["finalizers"] == ["z", "y"],
+    ),
+    (
+        "root-replace",
+        POD,
+        {"$patch": "replace", "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}},
+        lambda r: r == {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}},
+    ),
+    (
+        "retain-keys-with-null",
+        POD,
+        {"spec": {"securityContext": {"$retainKeys": ["runAsGroup"], "runAsGroup": 5, "runAsUser": None}}},
+        lambda r: r["spec"]["securityContext"] == {"runAsGroup": 5},
+    ),
+    (
+        "order-new-and-server-only",
+        POD,
+        {
+            "spec": {
+                "$setElementOrder/containers": [{"name": "c"}, {"name": "a"}],
+                "containers": [{"name": "c", "image": "c"}],
+            }
+        },
+        lambda r: [c["name"] for c in containers(r)] == ["c", "a", "b"],
+    ),
+    (
+        "env-value-to-valuefrom",
+        POD,
+        {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "a",
+                        "env": [
+                            {
+                                "name": "E1",
+                                "value": None,
+                                "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                            }
+                        ],
+                    }
+                ]
+            }
+        },
+        lambda r: (
+            containers(r)[0]["env"][0]
+            == {"name": "E1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+        ),
+    ),
+    (
+        "lists-into-missing-parent",
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}},
+        {"spec": {"containers": [{"name": "a", "image": "x", "env": [{"name": "E", "value": "1"}]}]}},
+        lambda r: containers(r) == [{"name": "a", "image": "x", "env": [{"name": "E", "value": "1"}]}],
+    ),
+    (
+        "template-labels-null-deletes",
+        workload("Deployment", "apps/v1", {"template": {"metadata": {"labels": {"a": "1", "b": "2"}}}}),
+        {"spec": {"template": {"metadata": {"labels": {"a": None, "c": "3"}}}}},
+        lambda r: r["spec"]["template"]["metadata"]["labels"] == {"b": "2", "c": "3"},
+    ),
+    (
+        "directive-map-for-absent-key-is-dropped",
+        POD,
+        {
+            "spec": {
+                "nodeSelector": {"$patch": "replace", "a": "b"},
+                "affinity": {"nodeAffinity": {"$patch": "delete"}},
+            }
+        },
+        lambda r: "nodeSelector" not in r["spec"] and r["spec"]["affinity"] == {},
+    ),
+    (
+        "replace-directive-inside-merged-item",
+        POD,
+        {
+            "spec": {
+                "containers": [
+                    {"name": "a", "volumeMounts": [{"$patch": "replace"}, {"name": "n", "mountPath": "/n"}]}
+                ]
+            }
+        },
+        lambda r: containers(r)[0]["volumeMounts"] == [{"name": "n", "mountPath": "/n"}],
+    ),
+    (
+        "conditions-of-deployment-merge-by-type",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "d"},
+            "spec": {"selector": {}, "template": {}},
+            "status": {"conditions": [{"type": "Available", "status": "True"}]},
+        },
+        {"status": {"conditions": [{"type": "Progressing", "status": "True"}]}},
+        lambda r: [c["type"] for c in r["status"]["conditions"]] == ["Progressing", "Available"],
+    ),
 ]
 
 
