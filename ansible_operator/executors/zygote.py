@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import gc
 import json
 import os
 import selectors
@@ -368,6 +369,10 @@ def main() -> int:
         return 1
     import ansible.release
 
+    # Children share the preloaded heap copy-on-write; a GC pass in a child (or in Ansible's workers)
+    # would touch every object's header and copy those pages. Frozen objects are never scanned.
+    gc.collect()
+    gc.freeze()
     zygote.send({"op": "ready", "pid": os.getpid(), "ansible_core": ansible.release.__version__,
                  "preload_seconds": round(time.monotonic() - started, 3)})
     zygote.serve()

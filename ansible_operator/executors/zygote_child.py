@@ -30,6 +30,7 @@ pushes the event to the zygote at once, so the operator sees it live.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -200,6 +201,7 @@ def _keep_workers_in_the_run() -> None:
         finally:
             os.setsid = real_setsid
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        gc.freeze()  # the run's objects too: the worker's GC passes must not copy the pages they sit on
 
     WorkerProcess._detach = _detach_in_run_group  # type: ignore[method-assign]
 

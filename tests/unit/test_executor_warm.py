@@ -274,7 +274,7 @@ async def _stopped_everything(executor: Executor, marker: str) -> None:
 
 
 async def _eventually_gone(marker: str) -> None:
-    for _ in range(100):
+    for _ in range(50):
         if not descendants_with(marker) and not _any_process_with(marker):
             return
         await asyncio.sleep(0.1)
