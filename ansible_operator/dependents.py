@@ -334,9 +334,10 @@ class DependentWatcher:
             log.info("watching dependent resources %s", watch.describe())
         for watch in started:
             # wait for the initial list so events right after ensure() are judged against it
-            done, _ = await asyncio.wait([asyncio.ensure_future(watch.synced.wait())], timeout=30)
-            if not done:
-                log.warning("dependent watch %s: initial list still pending", watch.describe())
+            try:
+                await asyncio.wait_for(watch.synced.wait(), timeout=30)
+            except asyncio.TimeoutError:
+                log.warning("dependent watch %s: initial list still pending (will keep trying)", watch.describe())
 
     @property
     def watched(self) -> list[DependentKind]:

@@ -536,11 +536,11 @@ class OwnerProxy:
         except (ClientError, OSError) as exc:
             return web.Response(status=502, body=_status_body(502, "BadGateway", f"owner proxy: upstream: {exc}"),
                                 content_type="application/json")
+        streaming = (request.query.get("watch") in ("true", "1") or "/watch/" in request.path
+                     or request.query.get("follow") in ("true", "1")
+                     or upstream.headers.get("Content-Length") is None)
         try:
             out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _RESPONSE_DROP}
-            streaming = (request.query.get("watch") in ("true", "1") or "/watch/" in request.path
-                         or request.query.get("follow") in ("true", "1")
-                         or upstream.headers.get("Content-Length") is None)
             if not streaming:
                 data = await upstream.read()
                 return web.Response(status=upstream.status, body=data, headers=out_headers)
@@ -555,7 +555,10 @@ class OwnerProxy:
                 log.debug("owner proxy: stream %s ended: %s", request.path, exc)
             return response
         finally:
-            upstream.release()
+            if streaming:
+                upstream.close()  # never return a half-read watch connection to the pool
+            else:
+                upstream.release()
 
     async def _forward_websocket(self, request: "web.Request") -> "web.StreamResponse":
         """exec/attach/port-forward (kubernetes.core.k8s_exec): relay WebSocket frames both ways."""
