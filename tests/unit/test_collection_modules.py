@@ -39,6 +39,12 @@ CRD = {
         }],
     },
 }
+PLAIN = {  # same shape, no status subresource: k8s_status must fall back to the object itself
+    **CRD,
+    "metadata": {"name": f"plainthings.{GROUP}"},
+    "spec": {**CRD["spec"], "names": {"plural": "plainthings", "singular": "plainthing", "kind": "PlainThing"},
+             "versions": [{k: v for k, v in CRD["spec"]["versions"][0].items() if k != "subresources"}]},
+}
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -98,6 +104,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         api = kubernetes.config.new_client_from_config(str(kubeconfig))
         kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
         kubernetes.client.ApiextensionsV1Api(api).create_custom_resource_definition(CRD)
+        kubernetes.client.ApiextensionsV1Api(api).create_custom_resource_definition(PLAIN)
         yield Env(kubeconfig, api, tmp)
         api.close()
     finally:
@@ -145,14 +152,22 @@ def test_k8s_status_check_mode_and_sdk_name(env: Env) -> None:
 
 def test_k8s_status_replace_and_errors(env: Env) -> None:
     env.gizmo("g3", status={"a": 1, "b": 2})
+    env.custom.create_namespaced_custom_object(GROUP, VERSION, NS, "plainthings", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PlainThing", "metadata": {"name": "p1"}, "spec": {"x": 1}})
     results = env.play([
         _status_task("replaced", name="g3", replace=True, status={"c": 3}),
+        {"ansible_operator.util.k8s_status": {"api_version": f"{GROUP}/{VERSION}", "kind": "PlainThing",
+                                              "namespace": NS, "name": "p1", "status": {"ready": True}},
+         "register": "plain"},
         dict(_status_task("missing", name="nope", status={"x": 1}), ignore_errors=True),
         dict(_status_task("badcond", name="g3", conditions=[{"type": "Ready", "status": "maybe"}]),
              ignore_errors=True),
     ], "replace")
     assert results["replaced"]["changed"] is True
     assert env.get("g3")["status"] == {"c": 3}
+    assert results["plain"]["changed"] is True
+    plain = env.custom.get_namespaced_custom_object(GROUP, VERSION, NS, "plainthings", "p1")
+    assert plain["status"] == {"ready": True} and plain["spec"] == {"x": 1}
     assert results["missing"]["failed"] and "nope" in results["missing"]["msg"]
     assert results["badcond"]["failed"] and "status must be one of" in results["badcond"]["msg"]
 
