@@ -11,7 +11,7 @@ from kubernetes.dynamic import DynamicClient
 
 from ansible_operator.sandbox.testing import SandboxHandle
 
-from .helpers import install_crd, wait_for
+from .helpers import install_crd, wait_for, widget
 
 @pytest.fixture
 def api(sandbox: SandboxHandle) -> kubernetes.client.ApiClient:
@@ -70,3 +70,128 @@ def test_dynamic_client_custom_resource(api):
     assert status["reason"] == "Invalid" and status["details"]["causes"][0]["field"] == "spec.size"
     listed = widgets.get(namespace="default")
     assert [i.metadata.name for i in listed.items] == ["w1"]
+
+
+def _raw(api, method: str, path: str, body=None, content_type: str = "application/json", query=None):
+    """A raw HTTP request (bodies sent exactly as given): (status, decoded JSON body)."""
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlencode
+
+    url = api.configuration.host + path + ("?" + urlencode(query) if query else "")
+    data = None
+    if body is not None:
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": content_type, "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_error_status_objects(api):
+    status, body = _raw(api, "POST", "/api/v1/namespaces/default/configmaps", body="{not json")
+    assert status == 400 and body["kind"] == "Status" and body["reason"] == "BadRequest"
+    status, body = _raw(api, "GET", "/apis/nothing.example.com/v1/things")
+    assert status == 404 and body["reason"] == "NotFound"
+    status, body = _raw(api, "GET", "/api/v1/namespaces/default/nonsense")
+    assert status == 404
+    status, body = _raw(api, "PUT", "/api/v1/namespaces/default/configmaps", body={})
+    assert status == 405 and body["reason"] == "MethodNotAllowed"
+    status, body = _raw(api, "GET", "/api/v1/namespaces/default/configmaps", query={"labelSelector": "a in ("})
+    assert status == 400
+    status, body = _raw(api, "POST", "/api/v1/namespaces/default/configmaps",
+                        body={"metadata": {"name": "x"}, "data": {"n": 1}})
+    assert status == 400  # data values must be strings, as the real decoder insists
+    status, body = _raw(api, "POST", "/api/v1/namespaces/default/configmaps", body={"metadata": {"name": "Bad_Name"}})
+    assert status == 422 and body["details"]["causes"][0]["field"] == "metadata.name"
+    status, body = _raw(api, "POST", "/api/v1/namespaces/nope/configmaps", body={"metadata": {"name": "x"}})
+    assert status == 404 and body["message"] == 'namespaces "nope" not found'
+    status, body = _raw(api, "POST", "/api/v1/namespaces/default/configmaps",
+                        body={"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}})
+    assert status == 400
+    status, body = _raw(api, "POST", "/api/v1/namespaces/default/configmaps", body={"metadata": {}})
+    assert status == 422
+
+
+def test_strategic_patch_on_custom_resource_is_415(api):
+    install_crd(api)
+    custom = kubernetes.client.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object("test.example.com", "v1", "default", "widgets", widget("w"))
+    status, body = _raw(api, "PATCH", "/apis/test.example.com/v1/namespaces/default/widgets/w",
+                        body={"spec": {"size": 2}}, content_type="application/strategic-merge-patch+json")
+    assert status == 415 and body["reason"] == "UnsupportedMediaType"
+    status, body = _raw(api, "PATCH", "/apis/test.example.com/v1/namespaces/default/widgets/w",
+                        body=[{"op": "test", "path": "/spec/size", "value": 99}],
+                        content_type="application/json-patch+json")
+    assert status == 422  # a failed JSON patch test
+
+
+def test_generation_and_status_subresource_rules(api):
+    install_crd(api)
+    custom = kubernetes.client.CustomObjectsApi(api)
+    args = ("test.example.com", "v1", "default", "widgets")
+    created = custom.create_namespaced_custom_object(*args, dict(widget("w", 1), status={"phase": "ignored"}))
+    assert created["metadata"]["generation"] == 1 and "status" not in created  # status dropped on create
+    rv0 = int(created["metadata"]["resourceVersion"])
+    # metadata-only change: new resourceVersion, same generation
+    o = custom.patch_namespaced_custom_object(*args, "w", {"metadata": {"labels": {"x": "y"}}})
+    assert o["metadata"]["generation"] == 1 and int(o["metadata"]["resourceVersion"]) > rv0
+    # status through the main endpoint is ignored when the status subresource is enabled
+    o = custom.patch_namespaced_custom_object(*args, "w", {"status": {"phase": "nope"}})
+    assert "status" not in o
+    # /status changes only status: no generation bump
+    o = custom.patch_namespaced_custom_object_status(*args, "w", {"status": {"phase": "Ready"},
+                                                                  "spec": {"size": 7}})
+    assert o["status"] == {"phase": "Ready"} and o["spec"]["size"] == 1 and o["metadata"]["generation"] == 1
+    # spec change bumps generation
+    o = custom.patch_namespaced_custom_object(*args, "w", {"spec": {"size": 2}})
+    assert o["metadata"]["generation"] == 2 and o["status"] == {"phase": "Ready"}
+    # a no-op write keeps the resourceVersion
+    again = custom.patch_namespaced_custom_object(*args, "w", {"spec": {"size": 2}})
+    assert again["metadata"]["resourceVersion"] == o["metadata"]["resourceVersion"]
+    # ConfigMaps have no spec: any data change bumps generation
+    core = kubernetes.client.CoreV1Api(api)
+    core.create_namespaced_config_map("default", {"metadata": {"name": "g"}, "data": {"a": "1"}})
+    assert core.patch_namespaced_config_map("g", "default", {"data": {"a": "2"}}).metadata.generation == 2
+
+
+def test_generate_name_dry_run_selectors_and_secrets(api):
+    core = kubernetes.client.CoreV1Api(api)
+    a = core.create_namespaced_config_map("default", {"metadata": {"generateName": "gen-", "labels": {"t": "a"}}})
+    assert a.metadata.name.startswith("gen-") and len(a.metadata.name) == len("gen-") + 5
+    dry = core.create_namespaced_config_map("default", {"metadata": {"name": "dry"}}, dry_run="All")
+    assert dry.metadata.name == "dry"
+    with pytest.raises(ApiException):
+        core.read_namespaced_config_map("dry", "default")
+    core.create_namespaced_config_map("default", {"metadata": {"name": "b", "labels": {"t": "b"}}})
+    core.create_namespaced_config_map("default", {"metadata": {"name": "c"}})
+    names = lambda **kw: [i.metadata.name for i in core.list_namespaced_config_map("default", **kw).items]  # noqa
+    assert names(label_selector="t") == sorted([a.metadata.name, "b"])
+    assert names(label_selector="!t") == ["c"]
+    assert names(label_selector="t!=a") == ["b", "c"]
+    assert names(label_selector="t in (a,b)") == sorted([a.metadata.name, "b"])
+    assert names(field_selector="metadata.name=c") == ["c"]
+    all_ns = core.list_config_map_for_all_namespaces()
+    assert {i.metadata.name for i in all_ns.items} >= {"b", "c"}
+    s = core.create_namespaced_secret("default", {"metadata": {"name": "s"}, "stringData": {"p": "hunter2"}})
+    assert s.data == {"p": "aHVudGVyMg=="} and s.type == "Opaque"
+    core.delete_collection_namespaced_config_map("default", label_selector="t")
+    assert names() == ["c"]
+
+
+def test_server_side_apply_create_then_merge(api):
+    status, body = _raw(api, "PATCH", "/api/v1/namespaces/default/configmaps/ssa",
+                        body=json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"},
+                                         "data": {"a": "1"}}),
+                        content_type="application/apply-patch+yaml", query={"fieldManager": "me"})
+    assert status in (200, 201) and body["data"] == {"a": "1"}
+    status, body = _raw(api, "PATCH", "/api/v1/namespaces/default/configmaps/ssa",
+                        body="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ssa}\ndata: {b: '2'}\n",
+                        content_type="application/apply-patch+yaml", query={"fieldManager": "me"})
+    assert status == 200 and body["data"] == {"a": "1", "b": "2"}
+    status, body = _raw(api, "PATCH", "/api/v1/namespaces/default/configmaps/ssa", body="data: {}",
+                        content_type="application/apply-patch+yaml")
+    assert status == 400  # fieldManager is required
