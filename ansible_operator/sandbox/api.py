@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import yaml
 
-from ansible_operator.sandbox import kinds, patching, schema, selectors
+from ansible_operator.sandbox import kinds, patching, protobuf, schema, selectors
 from ansible_operator.sandbox.errors import (ApiError, already_exists, bad_request, conflict, forbidden, invalid,
                                              namespace_not_found, not_found, unsupported_media_type)
 from ansible_operator.sandbox.resources import CRD_GROUP_RESOURCE, Registry, ResourceType
@@ -57,7 +57,13 @@ def decode_body(raw: bytes, content_type: str = "application/json") -> Any:
     if not raw.strip():
         raise bad_request("the request body is empty")
     ct = content_type.split(";")[0].strip().lower()
-    if "protobuf" in ct or "cbor" in ct:
+    if "protobuf" in ct:
+        try:
+            return protobuf.decode(raw)
+        except protobuf.ProtobufError as e:
+            raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
+                           f"accepted media types include: application/json, application/yaml ({e})") from None
+    if "cbor" in ct:
         raise unsupported_media_type(ct)
     try:
         if "yaml" in ct:
@@ -409,7 +415,8 @@ class Api:
             elif kind == "strategic":
                 patched = patching.strategic_merge_patch(current, body, rtype.kind)
             else:
-                patched = patching.apply_patch(current, body, opts.field_manager or "")
+                patched = patching.apply_patch(current, body, opts.field_manager or "",
+                                               None if rtype.builtin else (rtype.schema or {}))
         except patching.PatchError as e:
             if e.code == 409:
                 raise conflict(rtype, name, e.message) from None

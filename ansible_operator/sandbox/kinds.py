@@ -122,7 +122,9 @@ def _namespace(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | N
     labels = obj.setdefault("metadata", {}).setdefault("labels", {})
     if isinstance(labels, dict):
         labels["kubernetes.io/metadata.name"] = obj["metadata"].get("name", "")
-    obj.setdefault("spec", (old or {}).get("spec") or {"finalizers": ["kubernetes"]})
+    spec = obj.get("spec")
+    if not isinstance(spec, dict) or not spec:
+        obj["spec"] = (old or {}).get("spec") or {"finalizers": ["kubernetes"]}
 
 
 def _pvc(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:

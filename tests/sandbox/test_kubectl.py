@@ -176,3 +176,15 @@ def test_labels_selectors_and_namespaces(kubectl: Kubectl):
     kubectl.run("delete", "namespace", "team", "--timeout=20s")
     proc = kubectl.run("get", "namespace", "team", check=False)
     assert "NotFound" in proc.stderr
+
+
+def test_imperative_create_commands(kubectl: Kubectl):
+    # these typed kubectl commands send protobuf bodies
+    kubectl.run("create", "namespace", "imp")
+    kubectl.run("create", "configmap", "c", "-n", "imp", "--from-literal=a=b")
+    kubectl.run("create", "secret", "generic", "s", "-n", "imp", "--from-literal=p=hunter2")
+    kubectl.run("create", "serviceaccount", "robot", "-n", "imp")
+    assert kubectl.json("get", "configmap", "c", "-n", "imp")["data"] == {"a": "b"}
+    assert kubectl.json("get", "secret", "s", "-n", "imp")["data"] == {"p": "aHVudGVyMg=="}
+    assert kubectl.json("get", "namespace", "imp")["status"]["phase"] == "Active"
+    assert kubectl.json("get", "serviceaccount", "robot", "-n", "imp")["metadata"]["namespace"] == "imp"
