@@ -150,12 +150,11 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         await executor.start()
         cleanups.append(executor.close)
 
+        controllers_by_gk: dict[tuple[str, str], Controller] = {}
         credentials: Any = PassThroughCredentials(kubeconfig or os.environ.get("KUBECONFIG"))
-        proxy = None
         if args.inject_owner_ref:
-            proxy = await _start_owner_proxy(configuration, cleanups)
-            if proxy is not None:
-                credentials = proxy
+            dependents = _dependent_watcher(kube, watches, controllers_by_gk, _namespaces(args), cleanups)
+            credentials = await _start_owner_proxy(configuration, dependents, watches, cleanups)
 
         artifacts_root = _artifacts_root(args)
         artifacts_root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -176,7 +175,9 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             intake = WatchIntake(watch, queue, selector=selector)
             reconciler.cache = intake.cache
             intake.register(registry)
-            controllers.append(Controller(watch, intake, queue, reconciler))
+            controller = Controller(watch, intake, queue, reconciler)
+            controllers.append(controller)
+            controllers_by_gk[(watch.group, watch.kind)] = controller
 
         if args.leader_elect:
             for c in controllers:
@@ -232,9 +233,11 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         waiters = [asyncio.create_task(stop.wait()), kopf_task] + ([elector_task] if elector_task else [])
         done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         if kopf_task in done and not stop.is_set():
+            # kopf installs its own SIGINT/SIGTERM handlers and ends cleanly on them; anything else is a crash.
             exc = kopf_task.exception()
-            log.error("watch streams stopped unexpectedly: %s", exc)
-            exit_code = 1
+            if exc is not None:
+                log.error("watch streams stopped: %s", exc)
+                exit_code = 1
         if elector_task is not None and elector_task in done and elector_state.get("lost"):
             exit_code = 1
         stop.set()
@@ -274,12 +277,43 @@ async def _start_sandbox(args: argparse.Namespace, cleanups: list[Any]) -> str:
     return str(kubeconfig)
 
 
-async def _start_owner_proxy(configuration: Any, cleanups: list[Any]) -> Any:
-    try:
-        from ansible_operator.owners import OwnerProxy
-    except ImportError:  # pragma: no cover - only while the proxy isn't built
-        return None
-    proxy = OwnerProxy(configuration)
+def _dependent_watcher(kube: Any, watches: list[Watch], controllers: dict[tuple[str, str], Controller],
+                       namespaces: list[str], cleanups: list[Any]) -> Any:
+    """One watch per dependent kind; an event on an owned object re-queues its owner."""
+    from ansible_operator.dependents import DependentWatcher
+    from ansible_operator.queue import ObjectKey
+
+    def enqueue_owner(api_version: str, kind: str, namespace: str | None, name: str) -> None:
+        controller = controllers.get((api_version.rpartition("/")[0], kind))
+        if controller is not None:
+            controller.queue.add(ObjectKey(namespace=namespace, name=name))
+
+    watcher = DependentWatcher(
+        kube.api_client, enqueue_owner,
+        owner_kinds={(w.group, w.kind) for w in watches if w.watch_dependent_resources},
+        cluster_scoped=any(w.watch_cluster_scoped_resources for w in watches),
+        namespaces=namespaces,
+    )
+    cleanups.append(watcher.close)
+    return watcher
+
+
+async def _start_owner_proxy(configuration: Any, dependents: Any, watches: list[Watch],
+                             cleanups: list[Any]) -> "_ProxyCredentials":
+    from ansible_operator.owners import DependentKind, OwnerProxy
+
+    # blacklist: kinds never watched as dependents (Operator SDK's per-watch list, applied to all watches)
+    blacklisted = {(b.get("group", ""), b.get("kind")) for w in watches for b in w.blacklist}
+    pending: set[asyncio.Task[Any]] = set()
+
+    def on_dependent(kind: DependentKind) -> None:
+        if (kind.group, kind.kind) in blacklisted:
+            return
+        task = asyncio.get_running_loop().create_task(dependents.ensure(kind))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    proxy = OwnerProxy(configuration, on_dependent=on_dependent)
     await proxy.start()
     cleanups.append(proxy.close)
     return _ProxyCredentials(proxy)

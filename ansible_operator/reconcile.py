@@ -264,10 +264,13 @@ class Reconciler:
         def on_event(event: dict[str, Any]) -> None:
             collector.feed(event)
             if log_event is not None:
-                try:
-                    log_event(event)
-                except Exception:  # logging must never break a run
-                    log.debug("event logger failed", exc_info=True)
+                # Executors call back from the loop but not from this task's context: re-attach the CR.
+                with log_context(kind=self.watch.kind, namespace=meta.get("namespace"), name=meta["name"],
+                                 run_id=run_id):
+                    try:
+                        log_event(event)
+                    except Exception:  # logging must never break a run
+                        log.debug("event logger failed", exc_info=True)
 
         envvars = dict(self.rt.credentials.envvars_for(obj, run_dir))
         request = RunRequest(

@@ -1,0 +1,192 @@
+"""Day-2 controller behaviour end to end: owned objects, self-healing, role status API, metrics,
+leader election, run inspection.
+
+These features don't depend on the executor, so they run with one (the warm one when enabled).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import kubernetes
+import pytest
+
+from .conftest import EXECUTORS, GROUP, HERE, NAMESPACE, Cluster, default_watch, wait_for
+
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.parametrize("executor", ["warm" if "warm" in EXECUTORS else EXECUTORS[0]],
+                                      indirect=True)]
+
+OWNED_WATCH = default_watch(role=str(HERE / "roles" / "owned"), finalizer=None,
+                            watchClusterScopedResources=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def apps(cluster: Cluster) -> kubernetes.client.AppsV1Api:
+    return kubernetes.client.AppsV1Api(cluster.api)
+
+
+def rbac(cluster: Cluster) -> kubernetes.client.RbacAuthorizationV1Api:
+    return kubernetes.client.RbacAuthorizationV1Api(cluster.api)
+
+
+def read_or_none(fn, *args):  # type: ignore[no-untyped-def]
+    try:
+        return fn(*args)
+    except kubernetes.client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def test_owned_objects_and_self_healing(cluster: Cluster, start_operator) -> None:
+    op = start_operator([OWNED_WATCH])
+    widget = cluster.create_widget("own", {"replicas": 2})
+    cluster.wait_condition("own", "Successful")
+
+    deployment = apps(cluster).read_namespaced_deployment("own-app", NAMESPACE)
+    refs = deployment.metadata.owner_references or []
+    assert [(r.kind, r.name, r.uid) for r in refs] == [("Widget", "own", widget["metadata"]["uid"])]
+
+    # the role's status module call sits next to the runner's own conditions
+    status = cluster.get_widget("own")["status"]
+    assert status["appDeployment"] == "own-app"
+    types = {c["type"]: c["status"] for c in status["conditions"]}
+    assert types["AppReady"] == "True" and types["Successful"] == "True"
+
+    # delete the Deployment by hand: the dependent watch re-queues the widget and the run re-creates it
+    runs_before = len(op.runs("own"))
+    apps(cluster).delete_namespaced_deployment("own-app", NAMESPACE)
+    recreated = wait_for(lambda: read_or_none(apps(cluster).read_namespaced_deployment, "own-app", NAMESPACE),
+                         60, what="deployment re-created")
+    assert recreated.metadata.uid != deployment.metadata.uid
+    assert len(op.runs("own")) == runs_before + 1
+
+    # the runner's and the role's conditions both survive the next run
+    cluster.wait_condition("own", "Successful")
+    types = {c["type"] for c in cluster.get_widget("own")["status"]["conditions"]}
+    assert {"AppReady", "Successful", "Running", "Failure"} <= types
+
+
+def test_cluster_scoped_dependent_gets_annotations_and_requeues(cluster: Cluster, start_operator) -> None:
+    op = start_operator([OWNED_WATCH])
+    cluster.create_widget("cs", {})
+    cluster.wait_condition("cs", "Successful")
+    name = f"{NAMESPACE}-cs-reader"
+    role = rbac(cluster).read_cluster_role(name)
+    assert role.metadata.annotations["operator-sdk/primary-resource"] == f"{NAMESPACE}/cs"
+    assert role.metadata.annotations["operator-sdk/primary-resource-type"] == f"Widget.{GROUP}"
+    assert not role.metadata.owner_references
+
+    # someone edits the ClusterRole: the owner runs again and puts the rules back
+    runs_before = len(op.runs("cs"))
+    rbac(cluster).patch_cluster_role(name, {"rules": [{"apiGroups": [""], "resources": ["secrets"],
+                                                       "verbs": ["get"]}]})
+    wait_for(lambda: len(op.runs("cs")) > runs_before and op.runs("cs")[-1]["result"] == "successful", 60,
+             what="owner re-run after ClusterRole edit")
+    rules = rbac(cluster).read_cluster_role(name).rules
+    assert rules[0].resources == ["configmaps"]
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        label_part = line[len(name) + 1:line.index("}")]
+        pairs = dict(p.split("=", 1) for p in label_part.split(",") if p)
+        if all(pairs.get(k, "").strip('"') == v for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_metrics_count_success_and_failure(cluster: Cluster, start_operator) -> None:
+    port, health = free_port(), free_port()
+    start_operator([default_watch(finalizer=None)], "--metrics-bind-address", f"127.0.0.1:{port}",
+                   "--health-probe-bind-address", f"127.0.0.1:{health}")
+    def http_ok(url: str) -> bool:
+        try:
+            return urllib.request.urlopen(url, timeout=2).status == 200
+        except OSError:  # not listening yet, or 500 while not ready
+            return False
+
+    wait_for(lambda: http_ok(f"http://127.0.0.1:{health}/readyz"), 60, what="readyz")
+    assert urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2).read() == b"ok"
+    cluster.create_widget("good", {"color": "x"})
+    cluster.create_widget("broken", {"failMessage": "nope"})
+    cluster.wait_condition("good", "Successful")
+    cluster.wait_condition("broken", "Failure")
+
+    def scrape() -> str:
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+    def failure_counted() -> str | None:
+        text = scrape()
+        return text if _metric(text, "ansible_operator_runs_total", result="failed") >= 1 else None
+
+    text = wait_for(failure_counted, 30, what="failure counted")
+    assert _metric(text, "ansible_operator_runs_total", result="successful") == 1
+    assert _metric(text, "ansible_operator_runs_total", result="failed") >= 1
+    assert _metric(text, "ansible_operator_runs_started_total") >= 2
+    assert _metric(text, "ansible_operator_run_duration_seconds_count") >= 2
+
+
+def test_leader_election_one_acts_and_the_other_takes_over(cluster: Cluster, start_operator) -> None:
+    flags = ("--leader-elect", "--leader-election-id", "widgets-lock", "--leader-election-namespace", "default",
+             "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s",
+             "--leader-elect-retry-period", "0.5s")
+    watch = [default_watch(finalizer=None)]
+    a = start_operator(watch, *flags, name="a")
+    b = start_operator(watch, *flags, name="b")
+    coordination = kubernetes.client.CoordinationV1Api(cluster.api)
+    lease = wait_for(lambda: read_or_none(coordination.read_namespaced_lease, "widgets-lock", "default"), 60,
+                     what="lease")
+    holder = wait_for(lambda: coordination.read_namespaced_lease("widgets-lock", "default").spec.holder_identity,
+                      30, what="a holder")
+
+    cluster.create_widget("first", {})
+    cluster.wait_condition("first", "Successful")
+    ran = [op for op in (a, b) if op.runs("first")]
+    assert len(ran) == 1, "exactly one replica reconciles"
+    leader, standby = ran[0], (b if ran[0] is a else a)
+    assert str(leader.proc.pid) in holder
+
+    leader.proc.send_signal(signal.SIGKILL)
+    leader.proc.wait(10)
+    killed_at = time.monotonic()
+    cluster.create_widget("second", {})
+    cluster.wait_condition("second", "Successful", timeout=60)
+    assert standby.runs("second") and not leader.runs("second")
+    # lease 4 s + retry period: the stand-by acquires within the lease duration (+ one run of the role)
+    assert time.monotonic() - killed_at < 4 + 1 + 20
+    assert lease is not None
+
+
+def test_runs_command_shows_the_failed_task(cluster: Cluster, start_operator) -> None:
+    op = start_operator([default_watch(finalizer=None)])
+    cluster.create_widget("oops", {"failMessage": "quota exceeded"})
+    cluster.wait_condition("oops", "Failure")
+    wait_for(lambda: op.runs("oops") and op.runs("oops")[0]["result"] == "failed", 30)
+    listing = subprocess.run([sys.executable, "-m", "ansible_operator", "runs", "--artifacts-dir", str(op.artifacts),
+                              "--namespace", NAMESPACE, "Widget/oops"], capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 0, listing.stderr
+    assert "Fail when asked to" in listing.stdout and "quota exceeded" in listing.stdout
+    run_id = op.runs("oops")[0]["run_id"]
+    shown = subprocess.run([sys.executable, "-m", "ansible_operator", "runs", "--artifacts-dir", str(op.artifacts),
+                            "--show", run_id], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "Fail when asked to" in shown.stdout and "quota exceeded" in shown.stdout
+    as_json = subprocess.run([sys.executable, "-m", "ansible_operator", "runs", "--artifacts-dir",
+                              str(op.artifacts), "-o", "json"], capture_output=True, text=True, timeout=60)
+    assert json.loads(as_json.stdout)[0]["failed_task"]["name"].endswith("Fail when asked to")
