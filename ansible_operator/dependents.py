@@ -306,6 +306,7 @@ class DependentWatcher:
         self._kinds_lock = asyncio.Lock()
         self._watches: dict[tuple[str, str, str, str | None], _KindWatch] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._pending: set[asyncio.Task[None]] = set()
         self._session: ClientSession | None = None
         self._closed = False
 
@@ -339,15 +340,33 @@ class DependentWatcher:
             except asyncio.TimeoutError:
                 log.warning("dependent watch %s: initial list still pending (will keep trying)", watch.describe())
 
+    def on_dependent(self, kind: DependentKind) -> None:
+        """Callback for ``OwnerProxy(on_dependent=...)``: schedule :meth:`ensure` (on the running loop).
+
+        Keeps a reference to the scheduled task (asyncio only keeps weak ones) and logs its failure.
+        """
+        if self._closed:
+            return
+        task = asyncio.get_running_loop().create_task(self.ensure(kind), name=f"dependent-ensure {kind.kind}")
+        self._pending.add(task)
+        task.add_done_callback(self._ensure_done)
+
+    def _ensure_done(self, task: "asyncio.Task[None]") -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("dependent watches: ensure failed: %s", task.exception())
+
     @property
     def watched(self) -> list[DependentKind]:
         return sorted({w.kind for w in self._watches.values()}, key=lambda k: (k.group, k.kind))
 
     async def close(self) -> None:
         self._closed = True
-        for task in self._tasks:
+        tasks = [*self._pending, *self._tasks]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._pending.clear()
         self._tasks.clear()
         if self._session is not None:
             await self._session.close()

@@ -388,3 +388,30 @@ async def test_dependent_watcher_ignores_without_owner_kinds(cluster: Cluster) -
     await w.ensure(DependentKind(GROUP, VERSION, KIND, PLURAL, True))
     assert w.watched == []
     await w.close()
+
+
+async def test_proxy_and_watcher_wired_together(cluster: Cluster, tmp_path: Path) -> None:
+    """The manager's wiring: proxy reports a new kind -> watcher watches it -> deleting re-queues once."""
+    rec = Recorder()
+    w = DependentWatcher(cluster.api, rec, owner_kinds={(GROUP, KIND)}, cluster_scoped=False)
+    p = OwnerProxy(cluster.configuration(), on_dependent=w.on_dependent)
+    await p.start()
+    try:
+        owner = await asyncio.to_thread(cluster.create_owner, "wired")
+        kubeconfig = p.kubeconfig_for(owner, tmp_path / "kubeconfig")
+        await run_playbook(tmp_path, kubeconfig, [
+            _k8s({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "wired-s", "namespace": NS},
+                  "stringData": {"a": "b"}}, "s"),
+        ])
+        p.release(kubeconfig)
+        await eventually(lambda: w.watched, what="Secret watch started")
+        assert [k.kind for k in w.watched] == ["Secret"]
+        await asyncio.gather(*list(w._pending))  # ensure() returns once the initial list is done
+        assert rec.calls == []  # the create itself re-queues nothing
+        await asyncio.to_thread(cluster.core.delete_namespaced_secret, "wired-s", NS)
+        await rec.wait_for(1)
+        await asyncio.sleep(0.3)
+        assert rec.calls == [(f"{GROUP}/{VERSION}", KIND, NS, "wired")]
+    finally:
+        await p.close()
+        await w.close()
