@@ -78,6 +78,8 @@ class Lifecycle:
         if ev.group_resource == CRD_GROUP_RESOURCE:
             if ev.type == "DELETED":
                 self.registry.remove_crd(meta.get("name", ""))
+                spec = ev.obj.get("spec") or {}
+                self.store.close_watchers_of(f"{spec.get('group')}/{(spec.get('names') or {}).get('plural')}")
             else:
                 self.registry.set_crd(ev.obj)
         if ev.type != "DELETED":
@@ -92,6 +94,9 @@ class Lifecycle:
             ns = self.store.peek((NAMESPACE_GROUP_RESOURCE, "", ev.namespace))
             if ns is not None and (ns.get("metadata") or {}).get("deletionTimestamp"):
                 self._soon(self._namespace_done, ev.namespace)
+        rtype = self.registry.storage_type(ev.group_resource)
+        if rtype is not None and rtype.builtin:
+            return
         for crd_key, crd in list(self.store.items(CRD_GROUP_RESOURCE)):
             spec = crd.get("spec") or {}
             if (crd.get("metadata") or {}).get("deletionTimestamp") and \

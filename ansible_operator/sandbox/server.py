@@ -285,7 +285,8 @@ class ApiServer:
             return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                           "details": {"name": route.name, "group": route.rtype.group, "kind": route.rtype.plural,
                                       "uid": obj["metadata"].get("uid")}})
-        return _json(obj, 200 if gone or dry else 202)
+        # 200 with the object (deleted, or still there with deletionTimestamp): what kube-apiserver answers
+        return _json(obj, 200)
 
     async def _delete_collection(self, request: web.Request, route: Route) -> web.Response:
         options = await self._delete_options(request)

@@ -86,6 +86,7 @@ class Store:
 
     def __init__(self, data_dir: str | Path | None = None) -> None:
         self._objects: dict[Key, dict[str, Any]] = {}
+        self._by_resource: dict[str, dict[Key, dict[str, Any]]] = collections.defaultdict(dict)
         self._by_uid: dict[str, Key] = {}
         self._dependents: dict[str, set[Key]] = collections.defaultdict(set)  # owner uid -> dependents
         self._rv = 0
@@ -137,6 +138,7 @@ class Store:
         if old is not None:
             self._unindex(key, old)
         self._objects[key] = obj
+        self._by_resource[key[0]][key] = obj
         meta = obj.get("metadata") or {}
         if meta.get("uid"):
             self._by_uid[meta["uid"]] = key
@@ -181,9 +183,12 @@ class Store:
 
     def items(self, group_resource: str, namespace: str | None = None) -> Iterator[tuple[Key, dict[str, Any]]]:
         """Stored objects (read-only) of one resource, optionally one namespace, sorted by namespace/name."""
-        keys = sorted(k for k in self._objects if k[0] == group_resource and (namespace is None or k[1] == namespace))
+        objects = self._by_resource.get(group_resource, {})
+        keys = sorted(k for k in objects if namespace is None or k[1] == namespace)
         for k in keys:
-            yield k, self._objects[k]
+            obj = objects.get(k)
+            if obj is not None:
+                yield k, obj
 
     def keys_in_namespace(self, namespace: str) -> list[Key]:
         return sorted(k for k in self._objects if k[1] == namespace)
@@ -213,6 +218,7 @@ class Store:
         final["metadata"] = dict(old.get("metadata") or {}, resourceVersion=str(rv))
         self._unindex(key, old)
         del self._objects[key]
+        self._by_resource[key[0]].pop(key, None)
         self._persist(key, None)
         self._emit(Event("DELETED", key[0], key[1], final, old, rv))
         return final
@@ -280,6 +286,12 @@ class Store:
                 w.queue.put_nowait(None)
             except asyncio.QueueFull:
                 pass
+
+    def close_watchers_of(self, group_resource: str) -> None:
+        """End every watch on a resource that stopped being served (its CRD was deleted)."""
+        for w in list(self._watchers):
+            if w.group_resource == group_resource:
+                self.close_watcher(w)
 
     @property
     def watcher_count(self) -> int:
