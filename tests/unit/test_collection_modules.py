@@ -68,13 +68,17 @@ class Env:
     def get(self, name: str) -> dict[str, Any]:
         return self.custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
 
-    def play(self, tasks: list[dict[str, Any]], name: str, check: bool = False) -> dict[str, Any]:
+    def play(self, tasks: list[dict[str, Any]], name: str, check: bool = False,
+             collections: list[str] | None = None) -> dict[str, Any]:
         """Run ``tasks`` (each may ``register``); returns {registered name: result}."""
         registered = [t["register"] for t in tasks if "register" in t]
         out = self.tmp / f"{name}.json"
         dump = {"copy": {"dest": str(out), "content": "{{ {" + ", ".join(
             f"'{r}': {r}" for r in registered) + "} | to_json }}"}, "check_mode": False}
-        playbook = [{"hosts": "localhost", "gather_facts": False, "tasks": tasks + [dump]}]
+        play: dict[str, Any] = {"hosts": "localhost", "gather_facts": False}
+        if collections:
+            play["collections"] = collections
+        playbook = [{**play, "tasks": tasks + [dump]}]
         pb = self.tmp / f"{name}.yml"
         pb.write_text(yaml.safe_dump(playbook, sort_keys=False))
         env = dict(os.environ)
@@ -177,10 +181,13 @@ def test_requeue_after_result_keys(env: Env) -> None:
         {"ansible_operator.util.requeue_after": {"time": "1m30s"}, "register": "ours"},
         {"operator_sdk.util.requeue_after": {"time": "45s"}, "register": "sdk"},
         {"ansible_operator.util.requeue_after": {"time": "soon"}, "register": "bad", "ignore_errors": True},
-    ], "requeue")
+        # SDK-era roles use short names with `collections: [operator_sdk.util]`
+        {"requeue_after": {"time": "2m"}, "register": "short"},
+    ], "requeue", collections=["operator_sdk.util"])
     assert results["ours"]["requeue_after_seconds"] == 90.0 and results["ours"]["changed"] is False
     assert results["ours"]["period"] == "1m30s"
     assert results["sdk"]["requeue_after_seconds"] == 45.0
+    assert results["short"]["requeue_after_seconds"] == 120.0
     assert results["bad"]["failed"] and "invalid duration 'soon'" in results["bad"]["msg"]
 
 
