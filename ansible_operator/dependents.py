@@ -322,7 +322,7 @@ class DependentWatcher:
         if (kind.group, kind.kind) in self._owner_gks or (kind.group, kind.kind) in _NEVER_WATCHED:
             return  # the CR kinds themselves are watched by intake; Events see _NEVER_WATCHED
         scopes: tuple[str | None, ...] = self._namespaces if (kind.namespaced and self._namespaces) else (None,)
-        started: list[_KindWatch] = []
+        started: list[tuple[_KindWatch, asyncio.Task[None]]] = []
         for ns in scopes:
             key = (kind.group, kind.version, kind.plural, ns)
             if key in self._watches:
@@ -331,13 +331,17 @@ class DependentWatcher:
             self._watches[key] = watch
             task = asyncio.create_task(watch.run(), name=f"dependent-watch {watch.describe()}")
             self._tasks.append(task)
-            started.append(watch)
+            started.append((watch, task))
             log.info("watching dependent resources %s", watch.describe())
-        for watch in started:
-            # wait for the initial list so events right after ensure() are judged against it
+        for watch, task in started:
+            # Wait for the initial list so events right after ensure() are judged against it; stop waiting
+            # if the watch ends (close()) or the list keeps failing (it keeps retrying in the background).
+            synced = asyncio.ensure_future(watch.synced.wait())
             try:
-                await asyncio.wait_for(watch.synced.wait(), timeout=30)
-            except asyncio.TimeoutError:
+                await asyncio.wait({synced, task}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                synced.cancel()
+            if not watch.synced.is_set() and not task.done():
                 log.warning("dependent watch %s: initial list still pending (will keep trying)", watch.describe())
 
     def on_dependent(self, kind: DependentKind) -> None:
