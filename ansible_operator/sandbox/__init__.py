@@ -96,7 +96,7 @@ class Sandbox:
         srv = server_mod.build(str(self.data_dir) if self.data_dir is not None else None)
         srv.lifecycle.loop = asyncio.get_running_loop()
         srv.bootstrap()
-        runner = web.AppRunner(srv.app, handler_cancellation=True, access_log=None)
+        runner = web.AppRunner(srv.app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
         try:

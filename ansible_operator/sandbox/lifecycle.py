@@ -83,6 +83,9 @@ class Lifecycle:
             else:
                 self.registry.set_crd(ev.obj)
         if ev.type != "DELETED":
+            refs = meta.get("ownerReferences") or []
+            if any(isinstance(r, dict) and not self.store.exists_uid(r.get("uid", "")) for r in refs):
+                self._soon(self._dangling, (ev.group_resource, ev.namespace, meta.get("name", "")))
             return
         uid = meta.get("uid", "")
         if self.store.dependents(uid):
@@ -200,6 +203,22 @@ class Lifecycle:
                     self.store.put(key, obj)
             else:
                 self._delete_key(key, "Background")
+
+    def _dangling(self, key: Key) -> None:
+        """An object whose owners do not exist (wrong uid, owner already gone): the GC deletes it, or just drops
+        the dangling references when another owner is alive."""
+        obj = self.store.get(key)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return
+        refs = obj["metadata"].get("ownerReferences") or []
+        live = [r for r in refs if isinstance(r, dict) and self.store.exists_uid(r.get("uid", ""))]
+        if len(live) == len(refs):
+            return
+        if live:
+            obj["metadata"]["ownerReferences"] = live
+            self.store.put(key, obj)
+        else:
+            self._delete_key(key, "Background")
 
     def _foreground_start(self, owner_uid: str) -> None:
         for key in self.store.dependents(owner_uid):

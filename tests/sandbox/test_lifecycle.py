@@ -128,3 +128,9 @@ def test_crd_deletion_removes_resources_and_discovery(api):
     with pytest.raises(ApiException) as e:
         custom.list_namespaced_custom_object("test.example.com", "v1", "default", "widgets")
     assert e.value.status == 404
+
+
+def test_object_with_only_missing_owners_is_collected(core):
+    core.create_namespaced_config_map("default", {"metadata": {"name": "orphaned", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "ghost", "uid": "00000000-0000-0000-0000-000000000000"}]}})
+    wait_for(lambda: not exists(core.read_namespaced_config_map, "orphaned", "default"))
