@@ -106,12 +106,18 @@ BUILTINS: tuple[ResourceType, ...] = (
     _b("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", True, ("hpa",),
        ("status",), _ALL),
     _b("storage.k8s.io", "v1", "StorageClass", "storageclasses", False, ("sc",), ()),
+    # access reviews are answered, never stored: the sandbox does not enforce authorization
+    _b("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", False, (), (),
+       verbs=("create",)),
+    _b("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", False, (), (),
+       verbs=("create",)),
     _b("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False,
        ("crd", "crds"), ("status",)),
 )
 
 CRD_GROUP_RESOURCE = "apiextensions.k8s.io/customresourcedefinitions"
 NAMESPACE_GROUP_RESOURCE = "/namespaces"
+REVIEW_GROUP = "authorization.k8s.io"
 
 _VERSION_RE = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
 

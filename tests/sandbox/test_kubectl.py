@@ -188,3 +188,5 @@ def test_imperative_create_commands(kubectl: Kubectl):
     assert kubectl.json("get", "secret", "s", "-n", "imp")["data"] == {"p": "aHVudGVyMg=="}
     assert kubectl.json("get", "namespace", "imp")["status"]["phase"] == "Active"
     assert kubectl.json("get", "serviceaccount", "robot", "-n", "imp")["metadata"]["namespace"] == "imp"
+    # authorization is not enforced; access reviews say so instead of 404
+    assert kubectl.run("auth", "can-i", "create", "deployments").stdout.strip() == "yes"
