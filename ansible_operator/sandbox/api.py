@@ -359,6 +359,8 @@ class Api:
                 raise self._invalid(rtype, name, errors)
             new = schema.apply_defaults(rtype.schema, schema.prune(rtype.schema, new))
         kinds.normalize(rtype, new, old)
+        if subresource is None:
+            kinds.check_update(rtype, new, old)
         meta = new["metadata"]  # the pipeline above returns new objects
         if rtype.group_resource == CRD_GROUP_RESOURCE:
             new["status"] = old.get("status")

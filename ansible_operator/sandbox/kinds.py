@@ -186,6 +186,58 @@ def _validate_selector_matches_template(rtype: ResourceType, obj: dict[str, Any]
         raise invalid(rtype, name, [err.cause()], schema.invalid_message(qualified, name, [err]))
 
 
+def _immutable(errors: list[schema.FieldError], path: str, new: Any, old: Any,
+               detail: str = "field is immutable") -> None:
+    if new != old:
+        errors.append(schema.invalid(path, new, detail))
+
+
+_STS_MUTABLE = {"replicas", "ordinals", "template", "updateStrategy", "persistentVolumeClaimRetentionPolicy",
+                "minReadySeconds", "revisionHistoryLimit"}
+
+
+def check_update(rtype: ResourceType, new: dict[str, Any], old: dict[str, Any]) -> None:
+    """Immutable fields of built-ins that roles commonly trip over on real clusters (422 Invalid)."""
+    if not rtype.builtin:
+        return
+    errors: list[schema.FieldError] = []
+    ns, os_ = new.get("spec") or {}, old.get("spec") or {}
+    key = (rtype.group, rtype.kind)
+    if key in (("", "ConfigMap"), ("", "Secret")) and old.get("immutable"):
+        for f in ("data", "binaryData", "immutable"):
+            _immutable(errors, f, new.get(f), old.get(f), "field is immutable when `immutable` is set")
+    if key == ("", "Secret"):
+        _immutable(errors, "type", new.get("type"), old.get("type"))
+    if rtype.group == "apps" and rtype.kind in ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet"):
+        _immutable(errors, "spec.selector", ns.get("selector"), os_.get("selector"))
+    if key == ("apps", "StatefulSet"):
+        changed = {k for k in set(ns) | set(os_) if ns.get(k) != os_.get(k)} - _STS_MUTABLE - {"selector"}
+        if changed:
+            errors.append(schema.forbidden("spec", "updates to statefulset spec for fields other than 'replicas', "
+                                                   "'ordinals', 'template', 'updateStrategy', "
+                                                   "'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' "
+                                                   "are forbidden"))
+    if key == ("batch", "Job"):
+        for f in ("selector", "template", "completions", "completionMode"):
+            if f in os_:
+                _immutable(errors, f"spec.{f}", ns.get(f), os_.get(f))
+    if key == ("", "Service") and os_.get("clusterIP") not in (None, ""):
+        _immutable(errors, "spec.clusterIP", ns.get("clusterIP"), os_.get("clusterIP"))
+    if key == ("", "PersistentVolumeClaim"):
+        def comparable(spec: dict[str, Any]) -> dict[str, Any]:
+            out = {k: v for k, v in spec.items() if k not in ("resources", "volumeAttributesClassName")}
+            if not os_.get("volumeName"):  # the binder may set volumeName once
+                out.pop("volumeName", None)
+            return out
+        if comparable(ns) != comparable(os_):
+            errors.append(schema.forbidden("spec", "spec is immutable after creation except resources.requests and "
+                                                   "volumeAttributesClassName for bound claims"))
+    if errors:
+        name = (new.get("metadata") or {}).get("name", "")
+        qualified = f"{rtype.kind}.{rtype.group}" if rtype.group else rtype.kind
+        raise invalid(rtype, name, [e.cause() for e in errors], schema.invalid_message(qualified, name, errors))
+
+
 def crd_status(crd: dict[str, Any]) -> dict[str, Any]:
     """The status kube-apiserver converges a valid CRD to: names accepted and established."""
     spec = crd.get("spec") or {}

@@ -195,3 +195,25 @@ def test_server_side_apply_create_then_merge(api):
     status, body = _raw(api, "PATCH", "/api/v1/namespaces/default/configmaps/ssa", body="data: {}",
                         content_type="application/apply-patch+yaml")
     assert status == 400  # fieldManager is required
+
+
+def test_immutable_fields_of_builtins(api):
+    apps = kubernetes.client.AppsV1Api(api)
+    tmpl = {"metadata": {"labels": {"app": "a", "v": "1"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    apps.create_namespaced_deployment("default", {"metadata": {"name": "d"}, "spec": {
+        "selector": {"matchLabels": {"app": "a"}}, "template": tmpl}})
+    with pytest.raises(ApiException) as e:
+        apps.patch_namespaced_deployment("d", "default", {"spec": {"selector": {"matchLabels": {"v": "1"}}}})
+    assert e.value.status == 422 and json.loads(e.value.body)["details"]["causes"][0]["field"] == "spec.selector"
+    batch = kubernetes.client.BatchV1Api(api)
+    batch.create_namespaced_job("default", {"metadata": {"name": "j"}, "spec": {"template": {
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}})
+    with pytest.raises(ApiException) as e:
+        batch.patch_namespaced_job("j", "default", {"spec": {"template": {"spec": {"restartPolicy": "OnFailure"}}}})
+    assert e.value.status == 422
+    core = kubernetes.client.CoreV1Api(api)
+    core.create_namespaced_secret("default", {"metadata": {"name": "s"}, "immutable": True, "data": {"a": "Yg=="}})
+    with pytest.raises(ApiException) as e:
+        core.patch_namespaced_secret("s", "default", {"data": {"a": "Yw=="}})
+    assert e.value.status == 422
+    core.patch_namespaced_secret("s", "default", {"metadata": {"labels": {"ok": "yes"}}})  # metadata still mutable
