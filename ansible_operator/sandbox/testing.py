@@ -36,8 +36,13 @@ class SandboxHandle:
         return api_client_for(self.kubeconfig)
 
     def kubectl_env(self) -> dict[str, str]:
-        """Environment for running kubectl / ansible against this sandbox."""
-        return dict(os.environ, KUBECONFIG=str(self.kubeconfig), K8S_AUTH_KUBECONFIG=str(self.kubeconfig))
+        """Environment for running kubectl / ansible against this sandbox.
+
+        ``KUBECACHEDIR`` is private to this sandbox: kubectl caches discovery per host:port, and a later
+        sandbox on a reused port must not be served the previous one's resource list.
+        """
+        return dict(os.environ, KUBECONFIG=str(self.kubeconfig), K8S_AUTH_KUBECONFIG=str(self.kubeconfig),
+                    KUBECACHEDIR=str(self.kubeconfig.parent / (self.kubeconfig.name + ".cache")))
 
 
 def api_client_for(kubeconfig: str | Path) -> Any:
