@@ -304,14 +304,10 @@ async def _start_owner_proxy(configuration: Any, dependents: Any, watches: list[
 
     # blacklist: kinds never watched as dependents (Operator SDK's per-watch list, applied to all watches)
     blacklisted = {(b.get("group", ""), b.get("kind")) for w in watches for b in w.blacklist}
-    pending: set[asyncio.Task[Any]] = set()
 
     def on_dependent(kind: DependentKind) -> None:
-        if (kind.group, kind.kind) in blacklisted:
-            return
-        task = asyncio.get_running_loop().create_task(dependents.ensure(kind))
-        pending.add(task)
-        task.add_done_callback(pending.discard)
+        if (kind.group, kind.kind) not in blacklisted:
+            dependents.on_dependent(kind)  # starts the kind's watch once; the watcher owns the task
 
     proxy = OwnerProxy(configuration, on_dependent=on_dependent)
     await proxy.start()

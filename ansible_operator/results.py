@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
+from ansible_operator.durations import parse_duration
+
 if TYPE_CHECKING:  # pragma: no cover
     from ansible_operator.executors.base import RunOutcome
 
@@ -200,13 +202,20 @@ def failure_message(res: Mapping[str, Any] | None) -> str:
     return "task failed"
 
 
-def _requeue_value(res: Any) -> float | None:
+def _requeue_value(res: Any, action: str | None = None) -> float | None:
+    """``requeue_after_seconds`` from our module; Operator SDK's own ``requeue_after`` returns ``period``
+    (a Go duration string), which a role gets when the real operator_sdk.util collection is installed."""
     if not isinstance(res, Mapping):
         return None
     found: float | None = None
     value = res.get(REQUEUE_KEY)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
         found = float(value)
+    elif action and action.endswith("requeue_after") and isinstance(res.get("period"), (str, int, float)):
+        try:
+            found = parse_duration(res["period"])
+        except ValueError:
+            found = None
     items = res.get("results")
     for item in items if isinstance(items, list) else ():
         v = _requeue_value(item)
@@ -307,7 +316,7 @@ class ResultCollector:
                 )
             if isinstance(res, Mapping) and res.get("changed") and label not in self._changed:
                 self._changed.append(label)
-        requeue = _requeue_value(res)
+        requeue = _requeue_value(res, data.get("task_action"))
         if requeue is not None:
             self._requeue = requeue
 

@@ -310,3 +310,20 @@ def test_real_run_module_not_found(tmp_path: Path) -> None:
     assert r.failed_task is None
     assert r.ansible_error and "nosuchmodule_xyz" in r.ansible_error
     assert "nosuchmodule_xyz" in r.message
+
+
+def test_operator_sdk_requeue_after_period_is_understood() -> None:
+    """The real operator_sdk.util.requeue_after returns ``period`` (a Go duration), not our key."""
+    from ansible_operator.executors.base import RunOutcome
+    from ansible_operator.results import ResultCollector
+    from pathlib import Path
+
+    collector = ResultCollector()
+    collector.feed({"event": "runner_on_ok", "event_data": {
+        "task": "Requeue", "task_action": "operator_sdk.util.requeue_after", "host": "localhost",
+        "res": {"changed": False, "period": "1m30s"}}})
+    collector.feed({"event": "runner_on_ok", "event_data": {
+        "task": "Unrelated", "task_action": "ansible.builtin.debug", "host": "localhost",
+        "res": {"changed": False, "period": "5s"}}})
+    result = collector.finish(RunOutcome(status="successful", rc=0, artifacts_dir=Path("/nonexistent")))
+    assert result.requeue_after == 90.0
