@@ -17,7 +17,7 @@ import pytest
 
 from ansible_operator.sandbox.testing import SandboxHandle, start_in_thread
 
-from roleruns import ETCDCLUSTER, MEMCACHED, REPO, SAMPLEDB, Kind, RoleRun, run_role
+from .roleruns import ETCDCLUSTER, MEMCACHED, REPO, SAMPLEDB, Kind, RoleRun, run_role
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
