@@ -69,7 +69,7 @@ def decode_body(raw: bytes, content_type: str = "application/json") -> Any:
         if "yaml" in ct:
             return yaml.safe_load(raw)
         return json.loads(raw)
-    except (ValueError, yaml.YAMLError) as e:
+    except (ValueError, yaml.YAMLError, RecursionError) as e:
         raise bad_request(f"the body of the request could not be decoded: {e}") from None
 
 
@@ -150,6 +150,7 @@ class Api:
                              name: str | None = None) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise bad_request(f"the body of the request was not a JSON object: {type(body).__name__}")
+        kinds.check_metadata(body)
         api_version = body.get("apiVersion")
         kind = body.get("kind")
         if api_version not in (None, "") and api_version != rtype.api_version:
@@ -441,6 +442,8 @@ class Api:
                dry_run: bool = False) -> dict[str, Any]:
         obj = self._require(rtype, namespace, name)
         pre = options.get("preconditions") or {}
+        if not isinstance(pre, dict):
+            raise bad_request("DeleteOptions.preconditions must be an object")
         if pre.get("uid") and pre["uid"] != obj["metadata"].get("uid"):
             raise conflict(rtype, name, f"Precondition failed: UID in precondition: {pre['uid']}, UID in object "
                                         f"meta: {obj['metadata'].get('uid')}")

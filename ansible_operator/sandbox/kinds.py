@@ -50,9 +50,35 @@ def _go_type(v: Any) -> str:
     return "null" if v is None else "string"
 
 
+def _want(value: Any, type_: type | tuple[type, ...], field: str, go_type: str) -> None:
+    if value is not None and (not isinstance(value, type_) or isinstance(value, bool) and type_ is not bool):
+        raise bad_request(f"json: cannot unmarshal {_go_type(value)} into Go struct field {field} of type {go_type}")
+
+
 def check_metadata(obj: dict[str, Any]) -> None:
+    """Type checks the typed decoder does for every object (TypeMeta, ObjectMeta): 400 on mismatch."""
+    _want(obj.get("apiVersion"), str, "TypeMeta.apiVersion", "string")
+    _want(obj.get("kind"), str, "TypeMeta.kind", "string")
+    meta = obj.get("metadata")
+    _want(meta, dict, "ObjectMeta.metadata", "v1.ObjectMeta")
+    if not meta:
+        return
+    for f in ("name", "generateName", "namespace", "uid", "resourceVersion", "creationTimestamp",
+              "deletionTimestamp"):
+        _want(meta.get(f), str, f"ObjectMeta.metadata.{f}", "string")
+    _want(meta.get("generation"), int, "ObjectMeta.metadata.generation", "int64")
     _string_map(obj, "metadata.labels", "ObjectMeta.metadata.labels")
     _string_map(obj, "metadata.annotations", "ObjectMeta.metadata.annotations")
+    _want(meta.get("finalizers"), list, "ObjectMeta.metadata.finalizers", "[]string")
+    for f in meta.get("finalizers") or []:
+        _want(f, str, "ObjectMeta.metadata.finalizers", "string")
+    _want(meta.get("ownerReferences"), list, "ObjectMeta.metadata.ownerReferences", "[]v1.OwnerReference")
+    for ref in meta.get("ownerReferences") or []:
+        _want(ref, dict, "ObjectMeta.metadata.ownerReferences", "v1.OwnerReference")
+        for f in ("apiVersion", "kind", "name", "uid"):
+            _want(ref.get(f), str, f"OwnerReference.metadata.ownerReferences.{f}", "string")
+        for f in ("controller", "blockOwnerDeletion"):
+            _want(ref.get(f), bool, f"OwnerReference.metadata.ownerReferences.{f}", "bool")
 
 
 def normalize(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:

@@ -132,6 +132,8 @@ class ApiServer:
                 raise path_not_found()
             return _json(doc)
         route = self._route(group, version, rest)
+        if route.watch and method != "GET":
+            raise method_not_allowed()
         if method == "GET":
             if route.name is None:
                 if route.watch or _flag(request.query.get("watch")):
@@ -346,7 +348,8 @@ class ApiServer:
 
     def _set_scale(self, route: Route, scale: Any, opts: WriteOptions) -> dict[str, Any]:
         assert route.name is not None
-        if not isinstance(scale, dict) or not isinstance((scale.get("spec") or {}).get("replicas", 0), int):
+        if not isinstance(scale, dict) or not isinstance(scale.get("spec") or {}, dict) or \
+                not isinstance((scale.get("spec") or {}).get("replicas", 0), int):
             raise bad_request("Scale.spec.replicas must be an integer")
         replicas = (scale.get("spec") or {}).get("replicas", 0)
         obj = self.api.get(route.rtype, route.namespace, route.name)
