@@ -86,9 +86,10 @@ def strip_for_compare(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def spec_part(obj: dict[str, Any]) -> dict[str, Any]:
-    """What a generation bump is decided on: everything but metadata and status."""
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+def spec_part(obj: dict[str, Any], with_status: bool = False) -> dict[str, Any]:
+    """What a generation bump is decided on: everything but metadata (and status, unless ``with_status``)."""
+    skip = ("metadata", "apiVersion", "kind") if with_status else ("metadata", "status", "apiVersion", "kind")
+    return {k: v for k, v in obj.items() if k not in skip}
 
 
 class Api:
@@ -366,7 +367,9 @@ class Api:
         if rtype.group_resource == CRD_GROUP_RESOURCE:
             new["status"] = old.get("status")
             self._check_crd(rtype, new)
-        if spec_part(new) != spec_part(old):
+        # custom resources without a status subresource count status changes too (as kube-apiserver does)
+        with_status = not rtype.builtin and not rtype.has_status
+        if spec_part(new, with_status) != spec_part(old, with_status):
             meta["generation"] = int(old_meta.get("generation") or 1) + 1
         if strip_for_compare(new) == strip_for_compare(self.present(rtype, copy.deepcopy(old))):
             return self.present(rtype, old)  # no-op: same resourceVersion, no event

@@ -40,6 +40,7 @@ CRON_TICK = 0.5
 FAIL_ANNOTATION = "sandbox.ansible-operator.dev/fail"
 
 _WORKLOADS = {"apps/deployments", "apps/statefulsets", "apps/replicasets", "apps/daemonsets"}
+_SIMULATED = _WORKLOADS | {"batch/jobs", "/persistentvolumeclaims", "/pods"}
 
 
 def _omit_zero(d: dict[str, Any]) -> dict[str, Any]:
@@ -63,7 +64,7 @@ class Simulator:
         self._running = True
         self.store.add_listener(self._on_event)
         # objects that existed before (persistence) or were created before start get reconciled too
-        for gr in _WORKLOADS | {"batch/jobs", "/persistentvolumeclaims"}:
+        for gr in _SIMULATED:
             for key, _ in list(self.store.items(gr)):
                 self._schedule(key)
         self._cron_task = self._loop.create_task(self._cron_loop())
@@ -85,7 +86,7 @@ class Simulator:
     def _on_event(self, ev: Event) -> None:
         if not self._running or ev.type == "DELETED":
             return
-        if ev.group_resource in _WORKLOADS or ev.group_resource in ("batch/jobs", "/persistentvolumeclaims"):
+        if ev.group_resource in _SIMULATED:
             meta = ev.obj.get("metadata") or {}
             self._schedule((ev.group_resource, ev.namespace, meta.get("name", "")))
 
@@ -107,7 +108,7 @@ class Simulator:
         handler: Callable[[ResourceType, dict[str, Any]], None] | None = {
             "apps/deployments": self._deployment, "apps/statefulsets": self._statefulset,
             "apps/replicasets": self._replicaset, "apps/daemonsets": self._daemonset,
-            "batch/jobs": self._job, "/persistentvolumeclaims": self._pvc}.get(key[0])
+            "batch/jobs": self._job, "/persistentvolumeclaims": self._pvc, "/pods": self._pod}.get(key[0])
         if handler is None:
             return
         try:
@@ -213,6 +214,35 @@ class Simulator:
         storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
         self._write_status(rtype, obj, {"phase": "Bound", "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
                                         "capacity": {"storage": storage}})
+
+    def _pod(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
+        """Pods are reported scheduled, started and Ready (nothing runs); the fail annotation makes them Failed."""
+        status = obj.get("status") or {}
+        if status.get("phase") in ("Running", "Succeeded", "Failed"):
+            return
+        spec = obj.get("spec") or {}
+        now_s = rfc3339(now())
+        failed = ((obj.get("metadata") or {}).get("annotations") or {}).get(FAIL_ANNOTATION) == "true"
+        ready = "False" if failed else "True"
+        containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+        octets = obj["metadata"].get("uid", "0000").replace("-", "")[:4]
+        new_status = {
+            "phase": "Failed" if failed else "Running",
+            "conditions": [{"type": t, "status": "True" if t in ("PodScheduled", "Initialized") else ready,
+                            "lastProbeTime": None, "lastTransitionTime": now_s}
+                           for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
+            "hostIP": "10.0.0.1", "podIP": f"10.244.{int(octets[:2], 16)}.{int(octets[2:], 16) or 1}",
+            "startTime": now_s, "qosClass": "BestEffort",
+            "containerStatuses": [{
+                "name": c.get("name", ""), "image": c.get("image", ""), "imageID": "", "ready": not failed,
+                "restartCount": 0, "started": not failed,
+                "state": ({"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now_s, "finishedAt": now_s}}
+                          if failed else {"running": {"startedAt": now_s}})} for c in containers]}
+        if not spec.get("nodeName"):
+            body = copy.deepcopy(obj)
+            body["spec"]["nodeName"] = "sandbox-node"
+            obj = self.api.update(rtype, obj["metadata"].get("namespace"), obj["metadata"]["name"], body)
+        self._write_status(rtype, obj, new_status)
 
     # ---- jobs ------------------------------------------------------------------------------------
     def _job(self, rtype: ResourceType, obj: dict[str, Any]) -> None:

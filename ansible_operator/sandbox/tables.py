@@ -142,7 +142,9 @@ _BUILTIN: dict[tuple[str, str], list[tuple[Column, Callable[[dict[str, Any]], An
                                     (_col("Capacity"), lambda o: _g(o, "status", "capacity", "storage", default="")),
                                     (_col("Access Modes"), lambda o: ",".join(_g(o, "spec", "accessModes",
                                                                                  default=[])))],
-    ("", "Pod"): [(_col("Ready"), lambda o: "0/%d" % len(_g(o, "spec", "containers", default=[]))),
+    ("", "Pod"): [(_col("Ready"), lambda o: "%d/%d" % (
+        sum(1 for c in _g(o, "status", "containerStatuses", default=[]) or [] if c.get("ready")),
+        len(_g(o, "spec", "containers", default=[])))),
                   (_col("Status"), lambda o: _g(o, "status", "phase", default="Pending")),
                   (_col("Restarts", "integer"), lambda o: 0)],
     ("", "Event"): [(_col("Type"), lambda o: o.get("type", "")), (_col("Reason"), lambda o: o.get("reason", "")),

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import time
+
 import kubernetes
 import pytest
 
 from ansible_operator.sandbox.testing import SandboxHandle, start_in_thread
 
-from .helpers import wait_for
+from .helpers import CRD, install_crd, wait_for
 
 TEMPLATE = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
 
@@ -82,7 +85,6 @@ def test_cronjob_creates_owned_jobs(api):
     wait_for(lambda: batch.read_namespaced_cron_job("tick", "default").status.last_schedule_time, timeout=15)
     # suspended: no new jobs
     batch.patch_namespaced_cron_job("tick", "default", {"spec": {"suspend": True}})
-    import time
     time.sleep(1.2)
     count = len(batch.list_namespaced_job("default").items)
     time.sleep(1.5)
@@ -99,9 +101,30 @@ def test_simulation_can_be_turned_off(tmp_path):
         batch = kubernetes.client.BatchV1Api(api)
         batch.create_namespaced_job("default", {"metadata": {"name": "j"}, "spec": {"template": {
             "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}})
-        import time
-        time.sleep(0.6)
+            time.sleep(0.6)
         assert not batch.read_namespaced_job("j", "default").status.start_time
         api.close()
     finally:
         handle.sandbox.stop_thread()
+
+
+def test_pod_becomes_ready(api):
+    core = kubernetes.client.CoreV1Api(api)
+    core.create_namespaced_pod("default", {"metadata": {"name": "p"}, "spec": {
+        "containers": [{"name": "c", "image": "busybox"}]}})
+    pod = wait_for(lambda: (p := core.read_namespaced_pod("p", "default")).status.phase == "Running" and p)
+    assert any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions)
+    assert pod.status.container_statuses[0].ready
+
+
+def test_custom_resource_without_status_subresource_bumps_generation_on_status(api):
+    crd = copy.deepcopy(CRD)
+    crd["spec"]["versions"][0].pop("subresources")
+    install_crd(api, crd)
+    custom = kubernetes.client.CustomObjectsApi(api)
+    args = ("test.example.com", "v1", "default", "widgets")
+    custom.create_namespaced_custom_object(*args, {"apiVersion": "test.example.com/v1", "kind": "Widget",
+                                                   "metadata": {"name": "w"}, "spec": {"size": 1},
+                                                   "status": {"phase": "kept"}})
+    obj = custom.patch_namespaced_custom_object(*args, "w", {"status": {"phase": "new"}})
+    assert obj["status"] == {"phase": "new"} and obj["metadata"]["generation"] == 2
