@@ -101,7 +101,7 @@ def test_simulation_can_be_turned_off(tmp_path):
         batch = kubernetes.client.BatchV1Api(api)
         batch.create_namespaced_job("default", {"metadata": {"name": "j"}, "spec": {"template": {
             "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}})
-            time.sleep(0.6)
+        time.sleep(0.6)
         assert not batch.read_namespaced_job("j", "default").status.start_time
         api.close()
     finally:
