@@ -265,8 +265,10 @@ class ApiServer:
             else:
                 scale = patching.merge_patch(current, body)
             return _json(self._set_scale(route, scale, opts))
+        existed = self.store.peek(self.api.key(route.rtype, route.namespace, route.name)) is not None
         obj = self.api.patch(route.rtype, route.namespace, route.name, ctype, raw, route.sub, opts, warnings)
-        return _json(obj, 200, self._warning_headers(warnings))
+        # server-side apply can create: 201 Created then, as kube-apiserver answers
+        return _json(obj, 200 if existed else 201, self._warning_headers(warnings))
 
     async def _delete_options(self, request: web.Request) -> dict[str, Any]:
         raw = await request.read()
