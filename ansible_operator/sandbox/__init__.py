@@ -111,8 +111,12 @@ class Sandbox:
         srv.address = f"{self.host}:{self.port}"
         self.server = srv
         self._runner = runner
-        for doc in crd_docs:
-            srv.install(doc)
+        try:
+            for doc in crd_docs:
+                srv.install(doc)
+        except Exception:  # an invalid CRD file: do not leave a half-started server behind
+            await self.stop()
+            raise
         srv.lifecycle.resume()
         if self.simulate:
             self._simulator = Simulator(srv.api)

@@ -23,13 +23,17 @@ def _default_kubeconfig(port: int) -> Path:
 
 async def _serve(args: argparse.Namespace) -> int:
     from ansible_operator.sandbox import Sandbox
+    from ansible_operator.sandbox.errors import ApiError
 
     sb = Sandbox(host=args.host, port=args.port, data_dir=args.data_dir, crds=args.crds or (),
                  simulate=args.simulate)
     try:
         await sb.start()
-    except (OSError, ValueError, FileNotFoundError) as e:
+    except (OSError, ValueError) as e:
         print(f"sandbox: cannot start: {e}", file=sys.stderr, flush=True)
+        return 1
+    except ApiError as e:  # a --crds file the API server rejects
+        print(f"sandbox: cannot install CRDs: {e.message}", file=sys.stderr, flush=True)
         return 1
     path = Path(args.kubeconfig) if args.kubeconfig else _default_kubeconfig(sb.port)
     sb.write_kubeconfig(path)

@@ -56,3 +56,16 @@ def test_restart_keeps_objects_and_monotonic_resource_version(tmp_path: Path):
         api.close()
     finally:
         assert second.stop() == 0
+
+
+def test_cli_rejects_invalid_crd_files(tmp_path: Path):
+    import subprocess
+    import sys
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: wrong}\n"
+                   "spec: {group: x}\n")
+    proc = subprocess.run([sys.executable, "-m", "ansible_operator", "sandbox", "--crds", str(bad)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert 'CustomResourceDefinition.apiextensions.k8s.io "wrong" is invalid' in proc.stderr
+    assert "sandbox: serving" not in proc.stdout
