@@ -62,7 +62,6 @@ class ApiServer:
         self.registry = api.registry
         self.lifecycle = lifecycle
         self.address = "127.0.0.1:0"
-        self._streams: set[web.StreamResponse] = set()
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
 
@@ -103,6 +102,9 @@ class ApiServer:
         if not parts:
             return _json({"paths": discovery.root_paths(self.registry)})
         head = parts[0]
+        is_resource = head in ("api", "apis") and len(parts) > (2 if head == "api" else 3)
+        if method != "GET" and not is_resource:
+            raise method_not_allowed()
         if head in ("healthz", "readyz", "livez"):
             return web.Response(text="ok")
         if head == "version" and len(parts) == 1:
@@ -406,7 +408,6 @@ class ApiServer:
         resp = web.StreamResponse(status=200, headers={"Content-Type": JSON, "Cache-Control": "no-cache"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
-        self._streams.add(resp)
         sent_columns = False
 
         def encode(ev_type: str, obj: dict[str, Any], ev: Event | None = None) -> bytes:
@@ -504,7 +505,6 @@ class ApiServer:
         finally:
             if watcher is not None:
                 self.store.close_watcher(watcher)
-            self._streams.discard(resp)
         try:
             await resp.write_eof()
         except (ConnectionResetError, ConnectionError, RuntimeError):
