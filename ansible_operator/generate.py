@@ -472,6 +472,10 @@ def scan_watches(watches_file: Path, roles_dirs: Iterable[Path] = ()) -> tuple[R
     scan.add("events.k8s.io", "events", ("create", "patch"))
     scan.add("coordination.k8s.io", "leases", ALL_VERBS)
     scan.add("", "configmaps", ALL_VERBS)
+    # The watch streams (kopf) discover served kinds from CRDs and follow namespaces as they come and go;
+    # without these read-only rules they fall back to a one-off discovery at start-up.
+    scan.add("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch"))
+    scan.add("", "namespaces", ("get", "list", "watch"))
     return scan, watches
 
 
