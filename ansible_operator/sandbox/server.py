@@ -41,6 +41,11 @@ def _flag(value: str | None) -> bool:
     return (value or "").lower() in ("true", "1", "yes")
 
 
+def _partial(obj: dict[str, Any]) -> dict[str, Any]:
+    """Metadata-only form (client-go metadata clients ask for it with ``as=PartialObjectMetadata``)."""
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata") or {}}
+
+
 class Route:
     """A parsed resource URL."""
 
@@ -214,6 +219,8 @@ class ApiServer:
         if route.sub == "scale":
             return _json(self._scale_of(route.rtype, obj))
         table = self._maybe_table(request, route.rtype, [obj], obj["metadata"].get("resourceVersion", ""))
+        if table is None and "as=PartialObjectMetadata" in request.headers.get("Accept", ""):
+            return _json(_partial(obj))
         return _json(table if table is not None else obj)
 
     def _list(self, request: web.Request, route: Route) -> web.Response:
@@ -223,6 +230,9 @@ class ApiServer:
         table = self._maybe_table(request, route.rtype, items, str(rv))
         if table is not None:
             return _json(table)
+        if "as=PartialObjectMetadataList" in request.headers.get("Accept", ""):
+            return _json({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                          "metadata": {"resourceVersion": str(rv)}, "items": [_partial(o) for o in items]})
         return _json({"kind": route.rtype.list_kind, "apiVersion": route.rtype.api_version,
                       "metadata": {"resourceVersion": str(rv)}, "items": items})
 
@@ -389,6 +399,7 @@ class ApiServer:
             raise bad_request("timeoutSeconds must be a number") from None
         bookmarks = _flag(q.get("allowWatchBookmarks"))
         as_table = tables.wants_table(request.headers.get("Accept", ""))
+        as_partial = not as_table and "as=PartialObjectMetadata" in request.headers.get("Accept", "")
         include = q.get("includeObject", "Metadata")
         namespace = route.namespace if rtype.namespaced else None
         initial: list[dict[str, Any]] = []
@@ -418,6 +429,8 @@ class ApiServer:
                                         include, with_columns=not sent_columns)
                 sent_columns = True
                 return _dumps({"type": ev_type, "object": table}) + b"\n"
+            if as_partial:
+                return _dumps({"type": ev_type, "object": _partial(obj)}) + b"\n"
             if ev is not None:
                 return ev.encoded(ev_type, rtype.api_version)
             return _dumps({"type": ev_type, "object": dict(obj, apiVersion=rtype.api_version,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import kubernetes
 import pytest
@@ -75,7 +76,6 @@ def test_dynamic_client_custom_resource(api):
 def _raw(api, method: str, path: str, body=None, content_type: str = "application/json", query=None):
     """A raw HTTP request (bodies sent exactly as given): (status, decoded JSON body)."""
     import urllib.error
-    import urllib.request
     from urllib.parse import urlencode
 
     url = api.configuration.host + path + ("?" + urlencode(query) if query else "")
@@ -217,3 +217,21 @@ def test_immutable_fields_of_builtins(api):
         core.patch_namespaced_secret("s", "default", {"data": {"a": "Yw=="}})
     assert e.value.status == 422
     core.patch_namespaced_secret("s", "default", {"metadata": {"labels": {"ok": "yes"}}})  # metadata still mutable
+
+
+def test_partial_object_metadata_and_table(api):
+    core = kubernetes.client.CoreV1Api(api)
+    core.create_namespaced_config_map("default", {"metadata": {"name": "m", "labels": {"a": "b"}}, "data": {"k": "v"}})
+    url = api.configuration.host + "/api/v1/namespaces/default/configmaps"
+    req = urllib.request.Request(url, headers={"Accept": "application/json;as=PartialObjectMetadataList;"
+                                                         "g=meta.k8s.io;v=v1,application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        doc = json.loads(resp.read())
+    assert doc["kind"] == "PartialObjectMetadataList"
+    assert doc["items"][0]["metadata"]["labels"] == {"a": "b"} and "data" not in doc["items"][0]
+    req = urllib.request.Request(url, headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        table = json.loads(resp.read())
+    assert table["kind"] == "Table"
+    assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Data", "Age"]
+    assert table["rows"][0]["cells"][:2] == ["m", 1]
