@@ -297,9 +297,7 @@ class Simulator:
         job_type = self.registry.get("batch", "v1", "jobs")
         assert cj_type is not None and job_type is not None
         for key, cj in list(self.store.items("batch/cronjobs")):
-            meta = cj.get("metadata") or {}
-            spec = cj.get("spec") or {}
-            if meta.get("deletionTimestamp"):
+            if (cj.get("metadata") or {}).get("deletionTimestamp"):
                 continue
             try:
                 self._cron_one(cj_type, job_type, copy.deepcopy(cj))
