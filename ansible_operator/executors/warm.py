@@ -23,9 +23,10 @@ import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ansible_operator.executors.base import EventCallback, RunOutcome, RunRequest, RunStatus
+from ansible_operator.executors.zygote_modules import DEFAULT_FAST_MODULE_PREFIXES
 from ansible_operator.executors.zygote_protocol import PINNED_ANSIBLE_CORE, RunSpec, encode, kill_group
 
 __all__ = ["WarmExecutor", "check_ansible_core_version"]
@@ -86,10 +87,14 @@ class WarmExecutor:
 
     name = "warm"
 
-    def __init__(self, *, max_workers: int = 8, python: str = sys.executable) -> None:
+    def __init__(self, *, max_workers: int = 8, python: str = sys.executable,
+                 fast_modules: Sequence[str] = DEFAULT_FAST_MODULE_PREFIXES) -> None:
+        """``fast_modules``: module FQCN prefixes (default ``kubernetes.core.``) whose tasks run in a fork
+        of the already-imported worker instead of a fresh interpreter; ``()`` turns that off."""
         if max_workers < 1:
             raise ValueError(f"max_workers must be at least 1 (got {max_workers})")
         self._python = python
+        self._fast_modules = [str(p) for p in fast_modules]
         self._slots = asyncio.Semaphore(max_workers)
         self._zygote: _Zygote | None = None
         self._spawn_lock = asyncio.Lock()
@@ -124,7 +129,7 @@ class WarmExecutor:
         try:
             await asyncio.wait_for(zygote.process.wait(), _KILL_WAIT)
         except TimeoutError:
-            zygote.process.kill()
+            _kill_quietly(zygote.process)
             await zygote.process.wait()
         if zygote.reader is not None:
             await asyncio.gather(zygote.reader, return_exceptions=True)
@@ -155,7 +160,7 @@ class WarmExecutor:
         try:
             info = await asyncio.wait_for(asyncio.shield(zygote.ready), _READY_TIMEOUT)
         except BaseException:
-            process.kill()
+            _kill_quietly(process)
             await process.wait()
             raise
         log.info("warm executor: zygote %s ready (ansible-core %s, preload %.2fs)",
@@ -171,11 +176,15 @@ class WarmExecutor:
                 if not line:
                     break
                 self._dispatch(zygote, json.loads(line))
+        except asyncio.CancelledError:
+            # The loop is shutting down without close(): do not leave the zygote (or a wait) behind.
+            zygote.alive = False
+            _kill_quietly(zygote.process)
+            raise
         except Exception:  # a protocol bug must not leave runs hanging: treat as a dead zygote
             log.exception("warm executor: reading from the zygote failed")
-            zygote.process.kill()
-        finally:
-            await self._zygote_gone(zygote)
+            _kill_quietly(zygote.process)
+        await self._zygote_gone(zygote)
 
     def _dispatch(self, zygote: _Zygote, message: dict[str, Any]) -> None:
         op = message.get("op")
@@ -210,7 +219,11 @@ class WarmExecutor:
 
     async def _zygote_gone(self, zygote: _Zygote) -> None:
         zygote.alive = False
-        code = await zygote.process.wait()
+        try:
+            code = await asyncio.wait_for(zygote.process.wait(), _KILL_WAIT)
+        except TimeoutError:  # closed its stdout but lives on: it cannot serve any more
+            _kill_quietly(zygote.process)
+            code = await zygote.process.wait()
         if not zygote.ready.done():
             zygote.ready.set_exception(RuntimeError(f"warm executor: the zygote exited with {code} before it was"
                                                     " ready (see its stderr); use --executor runner to avoid it"))
@@ -258,6 +271,7 @@ class WarmExecutor:
             "artifacts_dir": str(artifacts_dir),
             "env": dict(prepared.env),
             "verbosity": request.verbosity,
+            "fast_modules": self._fast_modules,
         }
         async with self._slots:
             try:
@@ -339,3 +353,10 @@ def _finish(artifacts_dir: Path, status: RunStatus, rc: int | None, error: str |
     except OSError as exc:
         log.warning("warm executor: could not write %s/status: %s", artifacts_dir, exc)
     return RunOutcome(status=status, rc=rc, artifacts_dir=artifacts_dir, error=error)
+
+
+def _kill_quietly(process: asyncio.subprocess.Process) -> None:
+    try:
+        process.kill()
+    except ProcessLookupError:
+        pass

@@ -129,6 +129,14 @@ def _preload_kubernetes(loader: Any) -> None:
     The k8s lookup and the k8s/k8s_info action plugins run inside the playbook process, so importing
     the kubernetes client here saves every run ~0.4 s. Missing pieces are skipped: plain playbooks work.
     """
+    import warnings
+
+    with warnings.catch_warnings():  # the client's own DeprecationWarnings would land on our stderr
+        warnings.simplefilter("ignore", DeprecationWarning)
+        _preload_kubernetes_quietly(loader)
+
+
+def _preload_kubernetes_quietly(loader: Any) -> None:
     for kind, name in (("action", "kubernetes.core.k8s"), ("action", "kubernetes.core.k8s_info"),
                        ("lookup", "kubernetes.core.k8s")):
         plugin_loader = loader.action_loader if kind == "action" else loader.lookup_loader
@@ -140,7 +148,32 @@ def _preload_kubernetes(loader: Any) -> None:
         import kubernetes.client  # noqa: F401
         import kubernetes.dynamic  # noqa: F401
     except ImportError:
-        pass
+        return
+    _preload_module_code("kubernetes.core")
+
+
+def _preload_module_code(collection: str) -> None:
+    """Import a collection's *modules* (definitions only: ``main()`` runs under ``__main__``) and what they
+    import, for the in-process module path of :mod:`zygote_modules`; also the AnsiballZ loader."""
+    import importlib
+    import pkgutil
+    import warnings
+
+    import ansible.module_utils._internal._ansiballz._loader  # noqa: F401
+    import ansible.module_utils.basic  # noqa: F401
+
+    package_name = f"ansible_collections.{collection}.plugins.modules"
+    try:
+        package = importlib.import_module(package_name)
+    except ImportError:
+        return
+    with warnings.catch_warnings():  # deprecation notices of the client, printed again by each task anyway
+        warnings.simplefilter("ignore")
+        for info in pkgutil.iter_modules(package.__path__):
+            try:
+                importlib.import_module(f"{package_name}.{info.name}")
+            except Exception:  # an optional dependency missing: that module will import it when run
+                pass
 
 
 @dataclass

@@ -279,6 +279,9 @@ def _run(spec: RunSpec, sink: EventSink) -> None:
     _point_collection_finder()
     _repoint_awx_display(artifacts)
     _keep_workers_in_the_run()
+    from ansible_operator.executors import zygote_modules
+
+    zygote_modules.install(spec.get("fast_modules") or ())
     color.ANSIBLE_COLOR = bool(C.ANSIBLE_FORCE_COLOR or not C.ANSIBLE_NOCOLOR)
     # CLI.run() calls init_plugin_loader() again; the zygote already did, and Python would print a warning.
     warnings.filterwarnings("ignore", message="AnsibleCollectionFinder has already been configured")

@@ -51,6 +51,8 @@ class RunSpec(TypedDict):
     env: dict[str, str]
     """Additions to the zygote's environment (``PreparedRun.env``: ANSIBLE_ROLES_PATH, envvars...)."""
     verbosity: int
+    fast_modules: list[str]
+    """Module FQCN prefixes run in a fork of the worker instead of a new interpreter (zygote_modules)."""
 
 
 def encode(message: dict[str, Any]) -> bytes:

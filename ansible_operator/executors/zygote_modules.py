@@ -1,0 +1,213 @@
+"""Fast module tasks: run selected AnsiballZ modules in a fork of the (pre-imported) worker process.
+
+Normally every module task starts a fresh Python interpreter for its AnsiballZ payload, which then
+imports ``ansible.module_utils`` and, for kubernetes.core, the kubernetes client (~0.43 s) and
+kubernetes.core's module_utils: ~0.7-2 s of CPU per task on a 2-core machine. The warm executor's worker
+processes already imported all of that (in the zygote), so for modules whose FQCN starts with one of the
+configured prefixes the local connection's ``exec_command`` forks the worker instead of starting
+``python AnsiballZ_<module>.py``, and the fork executes *the same AnsiballZ script* with ``runpy``.
+
+What stays identical: the command Ansible built (environment assignments, interpreter, script, or the
+pipelined payload), the module's arguments and internal ``_ansible_*`` flags (check mode, diff,
+verbosity...), the module code itself, its stdout/stderr/rc, and Ansible's parsing of them. The only
+difference is that already-imported ``ansible.module_utils`` / ``kubernetes`` / collection module_utils
+are reused instead of re-imported from the payload's zip -- the same files, since the payload is built
+from the same installation (``zygote_child`` re-imports collections that a run's collection path moves).
+
+Anything that does not match the expected shape exactly (become, async wrapper, another interpreter, a
+module outside the prefixes, a non-local connection) runs the normal way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+DEFAULT_FAST_MODULE_PREFIXES: tuple[str, ...] = ("kubernetes.core.",)
+
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_MODULE_FQN = re.compile(rb"^module_fqn=(['\"])([A-Za-z0-9_.]+)\1,?\s*$", re.MULTILINE)
+_TRAILER = ["&&", "sleep", "0"]
+
+
+@dataclass(frozen=True)
+class ForkPlan:
+    """How to run one module command in a fork: environment, script (path or pipelined source)."""
+
+    env: dict[str, str]
+    script_path: str | None
+    script_source: bytes
+
+
+def _same_interpreter(path: str) -> bool:
+    try:
+        return os.path.realpath(path) == os.path.realpath(sys.executable)
+    except OSError:
+        return False
+
+
+def plan_for(cmd: Any, in_data: bytes | None, module_prefixes: Sequence[str],
+             shell_executable: str | None) -> ForkPlan | None:
+    """A :class:`ForkPlan` if ``cmd`` runs an allowed module's AnsiballZ script with this interpreter."""
+    if not module_prefixes or not isinstance(cmd, str):
+        return None
+    try:
+        outer = shlex.split(cmd)
+    except ValueError:
+        return None
+    if len(outer) != 3 or outer[1] != "-c" or outer[0] not in {"/bin/sh", shell_executable}:
+        return None
+    try:
+        words = shlex.split(outer[2])
+    except ValueError:
+        return None
+    if words[-3:] == _TRAILER:
+        words = words[:-3]
+    env: dict[str, str] = {}
+    while words and _ASSIGNMENT.match(words[0]):
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
+    if not words or not _same_interpreter(words[0]):
+        return None
+    if len(words) == 1 and in_data:  # pipelining: the payload comes on stdin
+        script_path, source = None, in_data
+    elif len(words) == 2 and in_data is None and os.path.basename(words[1]).startswith("AnsiballZ_"):
+        script_path = words[1]
+        try:
+            with open(script_path, "rb") as fh:
+                source = fh.read()
+        except OSError:
+            return None
+    else:
+        return None
+    found = _MODULE_FQN.search(source)
+    if found is None:
+        return None
+    fqn = found.group(2).decode("ascii")
+    prefix = "ansible_collections."
+    short = fqn[len(prefix):].replace(".plugins.modules.", ".", 1) if fqn.startswith(prefix) else fqn
+    if not any(short.startswith(p) for p in module_prefixes):
+        return None
+    return ForkPlan(env=env, script_path=script_path, script_source=source)
+
+
+def run_forked(plan: ForkPlan, cwd: str | None) -> tuple[int, bytes, bytes]:
+    """Execute the planned AnsiballZ script in a fork; the ``(rc, stdout, stderr)`` Popen would give."""
+    out = tempfile.TemporaryFile()
+    err = tempfile.TemporaryFile()
+    try:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the grandchild; covered through the executor tests
+            _grandchild(plan, cwd, out.fileno(), err.fileno())
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+        rc = os.waitstatus_to_exitcode(status)  # negative signal number, as Popen.returncode
+        out.seek(0)
+        err.seek(0)
+        return rc, out.read(), err.read()
+    finally:
+        out.close()
+        err.close()
+
+
+def _grandchild(plan: ForkPlan, cwd: str | None, out_fd: int, err_fd: int) -> None:
+    code = 1
+    try:
+        from ansible_operator.executors.zygote import PR_SET_PDEATHSIG, prctl
+
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        sys.stdin = open(0, "r", closefd=False)
+        sys.stdout = open(1, "w", closefd=False, encoding="utf-8")
+        sys.stderr = open(2, "w", closefd=False, encoding="utf-8")
+        if cwd:
+            os.chdir(cwd)
+        os.environ.update(plan.env)
+        _become_module_side()
+        code = _execute(plan)
+    except BaseException:
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _become_module_side() -> None:
+    """Undo the controller-only hooks ``ansible._internal`` installed into module_utils at import."""
+    from ansible.module_utils import _internal
+
+    _internal.is_controller = False
+    _internal.get_controller_serialize_map = lambda: {}
+    _internal.import_controller_module = lambda _name: None
+
+
+def _execute(plan: ForkPlan) -> int:
+    import runpy
+
+    path = plan.script_path
+    if path is None:  # pipelined source: give it a file name, as `python -` would run it from stdin
+        fd, path = tempfile.mkstemp(prefix="AnsiballZ_pipelined_", suffix=".py")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(plan.script_source)
+    sys.argv = [path]
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code
+        print(exc.code, file=sys.stderr)
+        return 1
+    finally:
+        if plan.script_path is None:
+            os.unlink(path)
+    return 0
+
+
+def install(module_prefixes: Sequence[str]) -> None:
+    """Route allowed module commands of the ``local`` connection through :func:`run_forked`."""
+    if not module_prefixes:
+        return
+    from ansible import constants as C
+    from ansible.module_utils.common.text.converters import to_text
+    from ansible.plugins.connection import ConnectionBase
+    from ansible.plugins.connection.local import Connection
+    from ansible.utils.display import Display
+
+    display = Display()
+    original = Connection.exec_command
+    prefixes = tuple(module_prefixes)
+
+    def exec_command(self: Any, cmd: Any, in_data: bytes | None = None,
+                     sudoable: bool = True) -> tuple[int, bytes, bytes]:
+        shell = C.DEFAULT_EXECUTABLE.split()[0] if C.DEFAULT_EXECUTABLE else None
+        plan = None if self.become is not None and sudoable else plan_for(cmd, in_data, prefixes, shell)
+        if plan is None:
+            return original(self, cmd, in_data=in_data, sudoable=sudoable)
+        ConnectionBase.exec_command(self, cmd, in_data=in_data, sudoable=sudoable)
+        display.vvv("EXEC {0}".format(to_text(cmd)), host=self._play_context.remote_addr)
+        return run_forked(plan, self.cwd)
+
+    Connection.exec_command = exec_command  # type: ignore[method-assign]
