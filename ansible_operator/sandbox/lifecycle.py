@@ -61,9 +61,8 @@ class Lifecycle:
         for key, obj in list(self.store.items(CRD_GROUP_RESOURCE)):
             if (obj.get("metadata") or {}).get("deletionTimestamp"):
                 self._soon(self._cleanup_crd, key)
-        for gr_key in list(self.store._objects):  # noqa: SLF001 - resume needs a full scan once
-            obj = self.store.peek(gr_key)
-            if obj is not None and FOREGROUND in ((obj.get("metadata") or {}).get("finalizers") or []):
+        for _, obj in self.store.all_items():
+            if FOREGROUND in ((obj.get("metadata") or {}).get("finalizers") or []):
                 self._soon(self._foreground_progress, obj["metadata"].get("uid", ""))
 
     # ---- hooks -----------------------------------------------------------------------------------

@@ -190,6 +190,10 @@ class Store:
             if obj is not None:
                 yield k, obj
 
+    def all_items(self) -> list[tuple[Key, dict[str, Any]]]:
+        """Every stored object (read-only), for one-off scans such as resuming teardowns after a restart."""
+        return list(self._objects.items())
+
     def keys_in_namespace(self, namespace: str) -> list[Key]:
         return sorted(k for k in self._objects if k[1] == namespace)
 
