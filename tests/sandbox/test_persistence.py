@@ -9,14 +9,12 @@ import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from ansible_operator.sandbox.testing import start_process
-
 from .helpers import install_crd, widget
 
 
-def test_restart_keeps_objects_and_monotonic_resource_version(tmp_path: Path):
+def test_restart_keeps_objects_and_monotonic_resource_version(tmp_path: Path, sandbox_process):
     data = tmp_path / "data"
-    first = start_process(tmp_path / "kc1", data_dir=data)
+    first = sandbox_process(data_dir=data)
     try:
         api = first.api_client()
         install_crd(api)
@@ -31,7 +29,7 @@ def test_restart_keeps_objects_and_monotonic_resource_version(tmp_path: Path):
     finally:
         assert first.stop() == 0
     port = first.port
-    second = start_process(tmp_path / "kc2", data_dir=data, port=port)  # same port: clients keep working
+    second = sandbox_process(data_dir=data, port=port)  # same port: clients keep working
     try:
         assert second.url == first.url
         api = second.api_client()
