@@ -132,7 +132,8 @@ def _preload_kubernetes(loader: Any) -> None:
     import warnings
 
     with warnings.catch_warnings():  # the client's own DeprecationWarnings would land on our stderr
-        warnings.simplefilter("ignore", DeprecationWarning)
+        # kubernetes.client.apis re-enables its warning with filterwarnings() first: filters are not enough
+        warnings.showwarning = lambda *args, **kwargs: None
         _preload_kubernetes_quietly(loader)
 
 
@@ -169,6 +170,7 @@ def _preload_module_code(collection: str) -> None:
         return
     with warnings.catch_warnings():  # deprecation notices of the client, printed again by each task anyway
         warnings.simplefilter("ignore")
+        warnings.showwarning = lambda *args, **kwargs: None
         for info in pkgutil.iter_modules(package.__path__):
             try:
                 importlib.import_module(f"{package_name}.{info.name}")

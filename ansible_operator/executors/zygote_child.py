@@ -162,11 +162,44 @@ def _point_collection_finder() -> None:
     finder = AnsibleCollectionConfig.collection_finder
     if finder is None:  # the zygote always installs one; be explicit if that ever changes
         raise RuntimeError("the zygote did not install Ansible's collection finder")
+    # the same path list a fresh process computes in plugins.loader._configure_collection_loader
     paths = [os.path.dirname(_internal.__file__)] + list(C.COLLECTIONS_PATHS)
-    finder._n_configured_paths = [os.path.expanduser(p) for p in paths if os.path.isdir(os.path.expanduser(p))]
+    fresh = type(finder)(paths, C.COLLECTIONS_SCAN_SYS_PATH)  # computes paths only; not installed
+    finder._n_configured_paths = fresh._n_configured_paths
     finder._n_cached_collection_paths = None
     finder._n_cached_collection_qualified_paths = None
     finder._reload_hack("ansible_collections")
+    _forget_moved_collections(finder._n_collection_paths)
+
+
+def _forget_moved_collections(search_paths: list[str]) -> None:
+    """Drop collections the zygote imported (kubernetes.core) that this run's path resolves elsewhere.
+
+    A fresh ansible-playbook would import them from the run's collection path, so must we: their
+    modules leave ``sys.modules`` and the plugin loaders' caches, and get imported again on use.
+    """
+    from ansible.plugins.loader import get_all_plugin_loaders
+
+    for name, module in list(sys.modules.items()):
+        parts = name.split(".")
+        if len(parts) != 3 or parts[0] != "ansible_collections" or not getattr(module, "__path__", None):
+            continue
+        loaded_from = os.path.realpath(list(module.__path__)[0])
+        wanted = next((os.path.join(p, *parts) for p in search_paths
+                       if os.path.isdir(os.path.join(p, *parts))), None)
+        if wanted is None or os.path.realpath(wanted) == loaded_from:
+            continue
+        # the namespace package too: its __path__ was computed from the zygote's search path
+        namespace = ".".join(parts[:2])
+        for key in [k for k in sys.modules if k == namespace or k.startswith(namespace + ".")]:
+            del sys.modules[key]
+        for _, plugin_loader in get_all_plugin_loaders():
+            for path in [p for p in plugin_loader._module_cache if str(p).startswith(loaded_from)]:
+                del plugin_loader._module_cache[path]
+            for by_name in plugin_loader._plugin_path_cache.values():
+                for key, value in list(by_name.items()):
+                    if str(getattr(value, "path", value)).startswith(loaded_from):
+                        del by_name[key]
 
 
 def _repoint_awx_display(artifacts_dir: str) -> None:

@@ -1,0 +1,230 @@
+"""Fast module tasks (zygote_modules): same results as a fresh interpreter, only faster.
+
+Each behaviour is checked by running the same playbook with the fast path on and off
+(``WarmExecutor(fast_modules=())``) and comparing what Ansible reports.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import pytest
+
+from ansible_operator.executors.base import RunRequest
+from ansible_operator.executors.datadir import new_run_id
+from ansible_operator.executors.warm import WarmExecutor
+from ansible_operator.executors.zygote_modules import plan_for
+
+PROBE_MODULE = '''
+import os
+import sys
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(value=dict(type="str"), fail=dict(type="bool", default=False),
+                                              crash=dict(type="bool", default=False)),
+                           supports_check_mode=True)
+    if module.params["crash"]:
+        raise ValueError("probe crashed")
+    if module.params["fail"]:
+        module.fail_json(msg="probe failed on purpose", value=module.params["value"])
+    module.exit_json(changed=not module.check_mode, value=module.params["value"],
+                     env=os.environ.get("PROBE_ENV"), forked="ansible.cli" in sys.modules)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+PROBE_PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: plain
+      testns.fast.probe: {value: "{{ v }}"}
+    - name: check mode
+      testns.fast.probe: {value: check}
+      check_mode: true
+    - name: task environment
+      testns.fast.probe: {value: env}
+      environment: {PROBE_ENV: "from-task"}
+    - name: fails
+      testns.fast.probe: {value: bad, fail: true}
+      ignore_errors: true
+    - name: crashes
+      testns.fast.probe: {crash: true}
+      ignore_errors: true
+"""
+
+K8S_PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  vars:
+    cm:
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: "cm-{{ tag }}", namespace: default}
+      data: {a: "1"}
+  tasks:
+    - name: create
+      kubernetes.core.k8s: {state: present, definition: "{{ cm }}"}
+    - name: again
+      kubernetes.core.k8s: {state: present, definition: "{{ cm }}"}
+    - name: check mode with diff
+      kubernetes.core.k8s:
+        state: present
+        definition: "{{ cm | combine({'data': {'a': '2'}}) }}"
+      check_mode: true
+      diff: true
+    - name: read
+      kubernetes.core.k8s_info: {kind: ConfigMap, namespace: default, name: "cm-{{ tag }}"}
+    - name: delete
+      kubernetes.core.k8s: {state: absent, kind: ConfigMap, namespace: default, name: "cm-{{ tag }}"}
+    - name: unknown kind
+      kubernetes.core.k8s:
+        state: present
+        definition: {apiVersion: v1, kind: NoSuchKind, metadata: {name: x, namespace: default}}
+      ignore_errors: true
+"""
+
+VOLATILE = {"creationTimestamp", "resourceVersion", "uid", "managedFields", "duration", "start", "end",
+            "delta", "time"}
+
+
+@pytest.fixture
+async def fast() -> AsyncIterator[WarmExecutor]:
+    ex = WarmExecutor(max_workers=2, fast_modules=("testns.fast.", "kubernetes.core."))
+    await ex.start()
+    try:
+        yield ex
+    finally:
+        await ex.close()
+
+
+@pytest.fixture
+async def slow() -> AsyncIterator[WarmExecutor]:
+    ex = WarmExecutor(max_workers=2, fast_modules=())
+    await ex.start()
+    try:
+        yield ex
+    finally:
+        await ex.close()
+
+
+def _collection(root: Path, namespace: str, name: str, module: str, source: str) -> Path:
+    path = root / "ansible_collections" / namespace / name / "plugins" / "modules" / f"{module}.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(source)
+    return root
+
+
+def _request(tmp_path: Path, playbook: str, **kw: Any) -> RunRequest:
+    rid = new_run_id()
+    kw.setdefault("extra_vars", {})
+    pb = tmp_path / f"{rid}.yml"
+    pb.write_text(playbook)
+    return RunRequest(run_id=rid, private_data_dir=tmp_path / "runs" / rid, playbook=pb, **kw)
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def _results(events: list[dict[str, Any]]) -> list[tuple[str, str, Any]]:
+    return [(e["event"], e["event_data"]["task"], _strip(e["event_data"]["res"]))
+            for e in events if e["event"] in ("runner_on_ok", "runner_on_failed")]
+
+
+async def test_module_results_are_the_same_with_and_without_the_fast_path(
+        fast: WarmExecutor, slow: WarmExecutor, tmp_path: Path) -> None:
+    collections = _collection(tmp_path / "collections", "testns", "fast", "probe", PROBE_MODULE)
+    outcomes, results = [], []
+    for ex in (fast, slow):
+        events: list[dict[str, Any]] = []
+        req = _request(tmp_path, PROBE_PLAYBOOK, extra_vars={"v": "hello"}, collections_path=(collections,),
+                       envvars={"ANSIBLE_GATHERING": "explicit"})
+        outcomes.append(await ex.run(req, events.append))
+        results.append(_results(events))
+    assert [o.status for o in outcomes] == ["successful", "successful"]
+    fast_results, slow_results = results
+    assert [r[2].pop("forked") for r in fast_results if r[0] == "runner_on_ok"] == [True, True, True]
+    assert [r[2].pop("forked") for r in slow_results if r[0] == "runner_on_ok"] == [False, False, False]
+    assert fast_results == slow_results
+    by_task = {task: res for _, task, res in fast_results}
+    assert (by_task["plain"]["changed"], by_task["plain"]["value"]) == (True, "hello")
+    assert by_task["check mode"]["changed"] is False
+    assert by_task["task environment"]["env"] == "from-task"
+    assert by_task["fails"]["msg"] == "probe failed on purpose"
+    assert "probe crashed" in str(by_task["crashes"])
+
+
+async def test_kubernetes_core_tasks_match_a_fresh_interpreter(
+        fast: WarmExecutor, slow: WarmExecutor, sandbox: Any, tmp_path: Path) -> None:
+    results = []
+    for tag, ex in (("fast", fast), ("slow", slow)):
+        events: list[dict[str, Any]] = []
+        req = _request(tmp_path, K8S_PLAYBOOK, extra_vars={"tag": "t"},
+                       envvars={"ANSIBLE_GATHERING": "explicit", "K8S_AUTH_KUBECONFIG": str(sandbox.kubeconfig)})
+        outcome = await ex.run(req, events.append)
+        assert outcome.status == "successful", [e.get("stdout") for e in events][-3:]
+        results.append(_results(events))
+    assert results[0] == results[1]
+    changed = {task: res.get("changed") for _, task, res in results[0]}
+    assert changed == {"create": True, "again": False, "check mode with diff": True, "read": False,
+                       "delete": True, "unknown kind": False}
+    check = next(res for _, task, res in results[0] if task == "check mode with diff")
+    assert check["diff"]["after"]["data"] == {"a": "2"} and check["diff"]["before"]["data"] == {"a": "1"}
+    failed = [task for event, task, _ in results[0] if event == "runner_on_failed"]
+    assert failed == ["unknown kind"]
+
+
+async def test_a_run_collection_path_shadows_the_preloaded_collection(fast: WarmExecutor, tmp_path: Path) -> None:
+    """The zygote imported kubernetes.core; a run whose path has another one must use that one."""
+    fake = 'from ansible.module_utils.basic import AnsibleModule\n' \
+           'AnsibleModule(argument_spec={}, supports_check_mode=True).exit_json(fake=True)\n'
+    collections = _collection(tmp_path / "collections", "kubernetes", "core", "k8s_cluster_info", fake)
+    playbook = "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - kubernetes.core.k8s_cluster_info: {}\n"
+    events: list[dict[str, Any]] = []
+    outcome = await fast.run(_request(tmp_path, playbook, collections_path=(collections,),
+                                      envvars={"ANSIBLE_GATHERING": "explicit"}), events.append)
+    assert outcome.status == "successful"
+    assert [r[2].get("fake") for r in _results(events)] == [True]
+
+
+@pytest.mark.parametrize("command, in_data, accepted", [
+    ("/bin/sh -c '{py} /tmp/x/AnsiballZ_probe.py && sleep 0'", None, True),
+    ("/bin/sh -c 'PROBE_ENV=a\\ b LANG=C.UTF-8 {py} /tmp/x/AnsiballZ_probe.py && sleep 0'", None, True),
+    ("/bin/sh -c '{py} && sleep 0'", b"PIPELINED", True),
+    ("/bin/sh -c '/usr/bin/python3.9 /tmp/x/AnsiballZ_probe.py && sleep 0'", None, False),
+    ("/bin/sh -c 'sudo -H -S -n -u root /bin/sh -c \"{py} /tmp/x/AnsiballZ_probe.py\"'", None, False),
+    ("/bin/sh -c '{py} /tmp/x/AnsiballZ_probe.py extra && sleep 0'", None, False),
+    ("/bin/sh -c 'rm -f -r /tmp/x/ > /dev/null 2>&1 && sleep 0'", None, False),
+])
+def test_only_plain_module_commands_of_this_interpreter_take_the_fast_path(
+        tmp_path: Path, command: str, in_data: bytes | None, accepted: bool) -> None:
+    script = b"_ansiballz_main(\nmodule_fqn='ansible_collections.testns.fast.plugins.modules.probe',\n)\n"
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "AnsiballZ_probe.py").write_bytes(script)
+    cmd = command.format(py=sys.executable).replace("/tmp/x/", f"{tmp_path}/x/")
+    data = script if in_data else None
+    plan = plan_for(cmd, data, ("testns.fast.",), "/bin/sh")
+    assert (plan is not None) == accepted
+    if plan is not None and "PROBE_ENV" in cmd:
+        assert plan.env == {"PROBE_ENV": "a b", "LANG": "C.UTF-8"}
+
+
+def test_modules_outside_the_prefixes_run_normally(tmp_path: Path) -> None:
+    script = tmp_path / "AnsiballZ_command.py"
+    script.write_bytes(b"module_fqn='ansible.modules.command',\n")
+    cmd = f"/bin/sh -c '{sys.executable} {script} && sleep 0'"
+    assert plan_for(cmd, None, ("kubernetes.core.",), "/bin/sh") is None
+    assert plan_for(cmd, None, ("ansible.modules.",), "/bin/sh") is not None
+    assert plan_for(cmd, None, (), "/bin/sh") is None
