@@ -9,6 +9,7 @@ sends can produce a 500 or stop the server.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 from typing import Any
@@ -44,6 +45,41 @@ def _flag(value: str | None) -> bool:
 def _partial(obj: dict[str, Any]) -> dict[str, Any]:
     """Metadata-only form (client-go metadata clients ask for it with ``as=PartialObjectMetadata``)."""
     return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata") or {}}
+
+
+def _paginate(items: list[dict[str, Any]], rv: int, limit: str, token: str
+              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``limit``/``continue`` paging over the (namespace, name)-sorted list.
+
+    The token records the last returned namespace/name; the next page continues after it in the *current*
+    state (the real server continues a snapshot; for a sandbox the difference is not observable by clients
+    that page once through).
+    """
+    meta: dict[str, Any] = {"resourceVersion": str(rv)}
+    start = 0
+    if token:
+        try:
+            after = json.loads(base64.urlsafe_b64decode(token.encode()))
+            last = (str(after["ns"]), str(after["name"]))
+        except (ValueError, KeyError, TypeError):
+            raise bad_request("continue key is not valid: illegal base64 data") from None
+        start = next((i for i, o in enumerate(items) if _sort_key(o) > last), len(items))
+    try:
+        n = int(limit) if limit else 0
+    except ValueError:
+        raise bad_request(f"limit: invalid value {limit!r}") from None
+    if n <= 0 or start + n >= len(items):
+        return items[start:], meta
+    page = items[start:start + n]
+    ns, name = _sort_key(page[-1])
+    meta["continue"] = base64.urlsafe_b64encode(json.dumps({"ns": ns, "name": name}).encode()).decode()
+    meta["remainingItemCount"] = len(items) - start - n
+    return page, meta
+
+
+def _sort_key(obj: dict[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
 class Route:
@@ -227,14 +263,16 @@ class ApiServer:
         q = request.query
         items, rv = self.api.list(route.rtype, route.namespace, q.get("labelSelector", ""),
                                   q.get("fieldSelector", ""))
+        items, list_meta = _paginate(items, rv, q.get("limit", ""), q.get("continue", ""))
         table = self._maybe_table(request, route.rtype, items, str(rv))
         if table is not None:
+            table["metadata"].update(list_meta)
             return _json(table)
         if "as=PartialObjectMetadataList" in request.headers.get("Accept", ""):
             return _json({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
-                          "metadata": {"resourceVersion": str(rv)}, "items": [_partial(o) for o in items]})
+                          "metadata": list_meta, "items": [_partial(o) for o in items]})
         return _json({"kind": route.rtype.list_kind, "apiVersion": route.rtype.api_version,
-                      "metadata": {"resourceVersion": str(rv)}, "items": items})
+                      "metadata": list_meta, "items": items})
 
     async def _create(self, request: web.Request, route: Route) -> web.Response:
         if route.rtype.group == REVIEW_GROUP:

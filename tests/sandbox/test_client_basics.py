@@ -235,3 +235,19 @@ def test_partial_object_metadata_and_table(api):
     assert table["kind"] == "Table"
     assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Data", "Age"]
     assert table["rows"][0]["cells"][:2] == ["m", 1]
+
+
+def test_list_paging_with_limit_and_continue(api):
+    core = kubernetes.client.CoreV1Api(api)
+    for i in range(7):
+        core.create_namespaced_config_map("default", {"metadata": {"name": f"p{i}"}})
+    seen, token, pages = [], None, 0
+    while True:
+        page = core.list_namespaced_config_map("default", limit=3, _continue=token)
+        seen += [i.metadata.name for i in page.items]
+        pages += 1
+        token = page.metadata._continue
+        if not token:
+            break
+        assert page.metadata.remaining_item_count == 7 - len(seen)
+    assert seen == [f"p{i}" for i in range(7)] and pages == 3

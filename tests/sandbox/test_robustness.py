@@ -38,7 +38,8 @@ CONTENT_TYPES = ["application/json", "application/merge-patch+json", "applicatio
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 QUERIES = ["", "?watch=true&timeoutSeconds=0", "?labelSelector=a%20in%20(", "?fieldSelector=x", "?dryRun=Nope",
            "?resourceVersion=abc&watch=1&timeoutSeconds=1", "?fieldManager=m&fieldValidation=Strict",
-           "?propagationPolicy=Sideways", "?fieldValidation=Loud", "?timeoutSeconds=x&watch=true"]
+           "?propagationPolicy=Sideways", "?fieldValidation=Loud", "?timeoutSeconds=x&watch=true", "?limit=x",
+           "?limit=1&continue=%40%40", "?limit=2&continue=eyJ9", "?continue=bnVsbA=="]
 
 
 def _request(url: str, method: str, body: bytes, ctype: str) -> tuple[int, bytes]:
