@@ -432,9 +432,12 @@ class ApiServer:
         except ValueError:
             raise bad_request(f"invalid resourceVersion {rv_param!r}") from None
         try:
-            timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else None
+            # an integer like the real parameter; 0 or unset means no client-chosen timeout
+            timeout = int(q["timeoutSeconds"]) if q.get("timeoutSeconds") else None
         except ValueError:
-            raise bad_request("timeoutSeconds must be a number") from None
+            raise bad_request(f"timeoutSeconds: invalid value {q['timeoutSeconds']!r}") from None
+        if timeout is not None and timeout <= 0:
+            timeout = None
         bookmarks = _flag(q.get("allowWatchBookmarks"))
         as_table = tables.wants_table(request.headers.get("Accept", ""))
         as_partial = not as_table and "as=PartialObjectMetadata" in request.headers.get("Accept", "")
