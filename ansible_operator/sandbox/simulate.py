@@ -5,7 +5,9 @@ containers exist here, so these controllers write the status a healthy cluster c
 (:data:`DELAY`) after each change:
 
 * Deployment / StatefulSet / ReplicaSet / DaemonSet: ``observedGeneration`` and all replicas ready
-  (Deployment: ``Available`` and ``Progressing`` conditions); scaling to 0 works. A StatefulSet's
+  (Deployment: ``Available`` and ``Progressing`` conditions); scaling to 0 works. With the fail annotation
+  (below) a Deployment/StatefulSet never gets ready (Deployment: ``Available=False``,
+  ``ProgressDeadlineExceeded``), like a crash-looping rollout. A StatefulSet's
   ``volumeClaimTemplates`` produce PVCs ``<template>-<statefulset>-<ordinal>`` as the real controller does.
 * Job: ``startTime``/``active``, then ``succeeded`` with ``Complete`` (and ``completionTime``). With the
   annotation ``sandbox.ansible-operator.dev/fail: "true"`` the Job fails instead (``Failed``,
@@ -132,21 +134,33 @@ class Simulator:
         replicas = int(spec.get("replicas", 1))
         old = obj.get("status") or {}
         now_s = rfc3339(now())
+        failing = _fails(obj) and replicas > 0
 
-        def cond(type_: str, reason: str, message: str) -> dict[str, Any]:
+        def cond(type_: str, status_: str, reason: str, message: str) -> dict[str, Any]:
             prev = next((c for c in old.get("conditions") or [] if c.get("type") == type_), None)
-            same = prev is not None and prev.get("status") == "True" and prev.get("reason") == reason
-            return {"type": type_, "status": "True", "reason": reason, "message": message,
+            same = prev is not None and prev.get("status") == status_ and prev.get("reason") == reason
+            return {"type": type_, "status": status_, "reason": reason, "message": message,
                     "lastUpdateTime": prev.get("lastUpdateTime", now_s) if same and prev else now_s,
-                    "lastTransitionTime": prev.get("lastTransitionTime", now_s) if prev else now_s}
+                    "lastTransitionTime": prev.get("lastTransitionTime", now_s)
+                    if prev and prev.get("status") == status_ else now_s}
 
         name = obj["metadata"]["name"]
-        status = _omit_zero({"observedGeneration": obj["metadata"].get("generation", 1), "replicas": replicas,
-                             "updatedReplicas": replicas, "readyReplicas": replicas,
-                             "availableReplicas": replicas})
-        status["conditions"] = [
-            cond("Available", "MinimumReplicasAvailable", "Deployment has minimum availability."),
-            cond("Progressing", "NewReplicaSetAvailable", f'ReplicaSet "{name}" has successfully progressed.')]
+        if failing:  # pods never become ready: what a crash-looping rollout reports
+            status = _omit_zero({"observedGeneration": obj["metadata"].get("generation", 1), "replicas": replicas,
+                                 "updatedReplicas": replicas, "unavailableReplicas": replicas})
+            status["conditions"] = [
+                cond("Available", "False", "MinimumReplicasUnavailable", "Deployment does not have minimum "
+                                                                         "availability."),
+                cond("Progressing", "False", "ProgressDeadlineExceeded",
+                     f'ReplicaSet "{name}" has timed out progressing.')]
+        else:
+            status = _omit_zero({"observedGeneration": obj["metadata"].get("generation", 1), "replicas": replicas,
+                                 "updatedReplicas": replicas, "readyReplicas": replicas,
+                                 "availableReplicas": replicas})
+            status["conditions"] = [
+                cond("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability."),
+                cond("Progressing", "True", "NewReplicaSetAvailable",
+                     f'ReplicaSet "{name}" has successfully progressed.')]
         if _conditions_equal(old, status):
             status["conditions"] = old["conditions"]
         self._write_status(rtype, obj, status)
@@ -157,9 +171,10 @@ class Simulator:
         meta = obj["metadata"]
         self._claims(obj, replicas)
         revision = f"{meta['name']}-{meta.get('generation', 1):08x}"[:63]
+        ready = 0 if _fails(obj) else replicas
         status = {"observedGeneration": meta.get("generation", 1), "replicas": replicas,
-                  "availableReplicas": replicas,
-                  **_omit_zero({"readyReplicas": replicas, "currentReplicas": replicas,
+                  "availableReplicas": ready,
+                  **_omit_zero({"readyReplicas": ready, "currentReplicas": replicas,
                                 "updatedReplicas": replicas}),
                   "currentRevision": revision, "updateRevision": revision, "collisionCount": 0}
         self._write_status(rtype, obj, status)
@@ -222,7 +237,7 @@ class Simulator:
             return
         spec = obj.get("spec") or {}
         now_s = rfc3339(now())
-        failed = ((obj.get("metadata") or {}).get("annotations") or {}).get(FAIL_ANNOTATION) == "true"
+        failed = _fails(obj)
         ready = "False" if failed else "True"
         containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
         octets = obj["metadata"].get("uid", "0000").replace("-", "")[:4]
@@ -262,7 +277,7 @@ class Simulator:
             return
         status.pop("active", None)
         status["ready"] = 0
-        if (meta.get("annotations") or {}).get(FAIL_ANNOTATION) == "true":
+        if _fails(obj):
             status["failed"] = int(spec.get("backoffLimit", 6)) + 1
             status["conditions"] = [
                 {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
@@ -386,6 +401,11 @@ class Simulator:
                                     {"propagationPolicy": "Background"})
                 except ApiError:
                     pass
+
+
+def _fails(obj: dict[str, Any]) -> bool:
+    """The sandbox's failure switch: annotation ``sandbox.ansible-operator.dev/fail: "true"``."""
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(FAIL_ANNOTATION) == "true"
 
 
 def _job_finished(job: dict[str, Any]) -> str | None:

@@ -128,3 +128,15 @@ def test_custom_resource_without_status_subresource_bumps_generation_on_status(a
                                                    "status": {"phase": "kept"}})
     obj = custom.patch_namespaced_custom_object(*args, "w", {"status": {"phase": "new"}})
     assert obj["status"] == {"phase": "new"} and obj["metadata"]["generation"] == 2
+
+
+def test_failing_deployment_never_becomes_available(api):
+    apps = kubernetes.client.AppsV1Api(api)
+    apps.create_namespaced_deployment("default", {
+        "metadata": {"name": "bad", "annotations": {"sandbox.ansible-operator.dev/fail": "true"}},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "x"}}, "template": TEMPLATE}})
+    d = wait_for(lambda: (d := apps.read_namespaced_deployment("bad", "default")).status.conditions and d)
+    conds = {c.type: (c.status, c.reason) for c in d.status.conditions}
+    assert conds["Available"] == ("False", "MinimumReplicasUnavailable")
+    assert conds["Progressing"] == ("False", "ProgressDeadlineExceeded")
+    assert d.status.unavailable_replicas == 2 and not d.status.available_replicas
