@@ -83,7 +83,8 @@ class Sandbox:
     def url(self) -> str:
         if self.server is None:
             raise RuntimeError("sandbox not started")
-        return f"http://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # IPv6 literal
+        return f"http://{host}:{self.port}"
 
     # ---- async lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
