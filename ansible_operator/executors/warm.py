@@ -19,7 +19,9 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -100,6 +102,7 @@ class WarmExecutor:
         self._spawn_lock = asyncio.Lock()
         self._closing = False
         self._restarts = 0
+        self._workdir: str | None = None
 
     @property
     def restarts(self) -> int:
@@ -118,8 +121,15 @@ class WarmExecutor:
     async def close(self) -> None:
         self._closing = True
         zygote, self._zygote = self._zygote, None
-        if zygote is None:
-            return
+        try:
+            if zygote is not None:
+                await self._stop_zygote(zygote)
+        finally:
+            if self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+                self._workdir = None
+
+    async def _stop_zygote(self, zygote: _Zygote) -> None:
         if zygote.alive and zygote.process.stdin is not None:
             try:
                 zygote.send({"op": "exit"})
@@ -150,10 +160,14 @@ class WarmExecutor:
         return zygote
 
     async def _spawn(self) -> _Zygote:
+        # An empty private working directory: like ansible-playbook under ansible-runner (cwd = the run's
+        # project dir), the zygote must not pick up an ansible.cfg from the operator's cwd at import.
+        if self._workdir is None or not os.path.isdir(self._workdir):
+            self._workdir = tempfile.mkdtemp(prefix="ansible-operator-zygote-")
         process = await asyncio.create_subprocess_exec(
             self._python, "-m", "ansible_operator.executors.zygote",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
-            limit=_LINE_LIMIT,
+            limit=_LINE_LIMIT, cwd=self._workdir,
         )
         zygote = _Zygote(process=process, ready=asyncio.get_running_loop().create_future())
         zygote.reader = asyncio.create_task(self._read(zygote), name=f"warm-zygote-{process.pid}")

@@ -139,6 +139,10 @@ def _apply_environment(run_env: dict[str, str]) -> None:
     """Apply the run's environment and re-evaluate every Ansible constant it affects."""
     from ansible import constants as C
 
+    if "ANSIBLE_CONFIG" in run_env and run_env["ANSIBLE_CONFIG"] != os.environ.get("ANSIBLE_CONFIG"):
+        # the config file was parsed once, in the zygote; re-reading it per run is not supported
+        raise RuntimeError("ANSIBLE_CONFIG cannot differ per run with the warm executor; set it in the"
+                           " operator's environment or use --executor runner")
     before = dict(os.environ)
     os.environ.update(run_env)
     changed = {key for key in set(before) | set(os.environ) if before.get(key) != os.environ.get(key)}

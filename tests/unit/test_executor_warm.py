@@ -400,3 +400,12 @@ async def test_on_event_exceptions_do_not_break_the_run(warm: WarmExecutor, tmp_
     outcome = await warm.run(request_for(tmp_path, playbook=pb), bad)
     assert outcome.status == "successful"
     assert seen[-1] == "playbook_on_stats"
+
+
+async def test_a_per_run_ansible_config_is_refused_clearly(warm: WarmExecutor, tmp_path: Path) -> None:
+    cfg = write(tmp_path / "ansible.cfg", "[defaults]\nforks = 3\n")
+    pb = write(tmp_path / "pb.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=x\n")
+    outcome = await warm.run(request_for(tmp_path, playbook=pb, envvars={"ANSIBLE_CONFIG": str(cfg)}),
+                             lambda e: None)
+    assert outcome.status == "error"
+    assert outcome.error and "ANSIBLE_CONFIG" in outcome.error and "--executor runner" in outcome.error
