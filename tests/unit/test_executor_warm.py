@@ -409,3 +409,18 @@ async def test_a_per_run_ansible_config_is_refused_clearly(warm: WarmExecutor, t
                              lambda e: None)
     assert outcome.status == "error"
     assert outcome.error and "ANSIBLE_CONFIG" in outcome.error and "--executor runner" in outcome.error
+
+
+async def test_a_zygote_that_cannot_start_gives_a_clear_error(tmp_path: Path) -> None:
+    python = tmp_path / "python-without-ansible"
+    python.write_text("#!/bin/sh\necho 'no ansible here' >&2\nexit 3\n")
+    python.chmod(0o755)
+    ex = WarmExecutor(python=str(python))
+    try:
+        with pytest.raises(RuntimeError, match=r"exited with 3 before it was ready.*--executor runner"):
+            await ex.start()
+        pb = write(tmp_path / "pb.yml", "- hosts: localhost\n  gather_facts: false\n  tasks: []\n")
+        outcome = await ex.run(request_for(tmp_path, playbook=pb), lambda e: None)
+        assert outcome.status == "error" and outcome.error and "before it was ready" in outcome.error
+    finally:
+        await ex.close()
