@@ -16,9 +16,10 @@ from typing import Any
 
 from aiohttp import web
 
-from ansible_operator.sandbox import discovery, openapi, tables
-from ansible_operator.sandbox.api import Api, WriteOptions, decode_body
-from ansible_operator.sandbox.errors import ApiError, bad_request, conflict, method_not_allowed, path_not_found
+from ansible_operator.sandbox import discovery, openapi, patching, tables
+from ansible_operator.sandbox.api import PATCH_TYPES, Api, WriteOptions, decode_body
+from ansible_operator.sandbox.errors import (ApiError, bad_request, conflict, method_not_allowed, path_not_found,
+                                             unsupported_media_type)
 from ansible_operator.sandbox.lifecycle import Lifecycle
 from ansible_operator.sandbox.resources import REVIEW_GROUP, ResourceType
 from ansible_operator.sandbox.store import Event, Store, TooOldResourceVersion
@@ -307,14 +308,7 @@ class ApiServer:
         warnings: list[str] = []
         ctype = request.headers.get("Content-Type", "")
         if route.sub == "scale":
-            from ansible_operator.sandbox import patching
-            current = self._scale_of(route.rtype, self.api.get(route.rtype, route.namespace, route.name))
-            body = decode_body(raw, ctype)
-            if "json-patch" in ctype:
-                scale = patching.json_patch(current, body)
-            else:
-                scale = patching.merge_patch(current, body)
-            return _json(self._set_scale(route, scale, opts))
+            return _json(self._patch_scale(route, ctype, raw, opts))
         existed = self.store.peek(self.api.key(route.rtype, route.namespace, route.name)) is not None
         obj = self.api.patch(route.rtype, route.namespace, route.name, ctype, raw, route.sub, opts, warnings)
         # server-side apply can create: 201 Created then, as kube-apiserver answers
@@ -397,6 +391,27 @@ class ApiServer:
             match = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
             scale["status"]["selector"] = ",".join(f"{k}={v}" for k, v in match.items())
         return scale
+
+    def _patch_scale(self, route: Route, content_type: str, raw: bytes, opts: WriteOptions) -> dict[str, Any]:
+        """PATCH on /scale (``kubectl scale``): the patch applies to the Scale object, then to the owner."""
+        ctype = content_type.split(";")[0].strip().lower()
+        kind = PATCH_TYPES.get(ctype)
+        if kind is None:
+            raise unsupported_media_type(ctype, ", ".join(PATCH_TYPES))
+        assert route.name is not None
+        current = self._scale_of(route.rtype, self.api.get(route.rtype, route.namespace, route.name))
+        body = decode_body(raw, ctype)
+        try:
+            if kind == "json":
+                scale = patching.json_patch(current, body)
+            elif kind == "apply":
+                scale = patching.apply_patch(current, body if isinstance(body, dict) else {},
+                                             opts.field_manager or "")
+            else:  # merge; a Scale has no lists, so strategic merge is the same
+                scale = patching.merge_patch(current, body)
+        except patching.PatchError as e:
+            raise ApiError(e.code, e.reason, e.message) from None
+        return self._set_scale(route, scale, opts)
 
     def _set_scale(self, route: Route, scale: Any, opts: WriteOptions) -> dict[str, Any]:
         assert route.name is not None

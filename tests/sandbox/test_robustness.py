@@ -30,6 +30,8 @@ BODIES = [
     b'{"metadata": {"name": "w"}, "spec": {"size": {"deep": [1, 2, {"x": null}]}}}',
     b'{"preconditions": "x", "propagationPolicy": 7}', b"\xff\xfe\x00garbage", b"- a\n- b: [\n",
     b"[" * 5000 + b"]" * 5000, b'{"metadata": {"name": "x", "generateName": 1}}',
+    b'{"spec": {"replicas": 3}}', b'[{"op": "replace", "path": "/spec/replicas", "value": "x"}]',
+    b'[{"op": "test", "path": "/spec/replicas", "value": 99}]', b'{"spec": {"size": 2}, "status": {"phase": 1}}',
     b'{"metadata": {"name": "w", "finalizers": ["a/b"]}, "spec": {"size": 1}, "status": 5}',
 ]
 CONTENT_TYPES = ["application/json", "application/merge-patch+json", "application/json-patch+json",
@@ -58,6 +60,13 @@ def test_random_requests_never_500(sandbox: SandboxHandle):
              json.dumps(CRD).encode(), "application/json")
     _request(sandbox.url + "/api/v1/namespaces/default/configmaps", "POST",
              b'{"metadata": {"name": "x"}}', "application/json")
+    _request(sandbox.url + "/apis/apps/v1/namespaces/default/deployments", "POST",
+             json.dumps({"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
+                 "metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}}).encode(),
+             "application/json")
+    _request(sandbox.url + "/apis/test.example.com/v1/namespaces/default/widgets", "POST",
+             b'{"apiVersion": "test.example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 1}}',
+             "application/json")
     seen = set()
     for _ in range(400):
         method = rng.choice(METHODS)
