@@ -1,0 +1,528 @@
+"""Processes the benchmark starts and the instruments it reads them with.
+
+* :class:`SandboxProcess` - the sandbox API server as its own process (``ansible-operator sandbox``), so its
+  CPU is never counted as the operator's and it does not share a GIL with the measuring code.
+* :class:`OperatorProcess` - ``ansible-operator run`` exactly as a user starts it, in its own session so
+  stopping it reaches the executor's processes too.
+* :class:`MemorySampler` - RSS and USS of a process *and all its descendants* (zygote, forked runs,
+  ansible-playbook, module subprocesses), summed, every ~50 ms in a thread.
+* :class:`ConditionWatcher` - one watch stream per namespace that records *when* each object first showed
+  ``Successful=True`` for its current generation, so latencies are measured without polling.
+
+Everything started here is registered with a :class:`Reaper`; ``Reaper.close()`` stops all of it (SIGTERM to
+the process group, then SIGKILL, then any descendant still alive), and ``bench/run.py`` calls it on normal
+exit, errors, Ctrl-C and SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import psutil
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = Path(__file__).resolve().parent
+PYTHON = sys.executable
+
+
+class BenchError(RuntimeError):
+    """Something the benchmark needs did not happen (a process died, a CR never converged)."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    """SIGTERM the process group (it was started in its own session), wait, then SIGKILL what is left,
+    including descendants that moved to a process group of their own (forked runs)."""
+    family = _descendants(proc.pid)
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(10)
+    _gone, alive = psutil.wait_procs(family, timeout=2)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+class Reaper:
+    """Stops everything registered with it, newest first; safe to call more than once."""
+
+    def __init__(self) -> None:
+        self._stops: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    def add(self, stop: Callable[[], None]) -> None:
+        with self._lock:
+            self._stops.append(stop)
+
+    def discard(self, stop: Callable[[], None]) -> None:
+        with self._lock:
+            if stop in self._stops:
+                self._stops.remove(stop)
+
+    def close(self) -> None:
+        while True:
+            with self._lock:
+                if not self._stops:
+                    return
+                stop = self._stops.pop()
+            try:
+                stop()
+            except Exception as exc:  # keep stopping the rest
+                print(f"bench: cleanup step failed: {exc}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------------------------- sandbox
+
+
+@dataclass
+class SandboxProcess:
+    proc: subprocess.Popen[bytes]
+    kubeconfig: Path
+    log_path: Path
+
+    @classmethod
+    def start(cls, workdir: Path, crds: Iterable[Path], reaper: Reaper, timeout: float = 60.0) -> SandboxProcess:
+        kubeconfig = workdir / "kubeconfig"
+        log_path = workdir / "sandbox.log"
+        args = [PYTHON, "-m", "ansible_operator", "sandbox", "--port", "0", "--kubeconfig", str(kubeconfig),
+                "--log-level", "WARNING"]
+        for crd in crds:
+            args += ["--crds", str(crd)]
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
+                                    start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        sb = cls(proc, kubeconfig, log_path)
+        reaper.add(sb.stop)
+        deadline = time.monotonic() + timeout
+        while "kubeconfig:" not in log_path.read_text(errors="replace"):
+            if proc.poll() is not None:
+                raise BenchError(f"sandbox exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"sandbox not serving after {timeout}s")
+            time.sleep(0.1)
+        return sb
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+# -------------------------------------------------------------------------------------------- operator
+
+
+def write_watches(path: Path) -> Path:
+    """Memcached (the example role, unchanged) and Noop (the trivial play) in one watches.yaml."""
+    watches = [
+        {"version": "v1alpha1", "group": "cache.example.com", "kind": "Memcached",
+         "role": str(REPO / "roles" / "memcached")},
+        {"version": "v1", "group": "bench.ansible-operator.dev", "kind": "Noop",
+         "playbook": str(BENCH / "trivial.yml")},
+    ]
+    path.write_text(yaml.safe_dump(watches, sort_keys=False))
+    return path
+
+
+@dataclass
+class OperatorProcess:
+    executor: str
+    proc: subprocess.Popen[bytes]
+    artifacts: Path
+    log_path: Path
+    metrics_port: int
+    health_port: int
+    reaper: Reaper
+
+    @classmethod
+    def start(cls, executor: str, workdir: Path, kubeconfig: Path, namespaces: list[str], reaper: Reaper,
+              max_concurrent: int | None = None, timeout: float = 120.0) -> OperatorProcess:
+        workdir.mkdir(parents=True, exist_ok=True)
+        watches = write_watches(workdir / "watches.yaml")
+        artifacts = workdir / "artifacts"
+        log_path = workdir / "operator.log"
+        metrics_port, health_port = free_port(), free_port()
+        args = [PYTHON, "-m", "ansible_operator", "run", "--watches-file", str(watches),
+                "--kubeconfig", str(kubeconfig), "--executor", executor, "--artifacts-dir", str(artifacts),
+                "--metrics-bind-address", f"127.0.0.1:{metrics_port}",
+                "--health-probe-bind-address", f"127.0.0.1:{health_port}", "--log-level", "WARNING"]
+        for ns in namespaces:
+            args += ["--namespace", ns]
+        if max_concurrent is not None:
+            args += ["--max-concurrent-reconciles", str(max_concurrent)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("KUBECONFIG", None)
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env,
+                                    start_new_session=True)
+        op = cls(executor, proc, artifacts, log_path, metrics_port, health_port, reaper)
+        reaper.add(op.stop)
+        op._wait_ready(timeout)
+        return op
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        url = f"http://127.0.0.1:{self.health_port}/readyz"
+        while True:
+            self.check_alive()
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise BenchError(f"{self.executor} operator not ready after {timeout}s; log: {self.log_tail()}")
+            time.sleep(0.1)
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise BenchError(f"{self.executor} operator exited with {self.proc.returncode}: {self.log_tail()}")
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def metrics(self) -> dict[str, float]:
+        """``/metrics`` samples summed over labels, by sample name (e.g. ``ansible_operator_runs_total``)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
+        return out
+
+    def runs(self, group: str, version: str, kind: str, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The run.json summaries of one object, oldest first."""
+        base = self.artifacts / group / version / kind / namespace / name
+        out = []
+        for summary in sorted(base.glob("*/run.json")):
+            try:
+                out.append(json.loads(summary.read_text()))
+            except (OSError, ValueError):
+                continue  # being written right now
+        return out
+
+    def family(self) -> list[psutil.Process]:
+        return _descendants(self.proc.pid)
+
+    def stop(self) -> None:
+        self.reaper.discard(self.stop)
+        stop_process(self.proc)
+
+
+# ---------------------------------------------------------------------------------------------- memory
+
+
+@dataclass
+class MemoryPeak:
+    rss_mb: float = 0.0
+    uss_mb: float = 0.0
+    pss_mb: float = 0.0
+    processes: int = 0
+    """Most processes in the family at once (a run in flight adds at least one)."""
+    samples: int = 0
+
+
+class MemorySampler:
+    """Sums RSS, USS and PSS (``memory_full_info``) over a process and all its descendants every ``interval``.
+
+    * USS is the memory only that one process maps (what it would free on exit). Summed over a forking
+      family it *undercounts*: right after ``fork()`` every page of the zygote is shared with the child, so
+      neither counts it - the zygote's USS even drops while runs are in flight.
+    * PSS charges each shared page to its sharers in equal parts, so the PSS sum over the family is the
+      family's real footprint (pages shared with processes outside it, e.g. libc, are split with those).
+    * RSS counts every shared page once per process; reported because it is what most tools show.
+    """
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        self.pid = pid
+        self.interval = interval
+        self._peak = MemoryPeak()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"memory-{pid}", daemon=True)
+
+    def sample(self) -> tuple[float, float, float]:
+        """(RSS, USS, PSS) in MiB, summed over the family right now."""
+        return self._sample()[:3]
+
+    def _sample(self) -> tuple[float, float, float, int]:
+        rss = uss = pss = 0
+        family = _descendants(self.pid)
+        for p in family:
+            try:
+                info = p.memory_full_info()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            rss += info.rss
+            uss += info.uss
+            pss += getattr(info, "pss", 0)
+        return rss / 2**20, uss / 2**20, pss / 2**20, len(family)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            rss, uss, pss, processes = self._sample()
+            with self._lock:
+                self._peak.rss_mb = max(self._peak.rss_mb, rss)
+                self._peak.uss_mb = max(self._peak.uss_mb, uss)
+                self._peak.pss_mb = max(self._peak.pss_mb, pss)
+                self._peak.processes = max(self._peak.processes, processes)
+                self._peak.samples += 1
+
+    def start(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def reset(self) -> MemoryPeak:
+        """Return the peaks since the last reset and start new ones."""
+        with self._lock:
+            peak, self._peak = self._peak, MemoryPeak()
+        return peak
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def cpu_seconds(procs: Iterable[psutil.Process]) -> float:
+    """CPU seconds used by the live processes *and* every descendant they have reaped (``children_*``),
+    so runs that came and went (ansible-playbook, forked children, module subprocesses) are counted."""
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+# ------------------------------------------------------------------------------------------ kubernetes
+
+
+@dataclass(frozen=True)
+class Kind:
+    group: str
+    version: str
+    kind: str
+    plural: str
+
+    def body(self, name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": f"{self.group}/{self.version}", "kind": self.kind,
+                "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+MEMCACHED = Kind("cache.example.com", "v1alpha1", "Memcached", "memcacheds")
+NOOP = Kind("bench.ansible-operator.dev", "v1", "Noop", "noops")
+
+
+class Kube:
+    """A thin synchronous client (the ``kubernetes`` package) for creating namespaces and CRs."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        import kubernetes
+
+        configuration = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+        configuration.connection_pool_maxsize = 16
+        self.api = kubernetes.client.ApiClient(configuration)
+        self.core = kubernetes.client.CoreV1Api(self.api)
+        self.custom = kubernetes.client.CustomObjectsApi(self.api)
+
+    def close(self) -> None:
+        self.api.close()
+
+    def namespace(self, name: str) -> None:
+        self.core.create_namespace({"metadata": {"name": name}})
+
+    def wait_served(self, kind: Kind, namespace: str, timeout: float = 30.0) -> None:
+        from kubernetes.client.rest import ApiException
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.custom.list_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural)
+                return
+            except ApiException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def create(self, kind: Kind, namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return self.custom.create_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural,
+                                                           kind.body(name, namespace, spec))
+
+    def create_many(self, kind: Kind, namespace: str, names: list[str], spec: dict[str, Any],
+                    workers: int = 8) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers, thread_name_prefix="create") as pool:
+            list(pool.map(lambda n: self.create(kind, namespace, n, spec), names))
+
+    def patch_spec(self, kind: Kind, namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return self.custom.patch_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural,
+                                                          name, {"spec": spec})
+
+
+def _successful_generation(obj: dict[str, Any]) -> int | None:
+    """The generation whose run left ``Successful=True``, or None."""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Successful" and cond.get("status") == "True":
+            gen = cond.get("observedGeneration")
+            return int(gen) if gen is not None else None
+    return None
+
+
+@dataclass
+class _Seen:
+    generation: int
+    at: float
+
+
+class ConditionWatcher:
+    """Watches one kind in one namespace; records the monotonic time at which each object first reported
+    ``Successful=True`` for its *current* generation (the watch event's arrival time)."""
+
+    def __init__(self, kube: Kube, kind: Kind, namespace: str) -> None:
+        self.kube = kube
+        self.kind = kind
+        self.namespace = namespace
+        self.done: dict[str, _Seen] = {}
+        self._cv = threading.Condition()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name=f"watch-{namespace}", daemon=True)
+        self._started = threading.Event()
+
+    def start(self) -> ConditionWatcher:
+        self._thread.start()
+        self._started.wait(30)
+        return self
+
+    def _record(self, obj: dict[str, Any], now: float) -> None:
+        meta = obj.get("metadata") or {}
+        gen = _successful_generation(obj)
+        if gen is None or gen != meta.get("generation"):
+            return
+        name = meta["name"]
+        with self._cv:
+            prev = self.done.get(name)
+            if prev is None or prev.generation < gen:
+                self.done[name] = _Seen(gen, now)
+                self._cv.notify_all()
+
+    def _loop(self) -> None:
+        import kubernetes
+
+        k = self.kind
+        resource_version = ""
+        while not self._stop.is_set():
+            try:
+                listing = self.kube.custom.list_namespaced_custom_object(k.group, k.version, self.namespace,
+                                                                         k.plural)
+                now = time.monotonic()
+                for obj in listing.get("items", []):
+                    self._record(obj, now)
+                resource_version = listing["metadata"]["resourceVersion"]
+                self._started.set()
+                w = kubernetes.watch.Watch()
+                for event in w.stream(self.kube.custom.list_namespaced_custom_object, k.group, k.version,
+                                      self.namespace, k.plural, resource_version=resource_version,
+                                      timeout_seconds=2, _request_timeout=10):
+                    if self._stop.is_set():
+                        w.stop()
+                        break
+                    if event.get("type") in ("ADDED", "MODIFIED"):
+                        self._record(event["object"], time.monotonic())
+            except Exception as exc:  # a dropped stream: re-list and continue
+                if self._stop.is_set():
+                    return
+                self._error = exc
+                time.sleep(0.2)
+
+    def wait(self, names: Iterable[str], generation: int | dict[str, int] = 1, timeout: float = 600.0,
+             alive: Callable[[], None] | None = None) -> dict[str, float]:
+        """Block until each name reached ``generation`` (or its entry in a dict); return the times."""
+        wanted = list(names)
+        deadline = time.monotonic() + timeout
+
+        def want(n: str) -> int:
+            return generation[n] if isinstance(generation, dict) else generation
+
+        with self._cv:
+            while True:
+                missing = [n for n in wanted if n not in self.done or self.done[n].generation < want(n)]
+                if not missing:
+                    return {n: self.done[n].at for n in wanted}
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise BenchError(f"{len(missing)} of {len(wanted)} {self.kind.kind}s in {self.namespace} "
+                                     f"not Successful after {timeout}s (e.g. {missing[:3]}); last watch error: "
+                                     f"{self._error!r}")
+                self._cv.wait(min(remaining, 1.0))
+                if alive is not None:
+                    alive()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+@dataclass
+class Cluster:
+    """The sandbox plus a client and per-namespace watchers."""
+
+    sandbox: SandboxProcess
+    kube: Kube
+    watchers: list[ConditionWatcher] = field(default_factory=list)
+
+    def watcher(self, kind: Kind, namespace: str) -> ConditionWatcher:
+        self.kube.wait_served(kind, namespace)
+        w = ConditionWatcher(self.kube, kind, namespace).start()
+        self.watchers.append(w)
+        return w
+
+    def close(self) -> None:
+        for w in self.watchers:
+            w.stop()
+        self.kube.close()

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Benchmark the warm executor against the plain ansible-runner executor, side by side, in one run.
+
+    python bench/run.py                      # full run (tens of minutes on 2 cores)
+    python bench/run.py --quick --json out.json
+    python bench/run.py --only floor,latency --executors runner,warm
+
+Sections (see docs/benchmark.md for what each figure means):
+  floor       trivial one-task role through each executor directly (no operator), median ms per run
+  latency     Memcached CR create -> Successful, one CR at a time, p50/p95
+  throughput  N Memcached CRs created at once -> all Successful, at the default concurrency
+  coalescing  rapid spec edits of one Memcached -> number of playbook runs
+  memory      operator at concurrency 4: idle USS, peak RSS/USS with 1 and 4 runs, private MB per run
+  idle        N Noop CRs converged: RSS of operator + executor processes, CPU% over a quiet window
+
+The sandbox API server and each operator run as separate processes; everything started is stopped on
+exit, on errors, on Ctrl-C and on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from types import FrameType
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import report  # noqa: E402
+import scenarios  # noqa: E402
+from harness import (  # noqa: E402
+    BENCH,
+    MEMCACHED,
+    NOOP,
+    REPO,
+    BenchError,
+    Cluster,
+    Kube,
+    OperatorProcess,
+    Reaper,
+    SandboxProcess,
+)
+
+SECTIONS = ("floor", "latency", "throughput", "coalescing", "memory", "idle")
+FULL = {"floor": 30, "latency": 20, "throughput": 200, "edits": 100, "idle": 1000}
+# Sized so that --quick (both executors, all sections, Noop workload) ends in under two minutes on a busy
+# 2-core machine; the runner executor's ~1.5-2.5 s per run is what bounds it.
+QUICK = {"floor": 6, "latency": 4, "throughput": 16, "edits": 20, "idle": 100}
+IDLE_CPU_WINDOW = {"full": 10.0, "quick": 5.0}
+
+
+def _csv(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        bad = [x for x in items if x not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(choices)} (got {text!r})")
+        return items
+    return parse
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {value})")
+    return value
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="reduced counts (see QUICK in bench/run.py)")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write all figures as JSON")
+    p.add_argument("--executors", type=_csv(("runner", "warm")), default=["runner", "warm"])
+    p.add_argument("--only", type=_csv(SECTIONS), default=list(SECTIONS), metavar="SECTIONS",
+                   help=f"comma-separated subset of {','.join(SECTIONS)}")
+    p.add_argument("--workload", choices=("memcached", "noop"), default=None,
+                   help="CR kind of the latency/throughput/coalescing/memory sections: memcached (the example"
+                        " role, 3 kubernetes.core tasks + facts) or noop (the trivial play); default: memcached,"
+                        " noop with --quick")
+    p.add_argument("--runs", type=_positive, default=None, help="floor: timed runs per executor")
+    p.add_argument("--latency-crs", type=_positive, default=None)
+    p.add_argument("--throughput-crs", type=_positive, default=None)
+    p.add_argument("--edits", type=_positive, default=None, help="coalescing: rapid spec edits")
+    p.add_argument("--idle-crs", type=_positive, default=None)
+    p.add_argument("--idle-executors", type=_csv(("runner", "warm")), default=["warm"],
+                   help="idle needs every CR converged first: the runner executor takes ~1.5 s of CPU per"
+                        " trivial run, so by default only the warm executor is measured (default: warm)")
+    p.add_argument("--idle-cpu-window", type=float, default=None, metavar="SECONDS",
+                   help="quiet window for the idle CPU figure (default: 10, 5 with --quick)")
+    p.add_argument("--workdir", type=Path, default=None, help="keep logs and artifacts here (default: a"
+                   " temporary directory removed at the end)")
+    return p.parse_args(argv)
+
+
+def counts_for(args: argparse.Namespace) -> dict[str, int]:
+    base = dict(QUICK if args.quick else FULL)
+    for key, value in (("floor", args.runs), ("latency", args.latency_crs), ("throughput", args.throughput_crs),
+                       ("edits", args.edits), ("idle", args.idle_crs)):
+        if value is not None:
+            base[key] = value
+    return base
+
+
+def idle_window(args: argparse.Namespace) -> float:
+    if args.idle_cpu_window is not None:
+        return float(args.idle_cpu_window)
+    return IDLE_CPU_WINDOW["quick" if args.quick else "full"]
+
+
+def workload(args: argparse.Namespace) -> str:
+    return str(args.workload or ("noop" if args.quick else "memcached"))
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> dict[str, Any]:
+    counts = counts_for(args)
+    executors: list[str] = args.executors
+    only = set(args.only)
+    raw: report.Raw = {}
+    kind = MEMCACHED if workload(args) == "memcached" else NOOP
+
+    if "floor" in only:
+        from floor import measure_floor
+
+        say(f"floor: trivial role, {counts['floor']} runs per executor ({', '.join(executors)})")
+        raw["floor"] = measure_floor(executors, counts["floor"], warmup=1 if args.quick else 2)
+        say(f"floor: {json.dumps(raw['floor'])}")
+
+    operator_sections = [s for s in ("latency", "throughput", "coalescing", "idle") if s in only]
+    if not operator_sections and "memory" not in only:
+        return {"counts": counts, "raw": raw}
+
+    say("starting the sandbox API server")
+    sandbox = SandboxProcess.start(workdir, [REPO / "crds" / "cache.example.com_memcacheds.yaml",
+                                             BENCH / "crds" / "noop.yaml"], reaper)
+    cluster = Cluster(sandbox, Kube(sandbox.kubeconfig))
+    reaper.add(cluster.close)
+
+    operators: dict[str, OperatorProcess] = {}
+    if operator_sections:
+        def start(ex: str) -> OperatorProcess:
+            namespaces = [f"{ex}-{s}" for s in operator_sections]
+            for ns in namespaces:
+                cluster.kube.namespace(ns)
+            return OperatorProcess.start(ex, workdir / f"operator-{ex}", sandbox.kubeconfig, namespaces, reaper)
+
+        say(f"starting the operators (default concurrency): {', '.join(executors)}")
+        with ThreadPoolExecutor(len(executors)) as pool:  # both start at once: startup is not measured
+            operators = dict(zip(executors, pool.map(start, executors)))
+
+    # Interleaved: each section measures every executor back to back, so load from outside drifts less
+    # between the two columns; the other operator sits idle meanwhile (and uses no CPU when idle).
+    for section in operator_sections:
+        for ex in executors:
+            op, ns = operators[ex], f"{ex}-{section}"
+            if section == "latency":
+                say(f"latency [{ex}]: {counts['latency']} {kind.kind} CRs one at a time")
+                result = scenarios.latency(cluster, kind, op, ns, counts["latency"])
+            elif section == "throughput":
+                say(f"throughput [{ex}]: {counts['throughput']} {kind.kind} CRs at once")
+                result = scenarios.throughput(cluster, kind, op, ns, counts["throughput"])
+            elif section == "coalescing":
+                say(f"coalescing [{ex}]: {counts['edits']} rapid edits of one {kind.kind}")
+                result = scenarios.coalescing(cluster, kind, op, ns, counts["edits"])
+            else:
+                if ex not in args.idle_executors:
+                    continue
+                say(f"idle [{ex}]: {counts['idle']} Noop CRs, then {idle_window(args):g}s at rest")
+                result = scenarios.idle(cluster, op, ns, counts["idle"], idle_window(args))
+            raw.setdefault(section, {})[ex] = result
+            say(f"{section} [{ex}]: {json.dumps(result)}")
+    with ThreadPoolExecutor(max(1, len(operators))) as pool:
+        list(pool.map(lambda op: op.stop(), operators.values()))
+
+    if "memory" in only:
+        for ex in executors:
+            say(f"memory [{ex}]: operator at --max-concurrent-reconciles 4, 1 then 4 runs in flight")
+            result = scenarios.memory(cluster, kind, ex, workdir / f"operator-{ex}-mem", sandbox.kubeconfig,
+                                      f"{ex}-mem", reaper)
+            raw.setdefault("memory", {})[ex] = result
+            say(f"memory [{ex}]: {json.dumps(result)}")
+    return {"counts": counts, "raw": raw}
+
+
+def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(143)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    started = time.monotonic()
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    machine = report.machine()
+    reaper = Reaper()
+    keep = args.workdir is not None
+    workdir = args.workdir.resolve() if keep else Path(tempfile.mkdtemp(prefix="ansible-operator-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        result = run(args, workdir, reaper)
+    except BenchError as exc:
+        print(f"bench: {exc}\n(logs in {workdir}; rerun with --workdir to keep them)", file=sys.stderr)
+        keep = True
+        return 1
+    except KeyboardInterrupt:
+        print("bench: interrupted; stopping everything it started", file=sys.stderr)
+        return 130
+    finally:
+        reaper.close()
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    elapsed = round(time.monotonic() - started, 1)
+    head = report.headline(result["raw"])
+    print(f"\nansible-operator benchmark, {date}, {machine['nproc']} CPUs ({machine['cpu_model']}),"
+          f" {machine['mem_total_mb']} MB, {'quick' if args.quick else 'full'} run in {elapsed}s")
+    print(f"counts: {json.dumps(result['counts'])}\n")
+    print(report.table(result["raw"], result["counts"], MEMCACHED.kind if workload(args) == "memcached"
+                       else NOOP.kind))
+    if args.json is not None:
+        doc = {"date": date, "machine": machine, "quick": args.quick, "executors": args.executors,
+               "sections": args.only, "elapsed_s": elapsed, "workload": workload(args), "counts": result["counts"], **head,
+               "targets": report.verdicts(head), "raw": result["raw"]}
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"\nJSON written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

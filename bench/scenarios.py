@@ -1,0 +1,235 @@
+"""The operator-level measurements: each function drives one running operator through the sandbox API.
+
+Every figure comes from what a user could observe: the ``Successful`` condition on the CR (seen through a
+watch, so its arrival time is exact), the ``run.json`` summaries the operator writes per run, ``/metrics``,
+and the operator's processes (psutil). Nothing here reaches into the operator's memory.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from harness import (
+    NOOP,
+    BenchError,
+    Cluster,
+    Kind,
+    MemorySampler,
+    OperatorProcess,
+    Reaper,
+    cpu_seconds,
+)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) - no interpolation, so p95 of 20 values is the 19th."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+def _spec(kind: Kind, i: int) -> dict[str, Any]:
+    """Spec number ``i`` for a kind; Memcached's size must stay within 1..5 (the CRD allows 0..10)."""
+    if kind.kind == "Memcached":
+        return {"size": 1 + i % 5}
+    return {"n": i}
+
+
+def _run_durations(op: OperatorProcess, kind: Kind, namespace: str, names: list[str]) -> list[float]:
+    out: list[float] = []
+    for name in names:
+        for run in op.runs(kind.group, kind.version, kind.kind, namespace, name):
+            if run.get("duration_s") is not None:
+                out.append(float(run["duration_s"]))
+    return out
+
+
+def _wait_idle(op: OperatorProcess, quiet: float = 1.0, timeout: float = 120.0) -> None:
+    """Until no run is in flight and no queue holds work, continuously for ``quiet`` seconds."""
+    deadline = time.monotonic() + timeout
+    quiet_since: float | None = None
+    while True:
+        op.check_alive()
+        m = op.metrics()
+        busy = m.get("ansible_operator_runs_in_flight", 0) + m.get("ansible_operator_queue_depth", 0)
+        now = time.monotonic()
+        if busy:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now
+        elif now - quiet_since >= quiet:
+            return
+        if now > deadline:
+            raise BenchError(f"{op.executor} operator still busy after {timeout}s: {m}")
+        time.sleep(0.1)
+
+
+def latency(cluster: Cluster, kind: Kind, op: OperatorProcess, namespace: str, crs: int) -> dict[str, Any]:
+    """Create CRs one at a time; each: create call -> Successful=True seen on the watch."""
+    watcher = cluster.watcher(kind, namespace)
+    sampler = MemorySampler(op.proc.pid).start()
+    names = [f"lat-{i}" for i in range(crs)]
+    latencies: list[float] = []
+    try:
+        for name in names:
+            t0 = time.monotonic()
+            cluster.kube.create(kind, namespace, name, _spec(kind, 0))
+            done = watcher.wait([name], 1, timeout=600, alive=op.check_alive)
+            latencies.append(done[name] - t0)
+    finally:
+        peak = sampler.reset()
+        sampler.stop()
+    runs = _run_durations(op, kind, namespace, names)
+    return {
+        "crs": crs,
+        "p50_s": round(statistics.median(latencies), 3),
+        "p95_s": round(_percentile(latencies, 95), 3),
+        "min_s": round(min(latencies), 3),
+        "max_s": round(max(latencies), 3),
+        "run_duration_median_s": round(statistics.median(runs), 3) if runs else None,
+        "runs": len(runs),
+        "peak_rss_mb": round(peak.rss_mb, 1),
+        "peak_uss_mb": round(peak.uss_mb, 1),
+    }
+
+
+def throughput(cluster: Cluster, kind: Kind, op: OperatorProcess, namespace: str, crs: int) -> dict[str, Any]:
+    """Create ``crs`` CRs at once (8 client threads); time until every one is Successful."""
+    watcher = cluster.watcher(kind, namespace)
+    names = [f"tp-{i}" for i in range(crs)]
+    cpu0 = cpu_seconds(op.family())
+    t0 = time.monotonic()
+    cluster.kube.create_many(kind, namespace, names, _spec(kind, 0))
+    created = time.monotonic() - t0
+    done = watcher.wait(names, 1, timeout=max(600.0, crs * 30.0), alive=op.check_alive)
+    duration = max(done.values()) - t0
+    cpu = cpu_seconds(op.family()) - cpu0
+    runs = _run_durations(op, kind, namespace, names)
+    return {
+        "crs": crs,
+        "duration_s": round(duration, 2),
+        "crs_per_s": round(crs / duration, 3),
+        "create_calls_s": round(created, 2),
+        "runs": len(runs),
+        "run_duration_median_s": round(statistics.median(runs), 3) if runs else None,
+        "operator_cpu_s_per_cr": round(cpu / crs, 3),
+    }
+
+
+def coalescing(cluster: Cluster, kind: Kind, op: OperatorProcess, namespace: str, edits: int) -> dict[str, Any]:
+    """Create one CR, let it converge, then ``edits`` back-to-back spec changes; count the runs they cause."""
+    watcher = cluster.watcher(kind, namespace)
+    name = "co-0"
+    cluster.kube.create(kind, namespace, name, _spec(kind, 0))
+    watcher.wait([name], 1, timeout=600, alive=op.check_alive)
+    _wait_idle(op)
+    before = len(op.runs(kind.group, kind.version, kind.kind, namespace, name))
+    generation = 1
+    t0 = time.monotonic()
+    for i in range(edits):  # every edit differs from the previous one, so each bumps the generation
+        obj = cluster.kube.patch_spec(kind, namespace, name, _spec(kind, i + 1))
+        generation = int(obj["metadata"]["generation"])
+    edit_s = time.monotonic() - t0
+    done = watcher.wait([name], generation, timeout=600, alive=op.check_alive)
+    settle_s = done[name] - t0
+    _wait_idle(op, quiet=2.0)
+    runs = op.runs(kind.group, kind.version, kind.kind, namespace, name)[before:]
+    return {
+        "edits": edits,
+        "final_generation": generation,
+        "edits_took_s": round(edit_s, 2),
+        "converged_s": round(settle_s, 2),
+        "runs": len(runs),
+        "run_generations": [r.get("generation") for r in runs],
+    }
+
+
+def _idle_sample(sampler: MemorySampler, seconds: float = 2.0) -> tuple[float, float, float]:
+    """Median RSS/USS/PSS over a few samples (one sample can land on a short-lived helper process)."""
+    samples: list[tuple[float, float, float]] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        samples.append(sampler.sample())
+        time.sleep(0.1)
+    rss, uss, pss = (statistics.median(col) for col in zip(*samples))
+    return rss, uss, pss
+
+
+def memory(cluster: Cluster, kind: Kind, executor: str, workdir: Path, kubeconfig: Path, namespace: str,
+           reaper: Reaper) -> dict[str, Any]:
+    """A fresh operator at ``--max-concurrent-reconciles 4``: idle USS, then peaks with 1 and 4 runs at once.
+
+    private MB per concurrent run = (peak USS with 4 runs in flight - idle USS) / 4 (the issue's formula),
+    and the same with PSS, which does not undercount forked runs (see :class:`MemorySampler`).
+    """
+    cluster.kube.namespace(namespace)
+    op = OperatorProcess.start(executor, workdir, kubeconfig, [namespace], reaper, max_concurrent=4)
+    try:
+        watcher = cluster.watcher(kind, namespace)
+        time.sleep(2.0)  # let startup work (first lists, imports) finish
+        sampler = MemorySampler(op.proc.pid)
+        idle_rss, idle_uss, idle_pss = _idle_sample(sampler)
+        idle_processes = len(op.family())
+        sampler.start()
+        cluster.kube.create(kind, namespace, "mem-1", _spec(kind, 0))
+        watcher.wait(["mem-1"], 1, timeout=600, alive=op.check_alive)
+        c1 = sampler.reset()
+        _wait_idle(op)
+        sampler.reset()
+        names = [f"mem-4-{i}" for i in range(4)]
+        cluster.kube.create_many(kind, namespace, names, _spec(kind, 0), workers=4)
+        watcher.wait(names, 1, timeout=600, alive=op.check_alive)
+        c4 = sampler.reset()
+        sampler.stop()
+    finally:
+        op.stop()
+    return {
+        "idle_rss_mb": round(idle_rss, 1),
+        "idle_uss_mb": round(idle_uss, 1),
+        "idle_pss_mb": round(idle_pss, 1),
+        "c1_peak_rss_mb": round(c1.rss_mb, 1),
+        "c1_peak_uss_mb": round(c1.uss_mb, 1),
+        "c4_peak_rss_mb": round(c4.rss_mb, 1),
+        "c4_peak_uss_mb": round(c4.uss_mb, 1),
+        "c1_peak_pss_mb": round(c1.pss_mb, 1),
+        "c4_peak_pss_mb": round(c4.pss_mb, 1),
+        "idle_processes": idle_processes,
+        "c1_max_processes": c1.processes,
+        "c4_max_processes": c4.processes,
+        "private_mb_per_run": round((c4.uss_mb - idle_uss) / 4, 1),
+        "pss_mb_per_run": round((c4.pss_mb - idle_pss) / 4, 1),
+        "private_mb_single_run": round(c1.uss_mb - idle_uss, 1),
+        "pss_mb_single_run": round(c1.pss_mb - idle_pss, 1),
+    }
+
+
+def idle(cluster: Cluster, op: OperatorProcess, namespace: str, crs: int, cpu_window: float) -> dict[str, Any]:
+    """``crs`` Noop CRs (trivial play) converged, queue idle: RSS/USS of the operator family, CPU% at rest."""
+    watcher = cluster.watcher(NOOP, namespace)
+    names = [f"idle-{i}" for i in range(crs)]
+    t0 = time.monotonic()
+    cluster.kube.create_many(NOOP, namespace, names, {"n": 1})
+    done = watcher.wait(names, 1, timeout=max(600.0, crs * 10.0), alive=op.check_alive)
+    converge_s = max(done.values()) - t0
+    _wait_idle(op, quiet=2.0)
+    sampler = MemorySampler(op.proc.pid)
+    rss, uss, pss = _idle_sample(sampler)
+    family = op.family()
+    cpu0 = cpu_seconds(family)
+    time.sleep(cpu_window)
+    cpu = cpu_seconds(family) - cpu0
+    started = op.metrics().get("ansible_operator_runs_started_total", 0.0)
+    return {
+        "crs": crs,
+        "converge_s": round(converge_s, 1),
+        "rss_mb": round(rss, 1),
+        "uss_mb": round(uss, 1),
+        "pss_mb": round(pss, 1),
+        "processes": len(family),
+        "cpu_window_s": cpu_window,
+        "cpu_percent": round(100.0 * cpu / cpu_window, 2),
+        "runs_started_total": int(started),
+    }
