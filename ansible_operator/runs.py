@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from ansible_operator.generate import plural_of
 from ansible_operator.logs import failure_message
 
 __all__ = [
@@ -106,13 +107,6 @@ def _started_from_id(run_id: str) -> str:
     return datetime.strptime(run_id[:16], "%Y%m%dT%H%M%SZ").strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _plural(kind: str) -> str:
-    k = kind.lower()
-    if k.endswith(("s", "x", "z", "ch", "sh")):
-        return k + "es"
-    if k.endswith("y") and len(k) > 1 and k[-2] not in "aeiou":
-        return k[:-1] + "ies"
-    return k + "s"
 
 
 def _parse_target(target: str) -> tuple[str, str | None, str | None]:
@@ -127,7 +121,7 @@ def _parse_target(target: str) -> tuple[str, str | None, str | None]:
 
 def _matches(run: Mapping[str, Any], kind: str, group: str | None, name: str | None) -> bool:
     run_kind = str(run.get("kind") or "")
-    if kind not in (run_kind.lower(), _plural(run_kind)):
+    if kind not in (run_kind.lower(), plural_of(run_kind)):
         return False
     if group is not None and group != str(run.get("group") or "").lower():
         return False
