@@ -204,7 +204,9 @@ def _validate_selector_matches_template(rtype: ResourceType, obj: dict[str, Any]
     if not isinstance(selector, dict) or not (selector.get("matchLabels") or selector.get("matchExpressions")):
         err = schema.required("spec.selector", "")
         raise invalid(rtype, name, [err.cause()], schema.invalid_message(qualified, name, [err]))
-    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
+    tmeta = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
+    labels = tmeta.get("labels") or {}
     wanted = selector.get("matchLabels") or {}
     if isinstance(wanted, dict) and isinstance(labels, dict) and any(labels.get(k) != v for k, v in wanted.items()):
         err = schema.invalid("spec.template.metadata.labels", labels,

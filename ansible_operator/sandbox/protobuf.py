@@ -128,6 +128,13 @@ def decode_message(buf: bytes, schema: Schema) -> dict[str, Any]:
 
 def decode(body: bytes) -> dict[str, Any]:
     """A protobuf request body → the equivalent JSON-shaped object (raises ProtobufError)."""
+    try:
+        return _decode(body)
+    except UnicodeDecodeError as e:
+        raise ProtobufError(f"invalid UTF-8 in a string field: {e}") from None
+
+
+def _decode(body: bytes) -> dict[str, Any]:
     if not body.startswith(MAGIC):
         raise ProtobufError("missing the k8s protobuf magic prefix")
     envelope = {n: v for n, _, v in _fields(body[len(MAGIC):])}

@@ -191,6 +191,14 @@ def columns_for(rtype: ResourceType) -> list[tuple[Column, Callable[[dict[str, A
     return out
 
 
+def _safe_cell(fn: Callable[[dict[str, Any]], Any], obj: dict[str, Any]) -> Any:
+    """A cell never fails a whole listing: fields of unexpected shape print as ``<invalid>``."""
+    try:
+        return fn(obj)
+    except (TypeError, AttributeError, ValueError, KeyError):
+        return "<invalid>"
+
+
 def _row_object(obj: dict[str, Any], include: str) -> dict[str, Any] | None:
     if include == "None":
         return None
@@ -204,7 +212,7 @@ def to_table(rtype: ResourceType, objects: list[dict[str, Any]], resource_versio
     cols = columns_for(rtype)
     rows = []
     for obj in objects:
-        row: dict[str, Any] = {"cells": [fn(obj) for _, fn in cols]}
+        row: dict[str, Any] = {"cells": [_safe_cell(fn, obj) for _, fn in cols]}
         ro = _row_object(obj, include)
         if ro is not None:
             row["object"] = ro
