@@ -21,6 +21,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from ansible_operator.sandbox import Sandbox
+from ansible_operator.sandbox.testing import start_in_thread
 
 HERE = Path(__file__).parent
 GROUP, VERSION, PLURAL, KIND = "test.ansible-operator.dev", "v1", "widgets", "Widget"
@@ -111,20 +112,16 @@ class Cluster:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    sandbox = Sandbox(host="127.0.0.1", port=0, crds=(str(HERE / "crds"),))
-    sandbox.start_in_thread()
+    handle = start_in_thread(tmp_path / "kubeconfig", crds=[HERE / "crds"])
     try:
-        kubeconfig = sandbox.write_kubeconfig(tmp_path / "kubeconfig")
-        configuration = kubernetes.client.Configuration()
-        kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-        api = kubernetes.client.ApiClient(configuration)
-        c = Cluster(sandbox, kubeconfig, api)
+        api = handle.api_client()
+        c = Cluster(handle.sandbox, handle.kubeconfig, api)
         c.core.create_namespace({"metadata": {"name": NAMESPACE}})
         wait_for(lambda: _served(c), 10, what="Widget CRD served")
         yield c
         api.close()
     finally:
-        sandbox.stop_thread()
+        handle.sandbox.stop_thread()
 
 
 def _served(c: Cluster) -> bool:
