@@ -215,6 +215,30 @@ def _repoint_awx_display(artifacts_dir: str) -> None:
     writer.private_data_dir = artifacts_dir
     module.event_context.cache = writer
     module.event_context._global_ctx = {}
+    _plain_display_until_callback_loads(module)
+
+
+def _plain_display_until_callback_loads(module: Any) -> None:
+    """Print the preamble (version banner, config file, inventory parsing) as plain lines.
+
+    Under ansible-runner, awx_display is imported (and wraps ``Display.display``) only when the
+    TaskQueueManager loads the stdout callback, so earlier lines reach the event filter without event
+    markers and become one ``verbose`` event per line without ``event_data``. Here it was imported in
+    the zygote; unwrap ``Display.display`` until the callback is instantiated.
+    """
+    from ansible.utils.display import Display
+
+    wrapped = Display.display
+    if getattr(wrapped, "__code__", None) is None or wrapped.__code__.co_filename != module.__file__:
+        return  # not awx_display's wrapper: leave it alone
+    Display.display = wrapped.__wrapped__  # type: ignore[method-assign]
+    init = module.CallbackModule.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        Display.display = wrapped  # type: ignore[method-assign]
+        init(self, *args, **kwargs)
+
+    module.CallbackModule.__init__ = __init__
 
 
 def _keep_workers_in_the_run() -> None:

@@ -185,7 +185,15 @@ async def test_contract_role_by_path_with_unsafe_extra_vars_kept_literal(
 async def test_contract_verbosity_is_per_run(executor: Executor, tmp_path: Path) -> None:
     pb = write(tmp_path / "pb.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=x\n")
     quiet = await executor.run(request_for(tmp_path, playbook=pb, verbosity=0), lambda e: None)
-    chatty = await executor.run(request_for(tmp_path, playbook=pb, verbosity=3), lambda e: None)
+    events: list[dict[str, Any]] = []
+    chatty = await executor.run(request_for(tmp_path, playbook=pb, verbosity=3), events.append)
+    # the preamble (version banner, config file...) is one plain 'verbose' event per line, as ansible-runner
+    # gives it; from the callback's own messages on, events carry event_data
+    plain = [e for e in events if "event_data" not in e]
+    assert plain and all(e["event"] == "verbose" and "\n" not in e["stdout"] for e in plain)
+    assert plain == events[:len(plain)]
+    assert any("version" in e["stdout"] for e in plain)
+    assert "Skipping callback" in events[len(plain)]["stdout"]
     again = await executor.run(request_for(tmp_path, playbook=pb, verbosity=0), lambda e: None)
     texts = [(o.artifacts_dir / "stdout").read_text() for o in (quiet, chatty, again)]
     assert "task path:" not in texts[0] and "task path:" not in texts[2]
