@@ -182,6 +182,17 @@ async def test_contract_role_by_path_with_unsafe_extra_vars_kept_literal(
     assert {e["event_data"].get("role") for e in events if e["event"] == "runner_on_ok"} == {"greeter"}
 
 
+async def test_contract_collection_role_from_a_run_collection_path(executor: Executor, tmp_path: Path) -> None:
+    collections = tmp_path / "collections"
+    write(collections / "ansible_collections" / "myns" / "mycoll" / "roles" / "hello" / "tasks" / "main.yml",
+          '- name: from the collection\n  debug: msg="collection role says {{ word }}"\n')
+    events: list[dict[str, Any]] = []
+    outcome = await executor.run(request_for(tmp_path, role="myns.mycoll.hello", extra_vars={"word": "hi"},
+                                             collections_path=(collections,)), events.append)
+    assert outcome.status == "successful", outcome
+    assert ok_messages(events) == ["collection role says hi"]
+
+
 async def test_contract_verbosity_is_per_run(executor: Executor, tmp_path: Path) -> None:
     pb = write(tmp_path / "pb.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=x\n")
     quiet = await executor.run(request_for(tmp_path, playbook=pb, verbosity=0), lambda e: None)
