@@ -91,11 +91,20 @@ def plan_for(cmd: Any, in_data: bytes | None, module_prefixes: Sequence[str],
     if found is None:
         return None
     fqn = found.group(2).decode("ascii")
-    prefix = "ansible_collections."
-    short = fqn[len(prefix):].replace(".plugins.modules.", ".", 1) if fqn.startswith(prefix) else fqn
+    short = _fqcn(fqn)
     if not any(short.startswith(p) for p in module_prefixes):
         return None
     return ForkPlan(env=env, script_path=script_path, script_source=source)
+
+
+def _fqcn(module_fqn: str) -> str:
+    """Python module name of a module -> its FQCN (``ansible.modules.setup`` -> ``ansible.builtin.setup``)."""
+    prefix = "ansible_collections."
+    if module_fqn.startswith(prefix):
+        return module_fqn[len(prefix):].replace(".plugins.modules.", ".", 1)
+    if module_fqn.startswith("ansible.modules."):
+        return "ansible.builtin." + module_fqn[len("ansible.modules."):]
+    return module_fqn
 
 
 def run_forked(plan: ForkPlan, cwd: str | None) -> tuple[int, bytes, bytes]:

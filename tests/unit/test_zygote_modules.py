@@ -226,5 +226,5 @@ def test_modules_outside_the_prefixes_run_normally(tmp_path: Path) -> None:
     script.write_bytes(b"module_fqn='ansible.modules.command',\n")
     cmd = f"/bin/sh -c '{sys.executable} {script} && sleep 0'"
     assert plan_for(cmd, None, ("kubernetes.core.",), "/bin/sh") is None
-    assert plan_for(cmd, None, ("ansible.modules.",), "/bin/sh") is not None
+    assert plan_for(cmd, None, ("ansible.builtin.command",), "/bin/sh") is not None
     assert plan_for(cmd, None, (), "/bin/sh") is None
