@@ -409,6 +409,7 @@ class Api:
         current = self.store.get(self.key(rtype, namespace, name))
         if current is None:
             if kind == "apply" and subresource is None:
+                kinds.check_metadata(body)
                 return self.create(rtype, namespace, dict(body, metadata=dict(body.get("metadata") or {},
                                                                               name=name)), opts, warnings)
             raise not_found(rtype, name)

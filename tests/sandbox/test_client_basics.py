@@ -251,3 +251,15 @@ def test_list_paging_with_limit_and_continue(api):
             break
         assert page.metadata.remaining_item_count == 7 - len(seen)
     assert seen == [f"p{i}" for i in range(7)] and pages == 3
+
+
+def test_wrong_json_types_in_builtins_are_400(api):
+    for path, body in [
+        ("/api/v1/namespaces/default/services", {"metadata": {"name": "s"}, "spec": {"ports": 80}}),
+        ("/apis/apps/v1/namespaces/default/deployments", {"metadata": {"name": "d"}, "spec": 5}),
+        ("/apis/batch/v1/namespaces/default/cronjobs", {"metadata": {"name": "c"},
+                                                        "spec": {"schedule": 5, "jobTemplate": {}}}),
+        ("/api/v1/namespaces/default/persistentvolumeclaims", {"metadata": {"name": "p"}, "spec": "big"}),
+    ]:
+        status, doc = _raw(api, "POST", path, body=body)
+        assert status == 400 and doc["reason"] == "BadRequest" and "cannot unmarshal" in doc["message"], doc
