@@ -56,14 +56,11 @@ def _descendants(pid: int) -> list[psutil.Process]:
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
-    """SIGTERM the process group (it was started in its own session), wait, then SIGKILL what is left,
-    including descendants that moved to a process group of their own (forked runs)."""
+    """SIGTERM the process itself (as kubelet does: the operator closes its executor on its own), wait, then
+    SIGKILL its process group; finally kill any descendant still alive (forked runs in groups of their own)."""
     family = _descendants(proc.pid)
     if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        proc.terminate()
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -504,8 +501,9 @@ class ConditionWatcher:
                     alive()
 
     def stop(self) -> None:
+        """The stream ends within its 2 s server timeout; the thread is a daemon, so do not wait long."""
         self._stop.set()
-        self._thread.join(5)
+        self._thread.join(1)
 
 
 @dataclass

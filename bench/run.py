@@ -160,29 +160,31 @@ def run(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> dict[str, An
         with ThreadPoolExecutor(len(executors)) as pool:  # both start at once: startup is not measured
             operators = dict(zip(executors, pool.map(start, executors)))
 
-    # Interleaved: each section measures every executor back to back, so load from outside drifts less
-    # between the two columns; the other operator sits idle meanwhile (and uses no CPU when idle).
-    for section in operator_sections:
-        for ex in executors:
-            op, ns = operators[ex], f"{ex}-{section}"
-            if section == "latency":
-                say(f"latency [{ex}]: {counts['latency']} {kind.kind} CRs one at a time")
-                result = scenarios.latency(cluster, kind, op, ns, counts["latency"])
-            elif section == "throughput":
-                say(f"throughput [{ex}]: {counts['throughput']} {kind.kind} CRs at once")
-                result = scenarios.throughput(cluster, kind, op, ns, counts["throughput"])
-            elif section == "coalescing":
-                say(f"coalescing [{ex}]: {counts['edits']} rapid edits of one {kind.kind}")
-                result = scenarios.coalescing(cluster, kind, op, ns, counts["edits"])
-            else:
-                if ex not in args.idle_executors:
-                    continue
-                say(f"idle [{ex}]: {counts['idle']} Noop CRs, then {idle_window(args):g}s at rest")
-                result = scenarios.idle(cluster, op, ns, counts["idle"], idle_window(args))
-            raw.setdefault(section, {})[ex] = result
-            say(f"{section} [{ex}]: {json.dumps(result)}")
-    with ThreadPoolExecutor(max(1, len(operators))) as pool:
-        list(pool.map(lambda op: op.stop(), operators.values()))
+    try:
+        # Interleaved: each section measures every executor back to back, so load from outside drifts less
+        # between the two columns; the other operator sits idle meanwhile (and uses no CPU when idle).
+        for section in operator_sections:
+            for ex in executors:
+                op, ns = operators[ex], f"{ex}-{section}"
+                if section == "latency":
+                    say(f"latency [{ex}]: {counts['latency']} {kind.kind} CRs one at a time")
+                    result = scenarios.latency(cluster, kind, op, ns, counts["latency"])
+                elif section == "throughput":
+                    say(f"throughput [{ex}]: {counts['throughput']} {kind.kind} CRs at once")
+                    result = scenarios.throughput(cluster, kind, op, ns, counts["throughput"])
+                elif section == "coalescing":
+                    say(f"coalescing [{ex}]: {counts['edits']} rapid edits of one {kind.kind}")
+                    result = scenarios.coalescing(cluster, kind, op, ns, counts["edits"])
+                else:
+                    if ex not in args.idle_executors:
+                        continue
+                    say(f"idle [{ex}]: {counts['idle']} Noop CRs, then {idle_window(args):g}s at rest")
+                    result = scenarios.idle(cluster, op, ns, counts["idle"], idle_window(args))
+                raw.setdefault(section, {})[ex] = result
+                say(f"{section} [{ex}]: {json.dumps(result)}")
+    finally:  # stopping takes seconds each (in-flight runs are cancelled): do it side by side
+        with ThreadPoolExecutor(max(1, len(operators))) as pool:
+            list(pool.map(lambda op: op.stop(), operators.values()))
 
     if "memory" in only:
         for ex in executors:
@@ -201,6 +203,7 @@ def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored (nohup, &)
     started = time.monotonic()
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     machine = report.machine()
