@@ -153,10 +153,9 @@ class WarmExecutor:
             if zygote is None or not zygote.alive:
                 zygote = await self._spawn()
                 self._zygote = zygote
-        ready = await asyncio.shield(zygote.ready)
+        await asyncio.shield(zygote.ready)  # raises the zygote's start-up error, if any
         if not zygote.alive:
             raise RuntimeError("the zygote exited right after starting")
-        del ready
         return zygote
 
     async def _spawn(self) -> _Zygote:

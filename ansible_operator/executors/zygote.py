@@ -16,7 +16,6 @@ process tree of a run, and orphans are reaped. Protocol: :mod:`ansible_operator.
 from __future__ import annotations
 
 import ctypes
-import errno
 import fcntl
 import gc
 import json
