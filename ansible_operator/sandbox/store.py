@@ -20,10 +20,13 @@ import asyncio
 import collections
 import copy
 import json
+import logging
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+log = logging.getLogger(__name__)
 
 Key = tuple[str, str, str]  # (group/resource, namespace or "", name)
 
@@ -247,7 +250,10 @@ class Store:
             if w.wants(ev):
                 self._deliver(w, ev)
         for fn in list(self._listeners):
-            fn(ev)
+            try:
+                fn(ev)
+            except Exception:  # a listener bug must not undo or interrupt a write that already happened
+                log.exception("sandbox store listener %r failed on %s %s", fn, ev.type, ev.group_resource)
 
     def _deliver(self, w: Watcher, ev: Event) -> None:
         if w.overflowed:

@@ -82,3 +82,27 @@ def test_random_requests_never_500(sandbox: SandboxHandle):
     assert {400, 404}.issubset(seen)
     status, _ = _request(sandbox.url + "/version", "GET", b"", "application/json")
     assert status == 200
+
+
+def test_malformed_crds_are_rejected_not_crashing(sandbox: SandboxHandle):
+    import copy
+    url = sandbox.url + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    mutations: list[tuple[tuple, object]] = [
+        (("names", "shortNames"), 5),
+        (("versions", 0, "subresources", "status"), "yes"),
+        (("versions", 0, "additionalPrinterColumns"), [None]),
+        (("versions", 0, "schema", "openAPIV3Schema"), "object"),
+        (("versions", 0, "schema", "openAPIV3Schema", "properties", "spec", "properties"), [1]),
+        (("versions", 0, "served"), "yes"),
+        (("versions",), [None]),
+    ]
+    for path, value in mutations:
+        crd = copy.deepcopy(CRD)
+        target = crd["spec"]
+        for k in path[:-1]:
+            target = target[k]
+        target[path[-1]] = value
+        status, body = _request(url, "POST", json.dumps(crd).encode(), "application/json")
+        assert status in (400, 422), (path, status, body[:300])
+    status, _ = _request(url, "POST", json.dumps(CRD).encode(), "application/json")
+    assert status == 201
