@@ -104,8 +104,13 @@ def _write_private(path: Path, text: str) -> None:
             os.close(fd)
 
 
+RUN_ID_ENV = "ANSIBLE_OPERATOR_RUN_ID"
+"""Set in every run's environment; every process of the run (modules too) inherits it, so a stopped run's
+leftovers can be found even after they were re-parented (see ``runner.kill_leftovers``)."""
+
+
 def _environment(request: RunRequest, role_parent: Path | None) -> dict[str, str]:
-    env: dict[str, str] = {}
+    env: dict[str, str] = {RUN_ID_ENV: request.run_id}
     # ansible-playbook must come from the operator's own installation (a venv may not be on PATH).
     bindir = str(Path(sys.executable).parent)
     path = os.environ.get("PATH", "")

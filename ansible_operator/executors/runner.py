@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import os
 import math
 import re
 import threading
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ansible_operator.executors.base import EventCallback, RunOutcome, RunRequest
-from ansible_operator.executors.datadir import prepare
+from ansible_operator.executors.datadir import RUN_ID_ENV, prepare
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,32 @@ def _one_line(text: str, limit: int = 500) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _stdout_error(artifacts_dir: Path) -> str | None:
+def kill_leftovers(run_id: str) -> int:
+    """SIGKILL every process still carrying this run's id in its environment; returns how many.
+
+    ansible-runner kills ansible-playbook's process group on cancel/timeout, but processes Ansible starts
+    in sessions of their own (module invocations through the local connection) survive, re-parented to
+    init. They all inherit ``RUN_ID_ENV`` from the run's environment, which is what we look for.
+    """
+    import psutil  # noqa: PLC0415 - only on the rare stop path
+
+    killed = 0
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == me:
+            continue
+        try:
+            if proc.environ().get(RUN_ID_ENV) == run_id:
+                proc.kill()
+                killed += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    if killed:
+        log.info("run %s: killed %d leftover process(es) after stop", run_id, killed)
+    return killed
+
+
+def stdout_error(artifacts_dir: Path) -> str | None:
     """The error line (``[ERROR]: ...`` in ansible-core 2.19, ``ERROR! ...`` before) or else the last line
     of a run that failed before/outside any task (syntax error, role not found, ...)."""
     try:
@@ -156,6 +182,8 @@ class RunnerExecutor:
                               error=_one_line(f"ansible-runner: {type(e).__name__}: {e}"))
 
         status, rc = r.status, r.rc
+        if status in ("canceled", "timeout"):
+            kill_leftovers(request.run_id)
         if status not in _RUNNER_STATUSES:
             return RunOutcome(status="error", rc=rc, artifacts_dir=prepared.artifacts_dir,
                               error=_one_line(f"ansible-runner ended with status {status!r}"))
@@ -164,5 +192,5 @@ class RunnerExecutor:
             error = f"run exceeded its timeout of {request.timeout:g}s and was stopped"
         elif status == "failed" and rc not in (0, 2):
             # rc 2 = a task failed (the events say which); anything else failed outside any task.
-            error = _stdout_error(prepared.artifacts_dir) or f"ansible-playbook exited with rc {rc}"
+            error = stdout_error(prepared.artifacts_dir) or f"ansible-playbook exited with rc {rc}"
         return RunOutcome(status=status, rc=rc, artifacts_dir=prepared.artifacts_dir, error=error)

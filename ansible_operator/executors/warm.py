@@ -340,9 +340,9 @@ def _outcome(run: _Run, artifacts_dir: Path) -> RunOutcome:
             if status == "failed" and rc not in (0, 2):
                 # as the runner executor: rc 2 = a task failed (the events say which); anything else
                 # failed outside any task (syntax error, role not found...): name it from the output.
-                from ansible_operator.executors.runner import _stdout_error
+                from ansible_operator.executors.runner import stdout_error
 
-                error = _stdout_error(artifacts_dir) or f"ansible-playbook exited with rc {rc}"
+                error = stdout_error(artifacts_dir) or f"ansible-playbook exited with rc {rc}"
             return RunOutcome(status=status, rc=rc, artifacts_dir=artifacts_dir, error=error)
     if run.error is not None:
         return _finish(artifacts_dir, "error", None, f"run failed inside the warm executor: {run.error}")
