@@ -54,10 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--artifacts-dir", default=os.environ.get("ANSIBLE_OPERATOR_ARTIFACTS", None),
                      help="where run artifacts are kept (default: $XDG_STATE_HOME/ansible-operator/runs"
                           " or ~/.local/state/ansible-operator/runs)")
-    run.add_argument("--executor", choices=("runner", "warm"),
-                     default=os.environ.get("ANSIBLE_OPERATOR_EXECUTOR", "runner"),
-                     help="how playbooks run: 'runner' = a fresh ansible-runner process per run;"
-                          " 'warm' = a pre-imported forking executor (much faster)")
+    run.add_argument("--executor", choices=("warm", "runner"),
+                     default=os.environ.get("ANSIBLE_OPERATOR_EXECUTOR", "warm"),
+                     help="how playbooks run: 'warm' (default) = a pre-imported Ansible process forking one"
+                          " child per run (see docs/warm-executor.md); 'runner' = a fresh ansible-runner"
+                          " process per run, the fallback (env: ANSIBLE_OPERATOR_EXECUTOR)")
     run.add_argument("--run-timeout", default="1h", metavar="DURATION",
                      help="stop a run that takes longer than this (default 1h)")
     run.add_argument("--sandbox", action="store_true",
