@@ -57,7 +57,8 @@ def _descendants(pid: int) -> list[psutil.Process]:
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
     """SIGTERM the process itself (as kubelet does: the operator closes its executor on its own), wait, then
-    SIGKILL its process group; finally kill any descendant still alive (forked runs in groups of their own)."""
+    SIGKILL its process group; finally kill any descendant still alive (forked runs in groups of their
+    own)."""
     family = _descendants(proc.pid)
     if proc.poll() is None:
         proc.terminate()
@@ -115,7 +116,8 @@ class SandboxProcess:
     log_path: Path
 
     @classmethod
-    def start(cls, workdir: Path, crds: Iterable[Path], reaper: Reaper, timeout: float = 60.0) -> SandboxProcess:
+    def start(cls, workdir: Path, crds: Iterable[Path], reaper: Reaper,
+              timeout: float = 60.0) -> SandboxProcess:
         kubeconfig = workdir / "kubeconfig"
         log_path = workdir / "sandbox.log"
         args = [PYTHON, "-m", "ansible_operator", "sandbox", "--port", "0", "--kubeconfig", str(kubeconfig),
@@ -203,12 +205,14 @@ class OperatorProcess:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise BenchError(f"{self.executor} operator not ready after {timeout}s; log: {self.log_tail()}")
+                raise BenchError(f"{self.executor} operator not ready after {timeout}s; log: "
+                                 f"{self.log_tail()}")
             time.sleep(0.1)
 
     def check_alive(self) -> None:
         if self.proc.poll() is not None:
-            raise BenchError(f"{self.executor} operator exited with {self.proc.returncode}: {self.log_tail()}")
+            raise BenchError(f"{self.executor} operator exited with {self.proc.returncode}: "
+                             f"{self.log_tail()}")
 
     def log_tail(self, n: int = 3000) -> str:
         try:
@@ -493,9 +497,9 @@ class ConditionWatcher:
                     return {n: self.done[n].at for n in wanted}
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise BenchError(f"{len(missing)} of {len(wanted)} {self.kind.kind}s in {self.namespace} "
-                                     f"not Successful after {timeout}s (e.g. {missing[:3]}); last watch error: "
-                                     f"{self._error!r}")
+                    raise BenchError(f"{len(missing)} of {len(wanted)} {self.kind.kind}s in "
+                                     f"{self.namespace} not Successful after {timeout}s (e.g. {missing[:3]});"
+                                     f" last watch error: {self._error!r}")
                 self._cv.wait(min(remaining, 1.0))
                 if alive is not None:
                     alive()

@@ -30,12 +30,14 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def headline(raw: Raw) -> dict[str, Any]:
     """The keys ``--json`` promises: ratios warm/runner, and the warm executor's absolute figures."""
+    def ratio(section: str, key: str) -> float | None:
+        return _ratio(_get(raw, section, "warm", key), _get(raw, section, "runner", key))
+
     return {
-        "trivial_ratio": _ratio(_get(raw, "floor", "warm", "median_ms"), _get(raw, "floor", "runner", "median_ms")),
-        "latency_ratio": _ratio(_get(raw, "latency", "warm", "p50_s"), _get(raw, "latency", "runner", "p50_s")),
-        "latency_p95_ratio": _ratio(_get(raw, "latency", "warm", "p95_s"), _get(raw, "latency", "runner", "p95_s")),
-        "throughput_ratio": _ratio(_get(raw, "throughput", "warm", "duration_s"),
-                                   _get(raw, "throughput", "runner", "duration_s")),
+        "trivial_ratio": ratio("floor", "median_ms"),
+        "latency_ratio": ratio("latency", "p50_s"),
+        "latency_p95_ratio": ratio("latency", "p95_s"),
+        "throughput_ratio": ratio("throughput", "duration_s"),
         "coalesced_runs": _get(raw, "coalescing", "warm", "runs"),
         "coalesced_runs_runner": _get(raw, "coalescing", "runner", "runs"),
         "private_mb_per_run": _get(raw, "memory", "warm", "private_mb_per_run"),
@@ -95,7 +97,8 @@ ROWS = [
         _le("private_mb_per_run", 30)),
     Row("  same with PSS (no fork undercount)", "memory", "pss_mb_per_run", "{:.1f}", "warm <= 30 MB",
         _le("pss_mb_per_run", 30)),
-    Row("idle RSS with N CRs converged (MB)", "idle", "rss_mb", "{:.0f}", "warm < 150 MB, CPU < 1%", _idle_ok),
+    Row("idle RSS with N CRs converged (MB)", "idle", "rss_mb", "{:.0f}", "warm < 150 MB, CPU < 1%",
+        _idle_ok),
     Row("  idle USS (MB)", "idle", "uss_mb", "{:.0f}"),
     Row("  idle PSS (MB)", "idle", "pss_mb", "{:.0f}"),
     Row("  idle CPU over window (% of a core)", "idle", "cpu_percent", "{:.2f}"),
@@ -116,7 +119,8 @@ def table(raw: Raw, counts: dict[str, int], kind: str = "Memcached") -> str:
             continue
         a = raw[row.section].get("runner", {}).get(row.key)
         b = raw[row.section].get("warm", {}).get(row.key)
-        ratio = _ratio(float(b), float(a)) if isinstance(a, (int, float)) and isinstance(b, (int, float)) else None
+        numbers = isinstance(a, (int, float)) and isinstance(b, (int, float))
+        ratio = _ratio(float(b), float(a)) if numbers else None
         verdict = ""
         if row.check is not None:
             met = row.check(h)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import sys
@@ -84,8 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"comma-separated subset of {','.join(SECTIONS)}")
     p.add_argument("--workload", choices=("memcached", "noop"), default=None,
                    help="CR kind of the latency/throughput/coalescing/memory sections: memcached (the example"
-                        " role, 3 kubernetes.core tasks + facts) or noop (the trivial play); default: memcached,"
-                        " noop with --quick")
+                        " role, 3 kubernetes.core tasks + facts) or noop (the trivial play);"
+                        " default: memcached, noop with --quick")
     p.add_argument("--runs", type=_positive, default=None, help="floor: timed runs per executor")
     p.add_argument("--latency-crs", type=_positive, default=None)
     p.add_argument("--throughput-crs", type=_positive, default=None)
@@ -103,8 +104,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def counts_for(args: argparse.Namespace) -> dict[str, int]:
     base = dict(QUICK if args.quick else FULL)
-    for key, value in (("floor", args.runs), ("latency", args.latency_crs), ("throughput", args.throughput_crs),
-                       ("edits", args.edits), ("idle", args.idle_crs)):
+    overrides = (("floor", args.runs), ("latency", args.latency_crs), ("throughput", args.throughput_crs),
+                 ("edits", args.edits), ("idle", args.idle_crs))
+    for key, value in overrides:
         if value is not None:
             base[key] = value
     return base
@@ -154,7 +156,8 @@ def run(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> dict[str, An
             namespaces = [f"{ex}-{s}" for s in operator_sections]
             for ns in namespaces:
                 cluster.kube.namespace(ns)
-            return OperatorProcess.start(ex, workdir / f"operator-{ex}", sandbox.kubeconfig, namespaces, reaper)
+            return OperatorProcess.start(ex, workdir / f"operator-{ex}", sandbox.kubeconfig, namespaces,
+                                         reaper)
 
         say(f"starting the operators (default concurrency): {', '.join(executors)}")
         with ThreadPoolExecutor(len(executors)) as pool:  # both start at once: startup is not measured
@@ -203,7 +206,8 @@ def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored (nohup, &)
+    # Ctrl-C must stop the run even when it was started with SIGINT ignored (nohup, a background job).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.monotonic()
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     machine = report.machine()
@@ -226,15 +230,18 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
     elapsed = round(time.monotonic() - started, 1)
+    machine["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     head = report.headline(result["raw"])
     print(f"\nansible-operator benchmark, {date}, {machine['nproc']} CPUs ({machine['cpu_model']}),"
-          f" {machine['mem_total_mb']} MB, {'quick' if args.quick else 'full'} run in {elapsed}s")
-    print(f"counts: {json.dumps(result['counts'])}\n")
+          f" {machine['mem_total_mb']} MB, {'quick' if args.quick else 'full'} run in {elapsed}s,"
+          f" load average {machine['loadavg_at_start']} at start, {machine['loadavg_at_end']} at end")
+    print(f"workload: {workload(args)}, counts: {json.dumps(result['counts'])}\n")
     print(report.table(result["raw"], result["counts"], MEMCACHED.kind if workload(args) == "memcached"
                        else NOOP.kind))
     if args.json is not None:
         doc = {"date": date, "machine": machine, "quick": args.quick, "executors": args.executors,
-               "sections": args.only, "elapsed_s": elapsed, "workload": workload(args), "counts": result["counts"], **head,
+               "sections": args.only, "elapsed_s": elapsed, "workload": workload(args),
+               "counts": result["counts"], **head,
                "targets": report.verdicts(head), "raw": result["raw"]}
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"\nJSON written to {args.json}")

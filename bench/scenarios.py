@@ -119,14 +119,15 @@ def throughput(cluster: Cluster, kind: Kind, op: OperatorProcess, namespace: str
     }
 
 
-def coalescing(cluster: Cluster, kind: Kind, op: OperatorProcess, namespace: str, edits: int) -> dict[str, Any]:
+def coalescing(cluster: Cluster, kind: Kind, op: OperatorProcess, namespace: str,
+               edits: int) -> dict[str, Any]:
     """Create one CR, let it converge, then ``edits`` back-to-back spec changes; count the runs they cause."""
     watcher = cluster.watcher(kind, namespace)
     name = "co-0"
     cluster.kube.create(kind, namespace, name, _spec(kind, 0))
     watcher.wait([name], 1, timeout=600, alive=op.check_alive)
     _wait_idle(op)
-    before = len(op.runs(kind.group, kind.version, kind.kind, namespace, name))
+    before = {r.get("run_id") for r in op.runs(kind.group, kind.version, kind.kind, namespace, name)}
     generation = 1
     t0 = time.monotonic()
     for i in range(edits):  # every edit differs from the previous one, so each bumps the generation
@@ -136,7 +137,10 @@ def coalescing(cluster: Cluster, kind: Kind, op: OperatorProcess, namespace: str
     done = watcher.wait([name], generation, timeout=600, alive=op.check_alive)
     settle_s = done[name] - t0
     _wait_idle(op, quiet=2.0)
-    runs = op.runs(kind.group, kind.version, kind.kind, namespace, name)[before:]
+    # Not a slice: run ids sort by second only, so two runs in one second may be listed in either order.
+    runs = [r for r in op.runs(kind.group, kind.version, kind.kind, namespace, name)
+            if r.get("run_id") not in before]
+    runs.sort(key=lambda r: (r.get("started") or "", r.get("generation") or 0))
     return {
         "edits": edits,
         "final_generation": generation,
@@ -206,7 +210,8 @@ def memory(cluster: Cluster, kind: Kind, executor: str, workdir: Path, kubeconfi
     }
 
 
-def idle(cluster: Cluster, op: OperatorProcess, namespace: str, crs: int, cpu_window: float) -> dict[str, Any]:
+def idle(cluster: Cluster, op: OperatorProcess, namespace: str, crs: int,
+         cpu_window: float) -> dict[str, Any]:
     """``crs`` Noop CRs (trivial play) converged, queue idle: RSS/USS of the operator family, CPU% at rest."""
     watcher = cluster.watcher(NOOP, namespace)
     names = [f"idle-{i}" for i in range(crs)]
