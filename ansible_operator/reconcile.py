@@ -128,9 +128,16 @@ class Reconciler:
 
         finalizer = self.watch.finalizer
         if meta.get("deletionTimestamp"):
-            if finalizer and finalizer.name in (meta.get("finalizers") or []):
-                return await self._finalize(obj, overrides)
-            return ReconcileOutcome()
+            if not (finalizer and finalizer.name in (meta.get("finalizers") or [])):
+                return ReconcileOutcome()
+            # The cache can lag the API: after our finalizer is removed, garbage collection of the
+            # dependents may re-queue the object before its own DELETED event arrives. A finalizer run
+            # is not idempotent (a snapshot, a deregistration), so confirm against the API first.
+            fresh = await self.rt.kube.get(self.resource, meta.get("namespace"), meta["name"])
+            if (fresh is None or fresh["metadata"].get("uid") != meta.get("uid")
+                    or finalizer.name not in (fresh["metadata"].get("finalizers") or [])):
+                return ReconcileOutcome()
+            return await self._finalize(fresh, overrides)
 
         if finalizer and finalizer.name not in (meta.get("finalizers") or []):
             obj = await self._add_finalizer(obj)
