@@ -318,7 +318,7 @@ class Reconciler:
             changed_tasks=list(result.changed_tasks), error=result.error,
         )
         _write_json(run_dir / "run.json", summary)
-        _prune_runs(object_dir, keep=overrides["max_runner_artifacts"], current=run_dir)
+        _prune_runs(object_dir, keep=overrides["max_runner_artifacts"])
         if result.succeeded:
             log.info("%s run %s succeeded in %.1fs (ok=%d changed=%d)", phase, run_id, duration, result.ok,
                      result.changed)
@@ -394,9 +394,10 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _prune_runs(object_dir: Path, *, keep: int, current: Path) -> None:
-    """Keep the newest ``keep`` run directories of one object (run ids sort by time)."""
+def _prune_runs(object_dir: Path, *, keep: int) -> None:
+    """Keep the newest ``keep`` run directories of one object (run ids sort by time); 0 keeps all."""
+    if keep <= 0:
+        return
     runs = sorted((p for p in object_dir.iterdir() if p.is_dir()), key=lambda p: p.name)
-    excess = runs[:-keep] if keep > 0 else runs
-    for old in excess:
+    for old in runs[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
