@@ -169,7 +169,8 @@ class OperatorProcess:
 
     @classmethod
     def start(cls, executor: str, workdir: Path, kubeconfig: Path, namespaces: list[str], reaper: Reaper,
-              max_concurrent: int | None = None, timeout: float = 120.0) -> OperatorProcess:
+              max_concurrent: int | None = None, timeout: float = 120.0,
+              env: dict[str, str] | None = None) -> OperatorProcess:
         workdir.mkdir(parents=True, exist_ok=True)
         watches = write_watches(workdir / "watches.yaml")
         artifacts = workdir / "artifacts"
@@ -183,10 +184,10 @@ class OperatorProcess:
             args += ["--namespace", ns]
         if max_concurrent is not None:
             args += ["--max-concurrent-reconciles", str(max_concurrent)]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env.pop("KUBECONFIG", None)
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        full_env.pop("KUBECONFIG", None)
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env,
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=full_env,
                                     start_new_session=True)
         op = cls(executor, proc, artifacts, log_path, metrics_port, health_port, reaper)
         reaper.add(op.stop)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 Raw = dict[str, dict[str, dict[str, Any]]]  # section -> executor -> figures
@@ -161,9 +163,18 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    git = {}
+    try:
+        here = str(Path(__file__).resolve().parent)
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True)
+        git = {"commit": head.stdout.strip(), "uncommitted_changes": bool(dirty.stdout.strip())}
+    except OSError:
+        pass
     return {"nproc": os.cpu_count(), "cpu_model": model, "mem_total_mb": mem_mb,
             "python": platform.python_version(), "kernel": platform.release(),
-            "loadavg_at_start": [round(x, 2) for x in load] if load else None}
+            "loadavg_at_start": [round(x, 2) for x in load] if load else None, **git}
 
 
 def verdicts(h: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -87,6 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="CR kind of the latency/throughput/coalescing/memory sections: memcached (the example"
                         " role, 3 kubernetes.core tasks + facts) or noop (the trivial play);"
                         " default: memcached, noop with --quick")
+    p.add_argument("--gathering", choices=("explicit", "implicit"), default="explicit",
+                   help="ANSIBLE_GATHERING for the operators: explicit (default, as the operator image ships:"
+                        " no fact gathering) or implicit (Ansible's default: gather facts every run)")
     p.add_argument("--runs", type=_positive, default=None, help="floor: timed runs per executor")
     p.add_argument("--latency-crs", type=_positive, default=None)
     p.add_argument("--throughput-crs", type=_positive, default=None)
@@ -132,6 +135,7 @@ def run(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> dict[str, An
     only = set(args.only)
     raw: report.Raw = {}
     kind = MEMCACHED if workload(args) == "memcached" else NOOP
+    operator_env = {"ANSIBLE_GATHERING": args.gathering}
 
     if "floor" in only:
         from floor import measure_floor
@@ -157,7 +161,7 @@ def run(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> dict[str, An
             for ns in namespaces:
                 cluster.kube.namespace(ns)
             return OperatorProcess.start(ex, workdir / f"operator-{ex}", sandbox.kubeconfig, namespaces,
-                                         reaper)
+                                         reaper, env=operator_env)
 
         say(f"starting the operators (default concurrency): {', '.join(executors)}")
         with ThreadPoolExecutor(len(executors)) as pool:  # both start at once: startup is not measured
@@ -193,7 +197,7 @@ def run(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> dict[str, An
         for ex in executors:
             say(f"memory [{ex}]: operator at --max-concurrent-reconciles 4, 1 then 4 runs in flight")
             result = scenarios.memory(cluster, kind, ex, workdir / f"operator-{ex}-mem", sandbox.kubeconfig,
-                                      f"{ex}-mem", reaper)
+                                      f"{ex}-mem", reaper, env=operator_env)
             raw.setdefault("memory", {})[ex] = result
             say(f"memory [{ex}]: {json.dumps(result)}")
     return {"counts": counts, "raw": raw}
@@ -235,12 +239,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nansible-operator benchmark, {date}, {machine['nproc']} CPUs ({machine['cpu_model']}),"
           f" {machine['mem_total_mb']} MB, {'quick' if args.quick else 'full'} run in {elapsed}s,"
           f" load average {machine['loadavg_at_start']} at start, {machine['loadavg_at_end']} at end")
-    print(f"workload: {workload(args)}, counts: {json.dumps(result['counts'])}\n")
+    print(f"workload: {workload(args)}, ANSIBLE_GATHERING={args.gathering}, counts: {json.dumps(result['counts'])}\n")
     print(report.table(result["raw"], result["counts"], MEMCACHED.kind if workload(args) == "memcached"
                        else NOOP.kind))
     if args.json is not None:
         doc = {"date": date, "machine": machine, "quick": args.quick, "executors": args.executors,
                "sections": args.only, "elapsed_s": elapsed, "workload": workload(args),
+               "gathering": args.gathering,
                "counts": result["counts"], **head,
                "targets": report.verdicts(head), "raw": result["raw"]}
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
