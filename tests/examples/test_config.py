@@ -185,3 +185,27 @@ def test_sampledb_schema_rejects_bad_values(crd_sandbox: SandboxHandle, spec: di
         api.create_namespaced_custom_object("db.ansible-operator.dev", "v1alpha1", "default", "sampledbs", body)
     assert err.value.status == 422
     assert re.search(re.escape(field), err.value.body)
+
+
+def test_dockerfile_agrees_with_the_deployment_and_the_repository() -> None:
+    """The image runs what the Deployment expects: entrypoint, user, ports, copied paths that exist."""
+    text = (REPO / "Dockerfile").read_text()
+    instructions = [line for line in re.sub(r"\\\n\s*", " ", text).splitlines()
+                    if line and not line.lstrip().startswith("#")]
+    entrypoint = [i for i in instructions if i.startswith("ENTRYPOINT")]
+    assert entrypoint == ['ENTRYPOINT ["ansible-operator", "run", "--watches-file", "/opt/ansible/watches.yaml"]']
+    assert "ARG USER_UID=1001" in instructions and "USER ${USER_UID}" in instructions
+    assert [i for i in instructions if i.startswith("FROM")][0].endswith("AS build")
+    assert "ARG PYTHON_IMAGE=python:3.11-slim" in instructions
+    exposed = {int(p) for i in instructions if i.startswith("EXPOSE") for p in i.split()[1:]}
+    (deploy,) = [d for d in kustomize("config/manager") if d["kind"] == "Deployment"]
+    ports = {p["containerPort"] for p in deploy["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert exposed == ports == {6789, 8080}
+    for copy in (i for i in instructions if i.startswith("COPY") and "--from=" not in i):
+        sources = [a for a in copy.split()[1:-1] if not a.startswith("--")]
+        for src in sources:
+            assert (REPO / src).exists(), f"{copy}: {src} does not exist"
+    # .dockerignore lets every copied path into the build context.
+    allowed = {line[1:].rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines()
+               if line.startswith("!")}
+    assert {"pyproject.toml", "README.md", "ansible_operator", "watches.yaml", "roles", "playbooks"} <= allowed
