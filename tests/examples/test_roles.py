@@ -131,6 +131,12 @@ def test_sampledb_lifecycle(cluster: Cluster) -> None:
     assert run.failure_messages()[0].startswith("downgrade from 17.0 to 16.4 is not supported")
     assert cluster.image("db") == "postgres:17.0"
 
+    #    and so is a new storage size (volume claim templates are immutable)
+    cluster.patch(SAMPLEDB, "db", {"version": "17.0", "storage": "2Gi"})
+    run = cluster.reconcile("sampledb", SAMPLEDB, "db")
+    assert run.failure_messages()[0].startswith("spec.storage cannot change once the database exists (1Gi to 2Gi)")
+    cluster.patch(SAMPLEDB, "db", {"storage": "1Gi"})
+
     # 4. a failing migration stops the upgrade: the StatefulSet keeps running the old version
     cluster.patch(SAMPLEDB, "db", {"version": "17.1", "jobAnnotations": FAIL_ANNOTATION})
     run = cluster.reconcile("sampledb", SAMPLEDB, "db")
