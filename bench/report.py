@@ -166,7 +166,8 @@ def machine() -> dict[str, Any]:
     git = {}
     try:
         here = str(Path(__file__).resolve().parent)
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True)
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
+                              text=True)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
                                capture_output=True, text=True)
         git = {"commit": head.stdout.strip(), "uncommitted_changes": bool(dirty.stdout.strip())}

@@ -54,7 +54,7 @@ SECTIONS = ("floor", "latency", "throughput", "coalescing", "memory", "idle")
 FULL = {"floor": 30, "latency": 20, "throughput": 200, "edits": 100, "idle": 1000}
 # Sized so that --quick (both executors, all sections, Noop workload) ends in under two minutes on a busy
 # 2-core machine; the runner executor's ~1.5-2.5 s per run is what bounds it.
-QUICK = {"floor": 6, "latency": 4, "throughput": 16, "edits": 20, "idle": 100}
+QUICK = {"floor": 5, "latency": 4, "throughput": 12, "edits": 20, "idle": 50}
 IDLE_CPU_WINDOW = {"full": 10.0, "quick": 5.0}
 
 
@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nansible-operator benchmark, {date}, {machine['nproc']} CPUs ({machine['cpu_model']}),"
           f" {machine['mem_total_mb']} MB, {'quick' if args.quick else 'full'} run in {elapsed}s,"
           f" load average {machine['loadavg_at_start']} at start, {machine['loadavg_at_end']} at end")
-    print(f"workload: {workload(args)}, ANSIBLE_GATHERING={args.gathering}, counts: {json.dumps(result['counts'])}\n")
+    print(f"workload: {workload(args)}, ANSIBLE_GATHERING={args.gathering},"
+          f" counts: {json.dumps(result['counts'])}\n")
     print(report.table(result["raw"], result["counts"], MEMCACHED.kind if workload(args) == "memcached"
                        else NOOP.kind))
     if args.json is not None:
