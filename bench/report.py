@@ -2,7 +2,7 @@
 
 Ratios are warm / runner, so lower is better and a missing executor or section gives ``None`` (printed
 as ``-``), never a made-up value. Each target from the issue is checked against the measured value and
-marked ``ok`` or ``MISSED`` - a missed target stays visible.
+marked ``✓ met`` or ``✗ MISSED`` - a missed target stays visible.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def table(raw: Raw, counts: dict[str, int], kind: str = "Memcached") -> str:
         verdict = ""
         if row.check is not None:
             met = row.check(h)
-            verdict = "-" if met is None else ("ok" if met else "MISSED")
+            verdict = "-" if met is None else ("✓ met" if met else "✗ MISSED")
         metric = row.metric.replace("Memcached", kind)
         metric = metric.replace("with N CRs", f"with {counts.get('idle', '?')} Noop CRs")
         metric = metric.replace("N CRs", f"{counts.get('throughput', '?')} CRs")
