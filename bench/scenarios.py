@@ -163,14 +163,16 @@ def _idle_sample(sampler: MemorySampler, seconds: float = 2.0) -> tuple[float, f
 
 
 def memory(cluster: Cluster, kind: Kind, executor: str, workdir: Path, kubeconfig: Path, namespace: str,
-           reaper: Reaper, env: dict[str, str] | None = None) -> dict[str, Any]:
+           reaper: Reaper, env: dict[str, str] | None = None,
+           memcached_playbook: Path | None = None) -> dict[str, Any]:
     """A fresh operator at ``--max-concurrent-reconciles 4``: idle USS, then peaks with 1 and 4 runs at once.
 
     private MB per concurrent run = (peak USS with 4 runs in flight - idle USS) / 4 (the issue's formula),
     and the same with PSS, which does not undercount forked runs (see :class:`MemorySampler`).
     """
     cluster.kube.namespace(namespace)
-    op = OperatorProcess.start(executor, workdir, kubeconfig, [namespace], reaper, max_concurrent=4, env=env)
+    op = OperatorProcess.start(executor, workdir, kubeconfig, [namespace], reaper, max_concurrent=4, env=env,
+                               memcached_playbook=memcached_playbook)
     try:
         watcher = cluster.watcher(kind, namespace)
         time.sleep(2.0)  # let startup work (first lists, imports) finish
