@@ -36,7 +36,8 @@ case "$cmd" in
   test)
     install
     set +e
-    "$VENV/bin/python" -m pytest "$@"
+    # Two workers: most end-to-end time is spent waiting on subprocesses (PYTEST_WORKERS=0 to disable).
+    "$VENV/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" "$@"
     rc=$?
     set -e
     if [ "$rc" = 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi

@@ -1,29 +1,28 @@
 """Run an example role the way the operator does, without the operator.
 
-The operator's run for a custom resource is "ansible-playbook with the role, and extra vars built from
-the object". These helpers build the extra vars with the runner's own ``extravars.build_extra_vars``
-(same names, snake_casing and ``!unsafe`` marking as real runs), write a one-play playbook and run it
-against a sandbox, so a role's whole lifecycle can be tested before (and independently of) the runner.
+The operator's run for a custom resource is "the role, with extra vars built from the object, through an
+executor". These helpers do exactly that with the runner's own pieces: ``extravars.build_extra_vars`` (same
+names, snake_casing and ``!unsafe`` marking) and the warm executor (the operator's default: same private
+data dir, extra-vars file and events), against a sandbox, so a role's whole lifecycle can be tested before
+(and independently of) the watch loop.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from dataclasses import dataclass
+import asyncio
+import atexit
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ansible_operator import extravars
+from ansible_operator import collections, extravars
+from ansible_operator.executors import make_executor
+from ansible_operator.executors.base import Executor, RunRequest
+from ansible_operator.executors.datadir import new_run_id
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"
-COLLECTIONS = REPO / "ansible_operator" / "collections" / "ours"
-VENV_BIN = Path(sys.executable).parent
 
 
 @dataclass(frozen=True)
@@ -45,61 +44,71 @@ ETCDCLUSTER = Kind("etcd.database.example.com", "v1beta2", "EtcdCluster", "etcdc
 
 @dataclass(frozen=True)
 class RoleRun:
-    rc: int
-    output: str
+    status: str
+    """The executor's outcome: successful, failed, timeout, canceled or error."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.rc == 0
+        return self.status == "successful"
+
+    @property
+    def output(self) -> str:
+        return "\n".join(str(e.get("stdout") or "") for e in self.events) + (f"\n{self.error}" if self.error else "")
 
     def failure_messages(self) -> list[str]:
-        """``msg`` of every failed task (from the JSON callback), in order."""
-        try:
-            data = json.loads(self.output[self.output.index("{"):])
-        except ValueError:
-            return []
+        """``msg`` of every failed task that counted (not ``ignore_errors``), in order."""
         out: list[str] = []
-        for play in data.get("plays", []):
-            for task in play.get("tasks", []):
-                for res in task.get("hosts", {}).values():
-                    if res.get("failed"):
-                        out.append(str(res.get("msg", "")))
+        for event in self.events:
+            data = event.get("event_data") or {}
+            if event.get("event") == "runner_on_failed" and not data.get("ignore_errors"):
+                out.append(str((data.get("res") or {}).get("msg", "")))
         return out
 
 
-def ansible_env(kubeconfig: Path) -> dict[str, str]:
-    """Environment of a run: kubeconfig, the project's collection (ansible_operator.util), ./roles."""
-    env = dict(os.environ)
-    env.update(
-        K8S_AUTH_KUBECONFIG=str(kubeconfig),
-        KUBECONFIG=str(kubeconfig),
-        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
-        ANSIBLE_ROLES_PATH=str(ROLES),
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-        ANSIBLE_LOCALHOST_WARNING="false",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
-        ANSIBLE_NOCOLOR="1",
-        PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
-    )
-    return env
+class _SharedExecutor:
+    """One warm executor on a private event loop, shared by every role run of the test session."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._executor: Executor | None = None
+
+    def run(self, request: RunRequest, timeout: float) -> RoleRun:
+        with self._lock:
+            if self._executor is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="roleruns", daemon=True).start()
+                executor = make_executor("warm")
+                asyncio.run_coroutine_threadsafe(executor.start(), self._loop).result(120)
+                self._executor = executor
+                atexit.register(self.close)
+        events: list[dict[str, Any]] = []
+        future = asyncio.run_coroutine_threadsafe(self._executor.run(request, events.append), self._loop)
+        outcome = future.result(timeout + 30)
+        return RoleRun(outcome.status, events, outcome.error)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._executor is not None and self._loop is not None:
+                asyncio.run_coroutine_threadsafe(self._executor.close(), self._loop).result(60)
+                self._loop.call_soon_threadsafe(self._loop.stop)
+            self._executor = self._loop = None
+
+
+_EXECUTOR = _SharedExecutor()
 
 
 def run_role(role: str, obj: dict[str, Any], kind: Kind, kubeconfig: Path, workdir: Path,
              *, finalizer_vars: dict[str, Any] | None = None, timeout: float = 240) -> RoleRun:
     """Run ``roles/<role>`` for ``obj`` (as read from the API) with the operator's extra vars."""
-    workdir.mkdir(parents=True, exist_ok=True)
     evars = extravars.build_extra_vars(obj, watch_vars={}, snake_case=True, mark_unsafe=True,
                                        group=kind.group, kind=kind.kind, finalizer_vars=finalizer_vars)
-    vars_file = workdir / "extravars.yml"
-    vars_file.write_text(extravars.dump(evars), encoding="utf-8")
-    playbook = workdir / "play.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "hosts": "localhost", "connection": "local", "gather_facts": False,
-        "roles": [str(ROLES / role)],
-    }]), encoding="utf-8")
-    proc = subprocess.run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "-e", f"@{vars_file}", str(playbook)],
-        cwd=workdir, env=ansible_env(kubeconfig), capture_output=True, text=True, timeout=timeout,
+    request = RunRequest(
+        run_id=new_run_id(), private_data_dir=workdir, extra_vars=evars, role=str(ROLES / role),
+        verbosity=0, timeout=timeout, roles_path=(ROLES,), collections_path=tuple(collections.paths()),
+        envvars={"K8S_AUTH_KUBECONFIG": str(kubeconfig), "KUBECONFIG": str(kubeconfig),
+                 "ANSIBLE_GATHERING": "explicit"},
     )
-    return RoleRun(proc.returncode, proc.stdout + proc.stderr)
+    return _EXECUTOR.run(request, timeout)
