@@ -172,7 +172,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             reconciler = Reconciler(watch, cache=None, runtime=runtime)  # type: ignore[arg-type]
             queue = WorkQueue(watch.key, reconciler, max_concurrent=watch.max_concurrent_reconciles)
             selector = label_selector_from_dict(watch.selector) if watch.selector else None
-            intake = WatchIntake(watch, queue, selector=selector)
+            intake = WatchIntake(watch, queue, selector=selector, on_forget=reconciler.forget)
             reconciler.cache = intake.cache
             intake.register(registry)
             controller = Controller(watch, intake, queue, reconciler)

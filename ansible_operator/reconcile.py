@@ -98,6 +98,8 @@ class Reconciler:
         self.cache = cache
         self.rt = runtime
         self._resource = resource
+        self._last_event: dict[ObjectKey, tuple[tuple[Any, ...], str, int]] = {}
+        """Per object: the last Event recorded (its identity, name and count), to aggregate repeats."""
 
     @property
     def resource(self) -> ResourceRef:
@@ -364,13 +366,36 @@ class Reconciler:
         log.warning("gave up writing status of %s/%s after %d conflicts", namespace, name, _STATUS_WRITE_ATTEMPTS)
 
     async def _emit(self, obj: dict[str, Any], event: dict[str, Any] | None) -> None:
+        """Record an Event; a repeat of the last one (same object, type, reason, message) bumps its
+        ``count`` and ``lastTimestamp`` instead of adding another object, as client-go's recorder does."""
         if event is None:
             return
-        namespace = obj["metadata"].get("namespace") or "default"
+        meta = obj["metadata"]
+        namespace = meta.get("namespace") or "default"
+        object_key = ObjectKey(namespace=meta.get("namespace") or None, name=meta["name"])
+        identity = (meta.get("uid"), event.get("type"), event.get("reason"), event.get("message"))
         try:
-            await self.rt.kube.create_event(namespace, event)
+            previous = self._last_event.get(object_key)
+            if previous is not None and previous[0] == identity:
+                _, name, count = previous
+                try:
+                    await self.rt.kube.request(
+                        "PATCH", f"/api/v1/namespaces/{namespace}/events/{name}",
+                        body={"count": count + 1, "lastTimestamp": event.get("lastTimestamp")},
+                        content_type="application/merge-patch+json")
+                    self._last_event[object_key] = (identity, name, count + 1)
+                    return
+                except ApiError as exc:
+                    if exc.status != 404:  # gone (TTL): record a new one
+                        raise
+            created = await self.rt.kube.create_event(namespace, event)
+            self._last_event[object_key] = (identity, created["metadata"]["name"], int(created.get("count") or 1))
         except ApiError as exc:  # events are best effort, as in every Kubernetes controller
             log.warning("could not record event %s: %s", event.get("reason"), exc)
+
+    def forget(self, key: ObjectKey) -> None:
+        """The object is gone: drop what we remember about it."""
+        self._last_event.pop(key, None)
 
 
 def _warning_event(obj: dict[str, Any], reason: str, message: str, component: str) -> dict[str, Any]:

@@ -30,7 +30,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-DEFAULT_FAST_MODULE_PREFIXES: tuple[str, ...] = ("kubernetes.core.",)
+DEFAULT_FAST_MODULE_PREFIXES: tuple[str, ...] = ("kubernetes.core.", "ansible_operator.util.")
+"""kubernetes.core, and our own status/requeue/event modules (they use the same kubernetes client)."""
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _MODULE_FQN = re.compile(rb"^module_fqn=(['\"])([A-Za-z0-9_.]+)\1,?\s*$", re.MULTILINE)

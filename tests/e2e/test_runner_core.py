@@ -92,6 +92,11 @@ def test_failed_runs_back_off_instead_of_hot_looping(cluster: Cluster, start_ope
     assert 1 <= len(runs) <= 4, [(r["run_id"], r["result"]) for r in runs]
     assert all(r["result"] == "failed" for r in runs if r["result"] != "running")
     assert time.monotonic() - first >= 8
+    # the same failure again and again is one Warning Event whose count rises (like client-go's recorder)
+    finished_failures = len([r for r in op.runs("loop") if r["result"] == "failed"])
+    warnings = [e for e in cluster.events_for("loop") if e.type == "Warning"]
+    assert len(warnings) == 1, [(e.metadata.name, e.count) for e in warnings]
+    assert warnings[0].count >= min(finished_failures, 2)
 
 
 def test_rapid_edits_coalesce(cluster: Cluster, start_operator) -> None:
