@@ -149,23 +149,14 @@ class Reconciler:
         try:
             variables = self._extra_vars(obj)
         except extravars.RefusedVariable as exc:
-            await self._write_status(obj, lambda cur, gen: status.refused_status(cur, message=str(exc),
-                                                                                generation=gen, now=utcnow()))
-            await self._emit(obj, _warning_event(obj, "Refused", str(exc), self.rt.component))
-            log.error("refusing to run for %s: %s", key, exc)
-            return ReconcileOutcome()  # retrying can't help; a spec change will bring it back
+            return await self._refuse(obj, exc)
 
         if self.watch.manage_status:
             await self._write_status(obj, lambda cur, gen: status.running_status(cur, generation=gen, now=utcnow()))
 
         result = await self._run(obj, "reconcile", variables, role=self.watch.role, playbook=self.watch.playbook,
                                  overrides=overrides)
-
-        if self.watch.manage_status:
-            await self._write_status(obj, lambda cur, gen: status.result_status(cur, result, generation=gen,
-                                                                               now=utcnow()))
-        await self._emit(obj, status.event_for_result(obj, result, now=utcnow(), component=self.rt.component))
-
+        await self._report(obj, result)
         if not result.succeeded:
             return ReconcileOutcome(failed=True)
         requeue = result.requeue_after if result.requeue_after is not None else overrides["reconcile_period"]
@@ -183,22 +174,31 @@ class Reconciler:
         try:
             variables = self._extra_vars(obj, finalizer.vars)
         except extravars.RefusedVariable as exc:
-            if self.watch.manage_status:
-                await self._write_status(obj, lambda cur, gen: status.refused_status(
-                    cur, message=str(exc), generation=gen, now=utcnow()))
-            await self._emit(obj, _warning_event(obj, "Refused", str(exc), self.rt.component))
-            return ReconcileOutcome()  # retrying can't help; a spec change will bring it back
+            return await self._refuse(obj, exc)
 
         result = await self._run(obj, "finalize", variables, role=role, playbook=playbook, overrides=overrides)
+        # On success the object is about to go: an Event is worth it, a status write is not.
+        await self._report(obj, result, write_status=not result.succeeded)
         if not result.succeeded:
-            if self.watch.manage_status:
-                await self._write_status(obj, lambda cur, gen: status.result_status(cur, result, generation=gen,
-                                                                                   now=utcnow()))
-            await self._emit(obj, status.event_for_result(obj, result, now=utcnow(), component=self.rt.component))
             return ReconcileOutcome(failed=True)
-        await self._emit(obj, status.event_for_result(obj, result, now=utcnow(), component=self.rt.component))
         await self._remove_finalizer(obj, finalizer.name)
         return ReconcileOutcome()
+
+    async def _refuse(self, obj: dict[str, Any], exc: extravars.RefusedVariable) -> ReconcileOutcome:
+        """Input that must never reach Ansible: report it, run nothing, don't retry (an edit re-queues)."""
+        log.error("refusing to run: %s", exc)
+        if self.watch.manage_status:
+            await self._write_status(obj, lambda cur, gen: status.refused_status(cur, message=str(exc),
+                                                                                generation=gen, now=utcnow()))
+        await self._emit(obj, _warning_event(obj, "Refused", str(exc), self.rt.component))
+        return ReconcileOutcome()
+
+    async def _report(self, obj: dict[str, Any], result: results.RunResult, *, write_status: bool = True) -> None:
+        """The outcome of a run: conditions (with manageStatus) and an Event."""
+        if write_status and self.watch.manage_status:
+            await self._write_status(obj, lambda cur, gen: status.result_status(cur, result, generation=gen,
+                                                                               now=utcnow()))
+        await self._emit(obj, status.event_for_result(obj, result, now=utcnow(), component=self.rt.component))
 
     async def _add_finalizer(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         name = self.watch.finalizer.name  # type: ignore[union-attr]

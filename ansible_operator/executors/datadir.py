@@ -21,8 +21,9 @@ import json
 import os
 import secrets
 import sys
+import threading
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -37,11 +38,26 @@ DEFAULT_COLLECTIONS_PATH = (Path("~/.ansible/collections").expanduser(), Path("/
 
 
 def new_run_id(now: datetime | None = None) -> str:
-    """``YYYYmmddTHHMMSSZ-<6 hex>``: sorts by start time (to the second), unique via the random tail."""
-    now = now or datetime.now(timezone.utc)
-    if now.tzinfo is None:
+    """``YYYYmmddTHHMMSSZ-<6 hex>``: sorts by start time, to the microsecond.
+
+    The tail is the microseconds (5 hex digits) plus one random hex digit: warm runs can take a fraction of
+    a second, and run directories are ordered (and pruned) by name, so two runs of one object in the same
+    second must still sort in start order.
+    """
+    global _last_run_moment
+    if now is not None and now.tzinfo is None:
         raise ValueError("new_run_id needs an aware datetime (got a naive one)")
-    return f"{now.astimezone(timezone.utc):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    with _run_id_lock:
+        moment = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+        if now is None and _last_run_moment is not None and moment <= _last_run_moment:
+            moment = _last_run_moment + timedelta(microseconds=1)  # strictly increasing in this process
+        if now is None:
+            _last_run_moment = moment
+    return f"{moment:%Y%m%dT%H%M%SZ}-{moment.microsecond:05x}{secrets.token_hex(1)[0]}"
+
+
+_run_id_lock = threading.Lock()
+_last_run_moment: datetime | None = None
 
 
 @dataclass(frozen=True)

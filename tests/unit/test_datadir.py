@@ -46,7 +46,8 @@ def test_new_run_id_format_and_order() -> None:
     assert re.fullmatch(r"20261122T134501Z-[0-9a-f]{6}", rid)
     later = new_run_id(t + timedelta(seconds=1))
     assert sorted([later, rid]) == [rid, later]
-    assert new_run_id(t) != new_run_id(t)  # random tail
+    # runs within one second still sort by start time (warm runs can be much shorter than a second)
+    assert new_run_id(t) < new_run_id(t + timedelta(microseconds=1)) < new_run_id(t + timedelta(milliseconds=300))
     other_tz = datetime(2026, 11, 22, 14, 45, 1, tzinfo=timezone(timedelta(hours=1)))
     assert new_run_id(other_tz).startswith("20261122T134501Z-")
     assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", new_run_id())
@@ -155,3 +156,9 @@ def test_unsafe_values_are_tagged_in_the_file(tmp_path: Path, playbook: Path) ->
     text = p.extravars_file.read_text()
     assert "!unsafe" in text
     assert yaml.load(text, Loader=Loader) == {"x": ("UNSAFE", "{{ lookup('pipe','id') }}"), "n": 1}
+
+
+def test_new_run_ids_are_unique_and_increasing_within_a_process() -> None:
+    ids = [new_run_id() for _ in range(2000)]  # far more than one per microsecond of wall clock
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
