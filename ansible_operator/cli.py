@@ -59,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how playbooks run: 'warm' (default) = a pre-imported Ansible process forking one"
                           " child per run (see docs/warm-executor.md); 'runner' = a fresh ansible-runner"
                           " process per run, the fallback (env: ANSIBLE_OPERATOR_EXECUTOR)")
+    run.add_argument("--warm-idle-timeout", default=os.environ.get("ANSIBLE_OPERATOR_WARM_IDLE_TIMEOUT", "5m"),
+                     metavar="DURATION",
+                     help="with --executor warm: stop the pre-imported Ansible process after this long without"
+                          " runs and restart it (~1 s) on the next one; '0' keeps it"
+                          " (default 5m, env ANSIBLE_OPERATOR_WARM_IDLE_TIMEOUT)")
     run.add_argument("--run-timeout", default="1h", metavar="DURATION",
                      help="stop a run that takes longer than this (default 1h)")
     run.add_argument("--sandbox", action="store_true",

@@ -146,7 +146,10 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         cleanups.append(kube.close)
 
         metrics = Metrics()
-        executor = make_executor(args.executor)
+        executor_options: dict[str, Any] = {}
+        if args.executor == "warm":
+            executor_options["idle_timeout"] = _duration(args.warm_idle_timeout, "--warm-idle-timeout") or None
+        executor = make_executor(args.executor, **executor_options)
         await executor.start()
         cleanups.append(executor.close)
 

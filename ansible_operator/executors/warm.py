@@ -90,11 +90,23 @@ class WarmExecutor:
     name = "warm"
 
     def __init__(self, *, max_workers: int = 8, python: str = sys.executable,
-                 fast_modules: Sequence[str] = DEFAULT_FAST_MODULE_PREFIXES) -> None:
+                 fast_modules: Sequence[str] = DEFAULT_FAST_MODULE_PREFIXES,
+                 idle_timeout: float | None = None) -> None:
         """``fast_modules``: module FQCN prefixes (default ``kubernetes.core.``) whose tasks run in a fork
-        of the already-imported worker instead of a fresh interpreter; ``()`` turns that off."""
+        of the already-imported worker instead of a fresh interpreter; ``()`` turns that off.
+
+        ``idle_timeout``: stop the zygote after this many seconds without runs, and start it again (about
+        a second) on the next run; an idle operator then costs only its own memory. None keeps it forever.
+        """
         if max_workers < 1:
             raise ValueError(f"max_workers must be at least 1 (got {max_workers})")
+        if idle_timeout is not None and idle_timeout <= 0:
+            raise ValueError(f"idle_timeout must be positive (got {idle_timeout})")
+        self._idle_timeout = idle_timeout
+        self._active = 0
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self.idle_stops = 0
+        """How many times the zygote was stopped for being idle (not counted in ``restarts``)."""
         self._python = python
         self._fast_modules = [str(p) for p in fast_modules]
         self._slots = asyncio.Semaphore(max_workers)
@@ -117,9 +129,11 @@ class WarmExecutor:
         check_ansible_core_version()
         self._closing = False
         await self._ensure_zygote()
+        self._arm_idle_timer()
 
     async def close(self) -> None:
         self._closing = True
+        self._cancel_idle_timer()
         zygote, self._zygote = self._zygote, None
         try:
             if zygote is not None:
@@ -263,8 +277,42 @@ class WarmExecutor:
         except Exception as exc:
             log.error("warm executor: restarting the zygote failed: %s", exc)
 
+    # -- idle shutdown ------------------------------------------------------------------------------
+    def _cancel_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def _arm_idle_timer(self) -> None:
+        if self._idle_timeout is None or self._active or self._closing:
+            return
+        self._cancel_idle_timer()
+        loop = asyncio.get_running_loop()
+        self._idle_timer = loop.call_later(self._idle_timeout,
+                                           lambda: loop.create_task(self._stop_if_idle()))
+
+    async def _stop_if_idle(self) -> None:
+        async with self._spawn_lock:  # a run that wants the zygote waits for us, then spawns a new one
+            zygote = self._zygote
+            if self._active or self._closing or zygote is None or zygote.runs:
+                return
+            self._zygote = None  # so _zygote_gone treats the exit as intended, not as a crash
+            self.idle_stops += 1
+            log.info("warm executor: no runs for %gs, stopping the zygote until the next run",
+                     self._idle_timeout)
+            await self._stop_zygote(zygote)
+
     # -- runs ---------------------------------------------------------------------------------------
     async def run(self, request: RunRequest, on_event: EventCallback) -> RunOutcome:
+        self._active += 1  # before any await: an idle stop never races a run that has begun
+        self._cancel_idle_timer()
+        try:
+            return await self._run(request, on_event)
+        finally:
+            self._active -= 1
+            self._arm_idle_timer()
+
+    async def _run(self, request: RunRequest, on_event: EventCallback) -> RunOutcome:
         from ansible_operator.executors import datadir
 
         artifacts_dir = request.private_data_dir / "artifacts" / request.run_id

@@ -431,3 +431,45 @@ async def test_a_zygote_that_cannot_start_gives_a_clear_error(tmp_path: Path) ->
         assert outcome.status == "error" and outcome.error and "before it was ready" in outcome.error
     finally:
         await ex.close()
+
+
+async def test_idle_zygote_is_stopped_and_comes_back_on_the_next_run(tmp_path: Path) -> None:
+    """An idle operator should cost only its own memory: the zygote goes after idle_timeout, and the
+    next run starts a new one (not counted as a crash restart)."""
+    executor = WarmExecutor(idle_timeout=0.5)
+    ok = write(tmp_path / "ok.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=fine\n")
+    await executor.start()
+    try:
+        events: list[dict[str, Any]] = []
+        assert (await executor.run(request_for(tmp_path, playbook=ok), events.append)).status == "successful"
+        first = psutil.Process(executor._zygote.process.pid)  # type: ignore[union-attr]
+        for _ in range(100):
+            if executor.zygote_pid is None and not first.is_running():
+                break
+            await asyncio.sleep(0.1)
+        assert executor.zygote_pid is None and not first.is_running()
+        assert executor.idle_stops >= 1
+
+        events = []
+        assert (await executor.run(request_for(tmp_path, playbook=ok), events.append)).status == "successful"
+        assert ok_messages(events) == ["fine"]
+        assert executor.restarts == 0
+    finally:
+        await executor.close()
+
+
+async def test_idle_timer_never_stops_a_zygote_with_a_run_in_flight(tmp_path: Path) -> None:
+    executor = WarmExecutor(idle_timeout=0.3)
+    pb = write(tmp_path / "pb.yml", """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - command: /bin/sleep 2
+""")
+    await executor.start()
+    try:
+        outcome = await executor.run(request_for(tmp_path, playbook=pb), lambda e: None)
+        assert outcome.status == "successful"  # 2 s run, idle timeout 0.3 s: not interrupted
+        assert executor.restarts == 0
+    finally:
+        await executor.close()
