@@ -21,7 +21,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import kopf
 
@@ -85,7 +85,8 @@ def needs_run(previous: Fingerprint | None, current: Fingerprint) -> bool:
 
 
 class ObjectCache:
-    """The latest body of every object of one watch, as the watch stream delivered it."""
+    """The latest body of every object of one watch, as the watch stream delivered it, with the
+    fingerprint intake decided on. Reconcile reads from it; only intake writes."""
 
     def __init__(self) -> None:
         self._objects: dict[ObjectKey, dict[str, Any]] = {}
@@ -95,11 +96,16 @@ class ObjectCache:
         obj = self._objects.get(key)
         return copy.deepcopy(obj) if obj is not None else None
 
-    def __len__(self) -> int:
-        return len(self._objects)
+    def fingerprint(self, key: ObjectKey) -> Fingerprint | None:
+        return self._fingerprints.get(key)
 
-    def keys(self) -> Iterable[ObjectKey]:
-        return list(self._objects)
+    def store(self, key: ObjectKey, obj: dict[str, Any], fp: Fingerprint) -> None:
+        self._objects[key] = obj
+        self._fingerprints[key] = fp
+
+    def remove(self, key: ObjectKey) -> None:
+        self._objects.pop(key, None)
+        self._fingerprints.pop(key, None)
 
 
 def object_key(obj: dict[str, Any]) -> ObjectKey:
@@ -110,23 +116,20 @@ def object_key(obj: dict[str, Any]) -> ObjectKey:
 class WatchIntake:
     """Intake for one watch: fed by kopf, feeding one work queue."""
 
-    def __init__(self, watch: Watch, queue: WorkQueue, *, selector: Callable[[dict[str, str]], bool] | None = None,
+    def __init__(self, watch: Watch, queue: WorkQueue, *, cache: ObjectCache | None = None,
+                 selector: Callable[[dict[str, str]], bool] | None = None,
                  on_forget: Callable[[ObjectKey], None] | None = None) -> None:
         self.watch = watch
         self.queue = queue
-        self.cache = ObjectCache()
+        self.cache = cache if cache is not None else ObjectCache()
         self._selector = selector
         self._on_forget = on_forget
-        self.events_seen = 0
-        self.enqueued = 0
 
     def handle(self, event_type: str | None, obj: dict[str, Any]) -> None:
         """Apply one watch event. ``event_type`` None is kopf's initial listing."""
-        self.events_seen += 1
         key = object_key(obj)
         if event_type == "DELETED":
-            self.cache._objects.pop(key, None)
-            self.cache._fingerprints.pop(key, None)
+            self.cache.remove(key)
             self.queue.forget(key)
             if self._on_forget:
                 self._on_forget(key)
@@ -134,11 +137,9 @@ class WatchIntake:
         labels = (obj.get("metadata") or {}).get("labels") or {}
         selected = self._selector(labels) if self._selector else True
         current = fingerprint(obj, watch_annotations=self.watch.watch_annotations_changes, selected=selected)
-        previous = self.cache._fingerprints.get(key)
-        self.cache._objects[key] = obj
-        self.cache._fingerprints[key] = current
+        previous = self.cache.fingerprint(key)
+        self.cache.store(key, obj, current)
         if needs_run(previous, current):
-            self.enqueued += 1
             self.queue.add(key)
 
     def register(self, registry: kopf.OperatorRegistry) -> None:

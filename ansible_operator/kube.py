@@ -139,11 +139,6 @@ class Kube:
         return await self.request("PATCH", ref.path(namespace, name, subresource), body=patch,
                                   content_type="application/merge-patch+json")
 
-    async def replace_status(self, ref: ResourceRef, obj: dict[str, Any]) -> dict[str, Any]:
-        """PUT the status subresource; fails with 409 when ``obj`` is stale (optimistic concurrency)."""
-        meta = obj["metadata"]
-        return await self.request("PUT", ref.path(meta.get("namespace"), meta["name"], "status"), body=obj)
-
     async def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
         return await self.request("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", body=event)
 

@@ -123,7 +123,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
 
     from ansible_operator.collections import paths as collection_paths
     from ansible_operator.executors import make_executor
-    from ansible_operator.intake import WatchIntake
+    from ansible_operator.intake import ObjectCache, WatchIntake
     from ansible_operator.logs import ansible_event_logger
     from ansible_operator.metrics import Metrics, close_all, serve_endpoints
     from ansible_operator.queue import WorkQueue
@@ -137,6 +137,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
 
     cleanups: list[Any] = []
     exit_code = 0
+    namespaces = _namespaces(args)
     try:
         kubeconfig = args.kubeconfig
         if args.sandbox:
@@ -156,7 +157,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         controllers_by_gk: dict[tuple[str, str], Controller] = {}
         credentials: Any = PassThroughCredentials(kubeconfig or os.environ.get("KUBECONFIG"))
         if args.inject_owner_ref:
-            dependents = _dependent_watcher(kube, watches, controllers_by_gk, _namespaces(args), cleanups)
+            dependents = _dependent_watcher(kube, watches, controllers_by_gk, namespaces, cleanups)
             credentials = await _start_owner_proxy(configuration, dependents, watches, cleanups)
 
         artifacts_root = _artifacts_root(args)
@@ -172,11 +173,11 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         kopf.on.login(registry=registry)(_kopf_login(configuration))
         controllers: list[Controller] = []
         for watch in watches:
-            reconciler = Reconciler(watch, cache=None, runtime=runtime)  # type: ignore[arg-type]
+            cache = ObjectCache()  # written by intake, read by the reconciler
+            reconciler = Reconciler(watch, cache, runtime)
             queue = WorkQueue(watch.key, reconciler, max_concurrent=watch.max_concurrent_reconciles)
             selector = label_selector_from_dict(watch.selector) if watch.selector else None
-            intake = WatchIntake(watch, queue, selector=selector, on_forget=reconciler.forget)
-            reconciler.cache = intake.cache
+            intake = WatchIntake(watch, queue, cache=cache, selector=selector, on_forget=reconciler.forget)
             intake.register(registry)
             controller = Controller(watch, intake, queue, reconciler)
             controllers.append(controller)
@@ -214,7 +215,6 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         settings.networking.error_backoffs = [1, 2, 5, 10]
         logging.getLogger("kopf").setLevel(max(logging.WARNING, logging.getLogger().level))
 
-        namespaces = _namespaces(args)
         kopf_ready = asyncio.Event()
         kopf_task = asyncio.create_task(kopf.operator(
             registry=registry, settings=settings, standalone=True,
