@@ -34,7 +34,7 @@ def test_create_edit_delete_lifecycle(cluster: Cluster, start_operator) -> None:
 
     obj = cluster.get_widget("w1")
     assert obj is not None
-    assert f"test.ansible-operator.dev/finalizer" in obj["metadata"]["finalizers"]
+    assert "test.ansible-operator.dev/finalizer" in obj["metadata"]["finalizers"]
     assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"] == 1
     running = cluster.condition("w1", "Running")
     assert running and running["status"] == "False"  # we don't leave Running=True after a run

@@ -616,7 +616,6 @@ def test_strategic_merge_patch(target: dict, patch: dict, check: Any) -> None:
 KUBECTL = shutil.which("kubectl")
 
 
-@pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed")
 @pytest.mark.parametrize(("target", "patch"), [pytest.param(t, p, id=i) for i, t, p, _ in SMP_CASES])
 def test_strategic_merge_patch_matches_kubectl(target: dict, patch: dict) -> None:
     """Byte-for-byte (incl. list order) the same result as apimachinery's strategicpatch."""
@@ -872,7 +871,6 @@ def _directive_keys(value: Any) -> list[str]:
     return []
 
 
-@pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed")
 def test_kubectl_client_side_apply_patch_matches_kubectl() -> None:
     proc = subprocess.run(
         [

@@ -4,7 +4,6 @@ parser of requeue_after, loaded from the collection files the modules use."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from types import ModuleType
 
 import pytest

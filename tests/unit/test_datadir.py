@@ -63,7 +63,7 @@ def test_playbook_layout_modes_and_content(tmp_path: Path, playbook: Path) -> No
     assert p.playbook == playbook  # used as is
     assert p.artifacts_dir == pdd / "artifacts" / "20261122T134501Z-3f9a2c"
     assert p.extravars_file == pdd / "env" / "extravars" and mode(p.extravars_file) == 0o600
-    assert yaml.safe_load(p.extravars_file.read_text()) == extra or HAVE_EXTRAVARS
+    assert yaml.safe_load(p.extravars_file.read_text()) == extra
     assert mode(pdd / "env" / "envvars") == 0o600
     assert p.inventory == pdd / "inventory" / "hosts"
     assert p.inventory.read_text().strip() == (

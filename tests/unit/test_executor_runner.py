@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from ansible_operator.executors import make_executor
+from executor_helpers import descendants_with, write
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.runner import RunnerExecutor
@@ -39,21 +40,6 @@ def request_for(tmp_path: Path, **kw: Any) -> RunRequest:
     return RunRequest(run_id=rid, private_data_dir=tmp_path / "runs" / rid, **kw)
 
 
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
-
-def playbook_processes(marker: str) -> list[psutil.Process]:
-    out = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if any(marker in part for part in p.cmdline()):
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
 
 
 async def test_events_stream_in_order_on_the_loop_thread_and_secrets_stay_off_the_cmdline(
@@ -79,7 +65,7 @@ async def test_events_stream_in_order_on_the_loop_thread_and_secrets_stay_off_th
         events.append(ev)
         threads.add(threading.get_ident())
         if ev["event"] == "runner_on_ok" and not first_ok.is_set():
-            cmdlines.extend(p.cmdline() for p in playbook_processes(str(req.private_data_dir)))
+            cmdlines.extend(p.cmdline() for p in descendants_with(str(req.private_data_dir)))
             first_ok.set()
 
     async def ticker() -> None:  # an unrelated task: must keep running during the run
@@ -172,8 +158,8 @@ async def test_timeout_stops_the_run(executor: RunnerExecutor, tmp_path: Path) -
     outcome = await asyncio.wait_for(executor.run(req, lambda e: None), 60)
     assert outcome.status == "timeout" and outcome.error and "timeout" in outcome.error
     assert (outcome.artifacts_dir / "status").read_text() == "timeout"
-    assert playbook_processes(str(req.private_data_dir)) == []
-    assert playbook_processes("37.25") == []
+    assert descendants_with(str(req.private_data_dir)) == []
+    assert descendants_with("37.25") == []
 
 
 async def test_cancel_stops_the_run_and_reraises(executor: RunnerExecutor, tmp_path: Path) -> None:
@@ -191,7 +177,7 @@ async def test_cancel_stops_the_run_and_reraises(executor: RunnerExecutor, tmp_p
 
     def on_event(ev: dict[str, Any]) -> None:
         if ev["event"] == "runner_on_start" and ev["event_data"].get("task") == "command":
-            seen_procs.extend(playbook_processes(str(req.private_data_dir)))
+            seen_procs.extend(descendants_with(str(req.private_data_dir)))
             started.set()
 
     task = asyncio.create_task(executor.run(req, on_event))
@@ -204,8 +190,8 @@ async def test_cancel_stops_the_run_and_reraises(executor: RunnerExecutor, tmp_p
     artifacts = req.private_data_dir / "artifacts" / req.run_id
     assert (artifacts / "status").read_text() == "canceled"
     assert all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in seen_procs)
-    assert playbook_processes(str(req.private_data_dir)) == []
-    assert playbook_processes("41.75") == []
+    assert descendants_with(str(req.private_data_dir)) == []
+    assert descendants_with("41.75") == []
 
 
 async def test_close_cancels_runs_in_flight_and_a_queued_run_can_be_cancelled(tmp_path: Path) -> None:
@@ -237,7 +223,7 @@ async def test_close_cancels_runs_in_flight_and_a_queued_run_can_be_cancelled(tm
     await asyncio.wait_for(ex.close(), 60)
     outcome = await task
     assert outcome.status == "canceled"
-    assert playbook_processes("43.5") == []
+    assert descendants_with("43.5") == []
     with pytest.raises(RuntimeError):
         await ex.run(req, on_event)
 

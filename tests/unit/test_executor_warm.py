@@ -24,6 +24,7 @@ import psutil
 import pytest
 
 from ansible_operator.executors import make_executor
+from executor_helpers import descendants_with, write
 from ansible_operator.executors.base import Executor, RunOutcome, RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.warm import EXECUTOR_RESTARTED, WarmExecutor
@@ -58,11 +59,6 @@ def request_for(tmp_path: Path, **kw: Any) -> RunRequest:
     return RunRequest(run_id=rid, private_data_dir=tmp_path / "runs" / rid, **kw)
 
 
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
 
 def ok_messages(events: list[dict[str, Any]]) -> list[str]:
     return [e["event_data"]["res"].get("msg") for e in events if e["event"] == "runner_on_ok"]
@@ -77,16 +73,6 @@ def unique_sleep() -> str:
     """A sleep duration no other process on the machine uses: it finds (only) this test's process."""
     return f"{random.randint(200, 899)}.{random.randint(100000, 999999)}"
 
-
-def descendants_with(marker: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if any(marker in part for part in proc.cmdline()):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
 
 
 # ---- contract: both executors ----------------------------------------------------------------------
