@@ -10,7 +10,8 @@ for these):
   ``ANSIBLE_CACHE_PLUGIN_CONNECTION`` -> ``C.CACHE_PLUGIN_CONNECTION``). Plugin *options* are read from
   the environment when a plugin is loaded, so they need nothing. Plugin *search paths*
   (``ANSIBLE_ACTION_PLUGINS``...) were baked into the loaders and are not re-applied.
-* ``C.DEFAULT_LOCAL_TMP``: a fresh directory per run (the zygote's one is shared by all children).
+* ``C.DEFAULT_LOCAL_TMP``: a fresh directory per run (the zygote's one is shared by all children); built
+  AnsiballZ payloads are shared between runs through :mod:`zygote_payloads` instead.
 * roles path: ``ANSIBLE_ROLES_PATH`` from the run's environment (``datadir.prepare`` puts the role's
   parent and ``RunRequest.roles_path`` there) becomes ``C.DEFAULT_ROLES_PATH`` through the rule above.
 * collections: the already-installed ``_AnsibleCollectionFinder`` gets this run's ``C.COLLECTIONS_PATHS``
@@ -340,9 +341,10 @@ def _run(spec: RunSpec, sink: EventSink) -> None:
     _point_collection_finder()
     _repoint_awx_display(artifacts)
     _keep_workers_in_the_run()
-    from ansible_operator.executors import zygote_modules
+    from ansible_operator.executors import zygote_modules, zygote_payloads
 
     zygote_modules.install(spec.get("fast_modules") or ())
+    zygote_payloads.install(os.path.join(zygote_tmp, zygote_payloads.STORE_DIRNAME))
     color.ANSIBLE_COLOR = bool(C.ANSIBLE_FORCE_COLOR or not C.ANSIBLE_NOCOLOR)
     # CLI.run() calls init_plugin_loader() again; the zygote already did, and Python would print a warning.
     warnings.filterwarnings("ignore", message="AnsibleCollectionFinder has already been configured")
