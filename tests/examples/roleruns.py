@@ -20,6 +20,7 @@ from ansible_operator import collections, extravars
 from ansible_operator.executors import make_executor
 from ansible_operator.executors.base import Executor, RunRequest
 from ansible_operator.executors.datadir import new_run_id
+from ansible_operator.results import ResultCollector
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"
@@ -56,6 +57,14 @@ class RoleRun:
     @property
     def output(self) -> str:
         return "\n".join(str(e.get("stdout") or "") for e in self.events) + (f"\n{self.error}" if self.error else "")
+
+    @property
+    def requeue_after(self) -> float | None:
+        """The delay a ``requeue_after`` task asked for, read from the events as the operator reads it."""
+        collector = ResultCollector()
+        for event in self.events:
+            collector.feed(event)
+        return collector._requeue
 
     def failure_messages(self) -> list[str]:
         """``msg`` of every failed task that counted (not ``ignore_errors``), in order."""

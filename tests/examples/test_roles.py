@@ -162,17 +162,47 @@ def test_sampledb_lifecycle(cluster: Cluster) -> None:
     assert not cluster.core.read_namespaced_persistent_volume_claim("db-backups", NS).metadata.owner_references
 
 
+def wait_until(predicate: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.1)
+
+
 def test_memcached_scales_and_reports_pods(cluster: Cluster) -> None:
+    def available() -> dict[str, Any]:
+        conditions = cluster.get(MEMCACHED, "mc")["status"]["conditions"]
+        return next(c for c in conditions if c["type"] == "Available")
+
     cluster.create(MEMCACHED, "mc", {"size": 3})
-    ok(cluster.reconcile("memcached", MEMCACHED, "mc"))
+    run = cluster.reconcile("memcached", MEMCACHED, "mc")
+    ok(run)
     deploy = cluster.apps.read_namespaced_deployment("mc-memcached", NS)
     assert deploy.spec.replicas == 3
     assert deploy.spec.template.spec.containers[0].image == "memcached:1.6-alpine"
+    # The run does not wait for the rollout: it reports what the new Deployment said and asks to run again.
+    assert run.requeue_after == 2.0
+    assert (available()["status"], available()["reason"]) == ("False", "RolloutInProgress")
+    # The next run finds the rollout done (the sandbox's simulated controller made the Deployment ready).
     # No pods run in the sandbox: status.nodes lists the real pods, i.e. none; readiness comes from the Deployment.
-    assert cluster.get(MEMCACHED, "mc")["status"] == {"nodes": [], "readyReplicas": 3}
+    wait_until(lambda: cluster.apps.read_namespaced_deployment("mc-memcached", NS).status.ready_replicas == 3)
+    run = cluster.reconcile("memcached", MEMCACHED, "mc")
+    ok(run)
+    assert run.requeue_after is None
+    status = cluster.get(MEMCACHED, "mc")["status"]
+    assert (status["nodes"], status["readyReplicas"]) == ([], 3)
+    assert (available()["status"], available()["reason"], available()["message"]) == (
+        "True", "RolloutComplete", "3 of 3 memcached pods ready")
+    # Scaling down: in progress until the Deployment controller has seen the new spec.
     cluster.patch(MEMCACHED, "mc", {"size": 1})
-    ok(cluster.reconcile("memcached", MEMCACHED, "mc"))
+    run = cluster.reconcile("memcached", MEMCACHED, "mc")
+    ok(run)
     assert cluster.apps.read_namespaced_deployment("mc-memcached", NS).spec.replicas == 1
+    assert run.requeue_after == 2.0
+    wait_until(lambda: cluster.apps.read_namespaced_deployment("mc-memcached", NS).status.ready_replicas == 1)
+    run = cluster.reconcile("memcached", MEMCACHED, "mc")
+    ok(run)
+    assert run.requeue_after is None
     assert cluster.get(MEMCACHED, "mc")["status"]["readyReplicas"] == 1
 
 
