@@ -416,6 +416,12 @@ def _successful_generation(obj: dict[str, Any]) -> int | None:
     return None
 
 
+def _available(obj: dict[str, Any]) -> bool:
+    """The role's own ``Available=True`` condition (the Memcached role sets it when the rollout is done)."""
+    return any(c.get("type") == "Available" and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
 @dataclass
 class _Seen:
     generation: int
@@ -431,6 +437,8 @@ class ConditionWatcher:
         self.kind = kind
         self.namespace = namespace
         self.done: dict[str, _Seen] = {}
+        self.available: dict[str, float] = {}
+        """First time each object showed ``Available=True`` (roles that report one)."""
         self._cv = threading.Condition()
         self._stop = threading.Event()
         self._error: BaseException | None = None
@@ -444,6 +452,11 @@ class ConditionWatcher:
 
     def _record(self, obj: dict[str, Any], now: float) -> None:
         meta = obj.get("metadata") or {}
+        if _available(obj):
+            with self._cv:
+                if meta["name"] not in self.available:
+                    self.available[meta["name"]] = now
+                    self._cv.notify_all()
         gen = _successful_generation(obj)
         if gen is None or gen != meta.get("generation"):
             return
@@ -502,6 +515,24 @@ class ConditionWatcher:
                     raise BenchError(f"{len(missing)} of {len(wanted)} {self.kind.kind}s in "
                                      f"{self.namespace} not Successful after {timeout}s (e.g. {missing[:3]});"
                                      f" last watch error: {self._error!r}")
+                self._cv.wait(min(remaining, 1.0))
+                if alive is not None:
+                    alive()
+
+    def wait_available(self, names: Iterable[str], timeout: float = 600.0,
+                       alive: Callable[[], None] | None = None) -> dict[str, float]:
+        """Block until each name showed ``Available=True``; return the times."""
+        wanted = list(names)
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                missing = [n for n in wanted if n not in self.available]
+                if not missing:
+                    return {n: self.available[n] for n in wanted}
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise BenchError(f"{len(missing)} of {len(wanted)} {self.kind.kind}s in {self.namespace}"
+                                     f" not Available after {timeout}s (e.g. {missing[:3]})")
                 self._cv.wait(min(remaining, 1.0))
                 if alive is not None:
                     alive()
