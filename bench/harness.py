@@ -145,12 +145,11 @@ class SandboxProcess:
 # -------------------------------------------------------------------------------------------- operator
 
 
-def write_watches(path: Path, memcached_playbook: Path | None = None) -> Path:
-    """Memcached (the example role, unchanged, or a play around it) and Noop (the trivial play)."""
-    memcached: dict[str, str] = ({"playbook": str(memcached_playbook)} if memcached_playbook
-                                 else {"role": str(REPO / "roles" / "memcached")})
+def write_watches(path: Path) -> Path:
+    """Memcached (the example role, unchanged) and Noop (the trivial play)."""
     watches = [
-        {"version": "v1alpha1", "group": "cache.example.com", "kind": "Memcached", **memcached},
+        {"version": "v1alpha1", "group": "cache.example.com", "kind": "Memcached",
+         "role": str(REPO / "roles" / "memcached")},
         {"version": "v1", "group": "bench.ansible-operator.dev", "kind": "Noop",
          "playbook": str(BENCH / "trivial.yml")},
     ]
@@ -171,9 +170,9 @@ class OperatorProcess:
     @classmethod
     def start(cls, executor: str, workdir: Path, kubeconfig: Path, namespaces: list[str], reaper: Reaper,
               max_concurrent: int | None = None, timeout: float = 120.0,
-              env: dict[str, str] | None = None, memcached_playbook: Path | None = None) -> OperatorProcess:
+              env: dict[str, str] | None = None) -> OperatorProcess:
         workdir.mkdir(parents=True, exist_ok=True)
-        watches = write_watches(workdir / "watches.yaml", memcached_playbook)
+        watches = write_watches(workdir / "watches.yaml")
         artifacts = workdir / "artifacts"
         log_path = workdir / "operator.log"
         metrics_port, health_port = free_port(), free_port()

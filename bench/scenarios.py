@@ -186,16 +186,14 @@ def _idle_sample(sampler: MemorySampler, seconds: float = 2.0) -> tuple[float, f
 
 
 def memory(cluster: Cluster, kind: Kind, executor: str, workdir: Path, kubeconfig: Path, namespace: str,
-           reaper: Reaper, env: dict[str, str] | None = None,
-           memcached_playbook: Path | None = None) -> dict[str, Any]:
+           reaper: Reaper, env: dict[str, str] | None = None) -> dict[str, Any]:
     """A fresh operator at ``--max-concurrent-reconciles 4``: idle USS, then peaks with 1 and 4 runs at once.
 
     private MB per concurrent run = (peak USS with 4 runs in flight - idle USS) / 4 (the issue's formula),
     and the same with PSS, which does not undercount forked runs (see :class:`MemorySampler`).
     """
     cluster.kube.namespace(namespace)
-    op = OperatorProcess.start(executor, workdir, kubeconfig, [namespace], reaper, max_concurrent=4, env=env,
-                               memcached_playbook=memcached_playbook)
+    op = OperatorProcess.start(executor, workdir, kubeconfig, [namespace], reaper, max_concurrent=4, env=env)
     try:
         watcher = cluster.watcher(kind, namespace)
         time.sleep(2.0)  # let startup work (first lists, imports) finish
@@ -240,8 +238,14 @@ def memory(cluster: Cluster, kind: Kind, executor: str, workdir: Path, kubeconfi
 
 
 def idle(cluster: Cluster, op: OperatorProcess, namespace: str, crs: int,
-         cpu_window: float) -> dict[str, Any]:
-    """``crs`` Noop CRs (trivial play) converged, queue idle: RSS/USS of the operator family, CPU% at rest."""
+         cpu_window: float, rest_timeout: float = 120.0) -> dict[str, Any]:
+    """``crs`` Noop CRs (trivial play) converged, queue idle: RSS/USS of the operator family, CPU% at rest.
+
+    Two samples: right after convergence (``converged_*``: the warm executor's zygote still runs), and
+    at rest, once the operator family is down to the operator process alone (the warm executor stops its
+    zygote after ``--warm-idle-timeout`` without runs; the runner executor has nothing to stop). The CPU
+    window is taken at rest.
+    """
     watcher = cluster.watcher(NOOP, namespace)
     names = [f"idle-{i}" for i in range(crs)]
     t0 = time.monotonic()
@@ -250,6 +254,16 @@ def idle(cluster: Cluster, op: OperatorProcess, namespace: str, crs: int,
     converge_s = max(done.values()) - t0
     _wait_idle(op, quiet=2.0)
     sampler = MemorySampler(op.proc.pid)
+    busy_rss, busy_uss, busy_pss = _idle_sample(sampler)
+    busy_processes = len(op.family())
+    t_rest = time.monotonic()
+    while len(op.family()) > 1:
+        op.check_alive()
+        if time.monotonic() - t_rest > rest_timeout:
+            raise BenchError(f"{op.executor} operator still has {len(op.family())} processes"
+                             f" {rest_timeout:.0f}s after its last run")
+        time.sleep(0.5)
+    rest_after_s = time.monotonic() - t_rest
     rss, uss, pss = _idle_sample(sampler)
     family = op.family()
     cpu0 = cpu_seconds(family)
@@ -259,6 +273,11 @@ def idle(cluster: Cluster, op: OperatorProcess, namespace: str, crs: int,
     return {
         "crs": crs,
         "converge_s": round(converge_s, 1),
+        "converged_rss_mb": round(busy_rss, 1),
+        "converged_uss_mb": round(busy_uss, 1),
+        "converged_pss_mb": round(busy_pss, 1),
+        "converged_processes": busy_processes,
+        "at_rest_after_s": round(rest_after_s, 1),
         "rss_mb": round(rss, 1),
         "uss_mb": round(uss, 1),
         "pss_mb": round(pss, 1),
