@@ -119,6 +119,9 @@ def preload() -> None:
     import multiprocessing.popen_fork  # noqa: F401  (Ansible's workers)
     import multiprocessing.resource_tracker  # noqa: F401
     import multiprocessing.synchronize  # noqa: F401
+    import ansible.executor.process.worker  # noqa: F401  (re-pointed by every child)
+    import ansible.executor.module_common  # noqa: F401  (builds module payloads)
+    from ansible_operator.executors import zygote_child, zygote_modules, zygote_payloads  # noqa: F401
     _preload_kubernetes(loader)
 
 
