@@ -124,6 +124,8 @@ def table(raw: Raw, counts: dict[str, int], kind: str = "Memcached") -> str:
             continue
         a = raw[row.section].get("runner", {}).get(row.key)
         b = raw[row.section].get("warm", {}).get(row.key)
+        if a is None and b is None and row.check is None:
+            continue  # e.g. create->Available for a workload whose role reports no Available condition
         numbers = isinstance(a, (int, float)) and isinstance(b, (int, float))
         ratio = _ratio(float(b), float(a)) if numbers else None
         verdict = ""

@@ -100,9 +100,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--idle-executors", type=_csv(("runner", "warm")), default=["warm"],
                    help="idle needs every CR converged first: the runner executor takes ~1.5 s of CPU per"
                         " trivial run, so by default only the warm executor is measured (default: warm)")
-    p.add_argument("--idle-zygote-timeout", type=float, default=15.0, metavar="SECONDS",
-                   help="--warm-idle-timeout of the idle section's operator (default 15; the operator's own"
-                        " default is 5 minutes, which reaches the same at-rest state later)")
+    p.add_argument("--idle-zygote-timeout", type=float, default=None, metavar="SECONDS",
+                   help="--warm-idle-timeout of the idle section's operator (default 15, 5 with --quick; the"
+                        " operator's own default is 5 minutes, which reaches the same at-rest state later)")
     p.add_argument("--idle-cpu-window", type=float, default=None, metavar="SECONDS",
                    help="quiet window for the idle CPU figure (default: 10, 5 with --quick)")
     p.add_argument("--workdir", type=Path, default=None, help="keep logs and artifacts here (default: a"
@@ -118,6 +118,12 @@ def counts_for(args: argparse.Namespace) -> dict[str, int]:
         if value is not None:
             base[key] = value
     return base
+
+
+def idle_zygote_timeout(args: argparse.Namespace) -> float:
+    if args.idle_zygote_timeout is not None:
+        return float(args.idle_zygote_timeout)
+    return 5.0 if args.quick else 15.0
 
 
 def idle_window(args: argparse.Namespace) -> float:
@@ -209,12 +215,12 @@ def run(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> dict[str, An
             cluster.kube.namespace(ns)
             op = OperatorProcess.start(ex, workdir / f"operator-{ex}-idle", sandbox.kubeconfig, [ns], reaper,
                                        env={**operator_env, "ANSIBLE_OPERATOR_WARM_IDLE_TIMEOUT":
-                                            f"{args.idle_zygote_timeout:g}s"})
+                                            f"{idle_zygote_timeout(args):g}s"})
             try:
                 say(f"idle [{ex}]: {counts['idle']} Noop CRs; at rest (zygote stopped after"
-                    f" {args.idle_zygote_timeout:g}s without runs), then {idle_window(args):g}s of CPU")
+                    f" {idle_zygote_timeout(args):g}s without runs), then {idle_window(args):g}s of CPU")
                 result = scenarios.idle(cluster, op, ns, counts["idle"], idle_window(args),
-                                        rest_timeout=args.idle_zygote_timeout + 60.0)
+                                        rest_timeout=idle_zygote_timeout(args) + 60.0)
             finally:
                 op.stop()
             raw.setdefault("idle", {})[ex] = result
