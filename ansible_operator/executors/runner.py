@@ -46,16 +46,17 @@ def _one_line(text: str, limit: int = 500) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def kill_leftovers(run_id: str) -> int:
+def kill_leftovers(run_id: str, wait: float = 5.0) -> int:
     """SIGKILL every process still carrying this run's id in its environment; returns how many.
 
     ansible-runner kills ansible-playbook's process group on cancel/timeout, but processes Ansible starts
     in sessions of their own (module invocations through the local connection) survive, re-parented to
-    init. They all inherit ``RUN_ID_ENV`` from the run's environment, which is what we look for.
+    init. They all inherit ``RUN_ID_ENV`` from the run's environment, which is what we look for. Waits up
+    to ``wait`` seconds for them to be gone, so a run that ended has no process left running.
     """
     import psutil  # noqa: PLC0415 - only on the rare stop path
 
-    killed = 0
+    killed: list[psutil.Process] = []
     me = os.getpid()
     for proc in psutil.process_iter(["pid"]):
         if proc.pid == me:
@@ -63,12 +64,14 @@ def kill_leftovers(run_id: str) -> int:
         try:
             if proc.environ().get(RUN_ID_ENV) == run_id:
                 proc.kill()
-                killed += 1
+                killed.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     if killed:
-        log.info("run %s: killed %d leftover process(es) after stop", run_id, killed)
-    return killed
+        _, alive = psutil.wait_procs(killed, timeout=wait)
+        log.info("run %s: killed %d leftover process(es) after stop%s", run_id, len(killed),
+                 f"; {len(alive)} still there after {wait:g}s" if alive else "")
+    return len(killed)
 
 
 def stdout_error(artifacts_dir: Path) -> str | None:
