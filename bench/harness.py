@@ -406,19 +406,19 @@ class Kube:
                                                           name, {"spec": spec})
 
 
-def _successful_generation(obj: dict[str, Any]) -> int | None:
-    """The generation whose run left ``Successful=True``, or None."""
+def _true_condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    """The object's ``ctype`` condition if its status is ``True``, else None."""
     for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Successful" and cond.get("status") == "True":
-            gen = cond.get("observedGeneration")
-            return int(gen) if gen is not None else None
+        if cond.get("type") == ctype and cond.get("status") == "True":
+            return cond
     return None
 
 
-def _available(obj: dict[str, Any]) -> bool:
-    """The role's own ``Available=True`` condition (the Memcached role sets it when the rollout is done)."""
-    return any(c.get("type") == "Available" and c.get("status") == "True"
-               for c in (obj.get("status") or {}).get("conditions") or [])
+def _successful_generation(obj: dict[str, Any]) -> int | None:
+    """The generation whose run left ``Successful=True``, or None."""
+    cond = _true_condition(obj, "Successful")
+    gen = cond.get("observedGeneration") if cond else None
+    return int(gen) if gen is not None else None
 
 
 @dataclass
@@ -451,7 +451,8 @@ class ConditionWatcher:
 
     def _record(self, obj: dict[str, Any], now: float) -> None:
         meta = obj.get("metadata") or {}
-        if _available(obj):
+        # the role's own Available=True (the Memcached role sets it when its rollout is done)
+        if _true_condition(obj, "Available"):
             with self._cv:
                 if meta["name"] not in self.available:
                     self.available[meta["name"]] = now
@@ -495,46 +496,39 @@ class ConditionWatcher:
                 self._error = exc
                 time.sleep(0.2)
 
-    def wait(self, names: Iterable[str], generation: int | dict[str, int] = 1, timeout: float = 600.0,
-             alive: Callable[[], None] | None = None) -> dict[str, float]:
-        """Block until each name reached ``generation`` (or its entry in a dict); return the times."""
+    def _wait_for(self, names: Iterable[str], reached: Callable[[str], bool], at: Callable[[str], float],
+                  what: str, timeout: float, alive: Callable[[], None] | None) -> dict[str, float]:
+        """Block until ``reached(name)`` for each name (checked under the lock); return ``at(name)`` each."""
         wanted = list(names)
         deadline = time.monotonic() + timeout
-
-        def want(n: str) -> int:
-            return generation[n] if isinstance(generation, dict) else generation
-
         with self._cv:
             while True:
-                missing = [n for n in wanted if n not in self.done or self.done[n].generation < want(n)]
+                missing = [n for n in wanted if not reached(n)]
                 if not missing:
-                    return {n: self.done[n].at for n in wanted}
+                    return {n: at(n) for n in wanted}
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise BenchError(f"{len(missing)} of {len(wanted)} {self.kind.kind}s in "
-                                     f"{self.namespace} not Successful after {timeout}s (e.g. {missing[:3]});"
+                                     f"{self.namespace} not {what} after {timeout}s (e.g. {missing[:3]});"
                                      f" last watch error: {self._error!r}")
                 self._cv.wait(min(remaining, 1.0))
                 if alive is not None:
                     alive()
 
+    def wait(self, names: Iterable[str], generation: int | dict[str, int] = 1, timeout: float = 600.0,
+             alive: Callable[[], None] | None = None) -> dict[str, float]:
+        """Block until each name reached ``generation`` (or its entry in a dict); return the times."""
+        def reached(n: str) -> bool:
+            want = generation[n] if isinstance(generation, dict) else generation
+            return n in self.done and self.done[n].generation >= want
+
+        return self._wait_for(names, reached, lambda n: self.done[n].at, "Successful", timeout, alive)
+
     def wait_available(self, names: Iterable[str], timeout: float = 600.0,
                        alive: Callable[[], None] | None = None) -> dict[str, float]:
         """Block until each name showed ``Available=True``; return the times."""
-        wanted = list(names)
-        deadline = time.monotonic() + timeout
-        with self._cv:
-            while True:
-                missing = [n for n in wanted if n not in self.available]
-                if not missing:
-                    return {n: self.available[n] for n in wanted}
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise BenchError(f"{len(missing)} of {len(wanted)} {self.kind.kind}s in {self.namespace}"
-                                     f" not Available after {timeout}s (e.g. {missing[:3]})")
-                self._cv.wait(min(remaining, 1.0))
-                if alive is not None:
-                    alive()
+        return self._wait_for(names, lambda n: n in self.available, lambda n: self.available[n], "Available",
+                              timeout, alive)
 
     def stop(self) -> None:
         """The stream ends within its 2 s server timeout; the thread is a daemon, so do not wait long."""
