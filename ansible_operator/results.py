@@ -260,6 +260,11 @@ class ResultCollector:
         return self._failed
 
     @property
+    def requeue_after(self) -> float | None:
+        """The delay the last ``requeue_after`` task so far asked for, in seconds."""
+        return self._requeue
+
+    @property
     def stats(self) -> dict[str, int]:
         """Counts so far: final ``playbook_on_stats`` when seen, else derived from task events."""
         c = self._stats or self._derived

@@ -135,6 +135,7 @@ class PayloadStore:
 
 def install(store_root: str) -> PayloadStore:
     """Wrap ansible-core's payload builder in this process (a run child) to use the shared store."""
+    from ansible._internal._datatag._tags import Origin
     from ansible.executor import module_common
 
     store = PayloadStore(store_root)
@@ -170,10 +171,7 @@ def install(store_root: str) -> PayloadStore:
     def _compile_module_ast(module_name: str, source_code: Any) -> Any:
         sources = state["sources"]
         if sources is not None:
-            from ansible._internal._datatag._tags import Origin
-
-            origin = Origin.get_tag(source_code)
-            path = getattr(origin, "path", None)
+            path = getattr(Origin.get_tag(source_code), "path", None)
             if path and (entry := _stat(path)) is not None:
                 sources.append(entry)
         return compile_ast(module_name, source_code)

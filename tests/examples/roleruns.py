@@ -64,7 +64,7 @@ class RoleRun:
         collector = ResultCollector()
         for event in self.events:
             collector.feed(event)
-        return collector._requeue
+        return collector.requeue_after
 
     def failure_messages(self) -> list[str]:
         """``msg`` of every failed task that counted (not ``ignore_errors``), in order."""
