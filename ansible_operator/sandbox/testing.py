@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ansible_operator.sandbox import Sandbox
 
@@ -43,6 +43,18 @@ class SandboxHandle:
         """
         return dict(os.environ, KUBECONFIG=str(self.kubeconfig), K8S_AUTH_KUBECONFIG=str(self.kubeconfig),
                     KUBECACHEDIR=str(self.kubeconfig.parent / (self.kubeconfig.name + ".cache")))
+
+
+def wait_for(fn: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "") -> Any:
+    """Poll ``fn`` until it returns something truthy (returned), or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s{' waiting for ' + what if what else ''}, last={last!r}")
 
 
 def api_client_for(kubeconfig: str | Path) -> Any:

@@ -8,14 +8,13 @@ lifecycle with as few runs as possible.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import kubernetes
 import pytest
 
-from ansible_operator.sandbox.testing import SandboxHandle, start_in_thread
+from ansible_operator.sandbox.testing import SandboxHandle, start_in_thread, wait_for
 
 from .roleruns import ETCDCLUSTER, MEMCACHED, REPO, SAMPLEDB, Kind, RoleRun, run_role
 
@@ -63,13 +62,8 @@ class Cluster:
         return None
 
     def wait_job_finished(self, name: str, timeout: float = 60) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            state = self.job_condition(name)
-            if state:
-                return state
-            time.sleep(0.2)
-        raise AssertionError(f"Job {name} did not finish in {timeout}s")
+        return str(wait_for(lambda: self.job_condition(name), timeout=timeout, interval=0.2,
+                            what=f"Job {name} to finish"))
 
     def image(self, statefulset: str) -> str:
         return str(self.apps.read_namespaced_stateful_set(statefulset, NS).spec.template.spec.containers[0].image)
@@ -162,13 +156,6 @@ def test_sampledb_lifecycle(cluster: Cluster) -> None:
     assert not cluster.core.read_namespaced_persistent_volume_claim("db-backups", NS).metadata.owner_references
 
 
-def wait_until(predicate: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
-
-
 def test_memcached_scales_and_reports_pods(cluster: Cluster) -> None:
     def available() -> dict[str, Any]:
         conditions = cluster.get(MEMCACHED, "mc")["status"]["conditions"]
@@ -185,7 +172,7 @@ def test_memcached_scales_and_reports_pods(cluster: Cluster) -> None:
     assert (available()["status"], available()["reason"]) == ("False", "RolloutInProgress")
     # The next run finds the rollout done (the sandbox's simulated controller made the Deployment ready).
     # No pods run in the sandbox: status.nodes lists the real pods, i.e. none; readiness comes from the Deployment.
-    wait_until(lambda: cluster.apps.read_namespaced_deployment("mc-memcached", NS).status.ready_replicas == 3)
+    wait_for(lambda: cluster.apps.read_namespaced_deployment("mc-memcached", NS).status.ready_replicas == 3, timeout=30)
     run = cluster.reconcile("memcached", MEMCACHED, "mc")
     ok(run)
     assert run.requeue_after is None
@@ -199,7 +186,7 @@ def test_memcached_scales_and_reports_pods(cluster: Cluster) -> None:
     ok(run)
     assert cluster.apps.read_namespaced_deployment("mc-memcached", NS).spec.replicas == 1
     assert run.requeue_after == 2.0
-    wait_until(lambda: cluster.apps.read_namespaced_deployment("mc-memcached", NS).status.ready_replicas == 1)
+    wait_for(lambda: cluster.apps.read_namespaced_deployment("mc-memcached", NS).status.ready_replicas == 1, timeout=30)
     run = cluster.reconcile("memcached", MEMCACHED, "mc")
     ok(run)
     assert run.requeue_after is None

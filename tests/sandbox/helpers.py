@@ -1,11 +1,14 @@
-"""Shared bits of the sandbox tests: a polling helper and a small CRD with a schema."""
+"""Shared bits of the sandbox tests: a small CRD with a schema (and the polling helper they all use)."""
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable
+from typing import Any
 
 import kubernetes
+
+from ansible_operator.sandbox.testing import wait_for
+
+__all__ = ["CRD", "install_crd", "wait_for", "widget"]
 
 CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -24,18 +27,6 @@ CRD: dict[str, Any] = {
                                                            "color": {"type": "string", "default": "blue"}}},
                                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}}}]},
 }
-
-
-def wait_for(fn: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
-    """Poll ``fn`` until it returns something truthy (returned), or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s, last={last!r}")
 
 
 def install_crd(api: kubernetes.client.ApiClient, crd: dict[str, Any] = CRD) -> None:
