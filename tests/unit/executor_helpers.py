@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import AsyncIterator, TypeVar
 
 import psutil
+
+from ansible_operator.executors.base import Executor
+
+E = TypeVar("E", bound=Executor)
+
+
+@asynccontextmanager
+async def started(executor: E) -> AsyncIterator[E]:
+    """``executor`` started, and closed on the way out: the body of every executor fixture."""
+    await executor.start()
+    try:
+        yield executor
+    finally:
+        await executor.close()
 
 
 def write(path: Path, text: str) -> Path:

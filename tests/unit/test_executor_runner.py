@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from ansible_operator.executors import make_executor
-from executor_helpers import descendants_with, write
+from executor_helpers import descendants_with, started, write
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.runner import RunnerExecutor
@@ -27,10 +27,8 @@ SECRET = "s3cr3t-Value-9f1c"
 
 @pytest.fixture
 async def executor():
-    ex = RunnerExecutor(max_workers=2)
-    await ex.start()
-    yield ex
-    await ex.close()
+    async with started(RunnerExecutor(max_workers=2)) as ex:
+        yield ex
 
 
 def request_for(tmp_path: Path, **kw: Any) -> RunRequest:

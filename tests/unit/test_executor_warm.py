@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from ansible_operator.executors import make_executor
-from executor_helpers import descendants_with, write
+from executor_helpers import descendants_with, started, write
 from ansible_operator.executors.base import Executor, RunOutcome, RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.warm import EXECUTOR_RESTARTED, WarmExecutor
@@ -33,23 +33,15 @@ from ansible_operator.extravars import Unsafe
 
 @pytest.fixture(params=["runner", "warm"])
 async def executor(request: pytest.FixtureRequest) -> AsyncIterator[Executor]:
-    ex = make_executor(request.param, max_workers=4)
-    await ex.start()
-    try:
+    async with started(make_executor(request.param, max_workers=4)) as ex:
         yield ex
-    finally:
-        await ex.close()
 
 
 @pytest.fixture
 async def warm() -> AsyncIterator[WarmExecutor]:
-    ex = WarmExecutor(max_workers=4)
-    await ex.start()
-    try:
+    async with started(WarmExecutor(max_workers=4)) as ex:
         yield ex
-    finally:
-        await ex.close()
-        assert ex.zygote_pid is None
+    assert ex.zygote_pid is None
 
 
 def request_for(tmp_path: Path, **kw: Any) -> RunRequest:

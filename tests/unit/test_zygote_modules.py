@@ -16,6 +16,7 @@ from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.warm import WarmExecutor
 from ansible_operator.executors.zygote_modules import plan_for
+from executor_helpers import started
 
 PROBE_MODULE = '''
 import os
@@ -97,22 +98,14 @@ VOLATILE = {"creationTimestamp", "resourceVersion", "uid", "managedFields", "dur
 
 @pytest.fixture
 async def fast() -> AsyncIterator[WarmExecutor]:
-    ex = WarmExecutor(max_workers=2, fast_modules=("testns.fast.", "kubernetes.core."))
-    await ex.start()
-    try:
+    async with started(WarmExecutor(max_workers=2, fast_modules=("testns.fast.", "kubernetes.core."))) as ex:
         yield ex
-    finally:
-        await ex.close()
 
 
 @pytest.fixture
 async def slow() -> AsyncIterator[WarmExecutor]:
-    ex = WarmExecutor(max_workers=2, fast_modules=())
-    await ex.start()
-    try:
+    async with started(WarmExecutor(max_workers=2, fast_modules=())) as ex:
         yield ex
-    finally:
-        await ex.close()
 
 
 def _collection(root: Path, namespace: str, name: str, module: str, source: str) -> Path:

@@ -13,6 +13,7 @@ from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.warm import WarmExecutor
 from ansible_operator.executors.zygote_payloads import PayloadStore, decode_entry, encode_entry, is_fresh
+from executor_helpers import started
 
 MODULE = '''
 from ansible.module_utils.basic import AnsibleModule
@@ -49,12 +50,8 @@ def _bump_mtime(path: Path) -> None:
 async def warm() -> AsyncIterator[WarmExecutor]:
     # Modules run in a fresh interpreter from their payload here: on the fast path (zygote_modules) the
     # worker's collection loader would import them from disk and hide a stale payload.
-    ex = WarmExecutor(max_workers=2, fast_modules=())
-    await ex.start()
-    try:
+    async with started(WarmExecutor(max_workers=2, fast_modules=())) as ex:
         yield ex
-    finally:
-        await ex.close()
 
 
 async def _speak(ex: WarmExecutor, tmp_path: Path, collections: Path) -> dict[str, Any]:
