@@ -58,7 +58,7 @@ def _duration(text: str | None, flag: str) -> float | None:
 def _artifacts_root(args: argparse.Namespace) -> Path:
     if args.artifacts_dir:
         return Path(args.artifacts_dir).expanduser().resolve()
-    from ansible_operator.runs import default_artifacts_dir
+    from ansible_operator.artifacts import default_artifacts_dir
 
     return default_artifacts_dir()
 

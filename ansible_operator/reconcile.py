@@ -10,16 +10,14 @@ object from the intake cache, so a follow-up run after coalesced edits sees the 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
-import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from ansible_operator import extravars, results, status
+from ansible_operator import artifacts, extravars, results, status
 from ansible_operator.executors.base import Executor, RunOutcome, RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.intake import ObjectCache
@@ -244,18 +242,17 @@ class Reconciler:
             mark_unsafe=self.watch.mark_unsafe, group=self.watch.group, kind=self.watch.kind,
         )
 
-    def _object_dir(self, obj: dict[str, Any]) -> Path:
+    def _object_path(self, obj: dict[str, Any]) -> artifacts.ObjectPath:
         meta = obj["metadata"]
-        return (self.rt.artifacts_root / (self.watch.group or "core") / self.watch.version / self.watch.kind
-                / (meta.get("namespace") or "_cluster") / meta["name"])
+        return artifacts.ObjectPath(self.watch.group, self.watch.version, self.watch.kind,
+                                    meta.get("namespace") or None, meta["name"])
 
     async def _run(self, obj: dict[str, Any], phase: str, variables: dict[str, Any], *, role: str | None,
                    playbook: Path | None, overrides: dict[str, Any]) -> results.RunResult:
         meta = obj["metadata"]
-        object_dir = self._object_dir(obj)
+        object_path = self._object_path(obj)
         run_id = new_run_id()
-        run_dir = object_dir / run_id
-        run_dir.mkdir(parents=True, mode=0o700, exist_ok=False)
+        run_dir = artifacts.new_run_dir(self.rt.artifacts_root, object_path, run_id)
         verbosity = overrides["ansible_verbosity"]
         started = utcnow()
         summary: dict[str, Any] = {
@@ -265,7 +262,7 @@ class Reconciler:
             "started": _rfc3339(started), "finished": None, "duration_s": None, "result": "running",
             "stats": None, "failed_task": None, "changed_tasks": [], "artifacts_dir": str(run_dir),
         }
-        _write_json(run_dir / "run.json", summary)
+        artifacts.write_summary(run_dir, summary)
 
         collector = results.ResultCollector()
         log_event = self.rt.event_loggers(verbosity) if self.rt.event_loggers else None
@@ -296,7 +293,7 @@ class Reconciler:
                 outcome = await self.rt.executor.run(request, on_event)
         except asyncio.CancelledError:
             summary.update(result="canceled", finished=_rfc3339(utcnow()))
-            _write_json(run_dir / "run.json", summary)
+            artifacts.write_summary(run_dir, summary)
             raise
         except Exception as exc:  # an executor bug must become a failed run, not a dead worker
             log.exception("executor failed")
@@ -319,8 +316,9 @@ class Reconciler:
                                                      "host": failed.host}),
             changed_tasks=list(result.changed_tasks), error=result.error,
         )
-        _write_json(run_dir / "run.json", summary)
-        _prune_runs(object_dir, keep=overrides["max_runner_artifacts"])
+        artifacts.write_summary(run_dir, summary)
+        artifacts.prune_runs(artifacts.object_dir(self.rt.artifacts_root, object_path),
+                             keep=overrides["max_runner_artifacts"])
         if result.succeeded:
             log.info("%s run %s succeeded in %.1fs (ok=%d changed=%d)", phase, run_id, duration, result.ok,
                      result.changed)
@@ -411,18 +409,3 @@ def _warning_event(obj: dict[str, Any], reason: str, message: str, component: st
         "firstTimestamp": now, "lastTimestamp": now, "source": {"component": component},
         "reportingComponent": component, "reportingInstance": os.uname().nodename,
     }
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)
-
-
-def _prune_runs(object_dir: Path, *, keep: int) -> None:
-    """Keep the newest ``keep`` run directories of one object (run ids sort by time); 0 keeps all."""
-    if keep <= 0:
-        return
-    runs = sorted((p for p in object_dir.iterdir() if p.is_dir()), key=lambda p: p.name)
-    for old in runs[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)

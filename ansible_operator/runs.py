@@ -1,11 +1,7 @@
 """``ansible-operator runs``: what did the operator's recent runs do, without digging through directories.
 
-Reads only what reconcile writes (see docs/architecture.md, "Run identity and artifacts"):
-
-    <artifacts-dir>/<group or "core">/<version>/<Kind>/<namespace or _cluster>/<name>/<run_id>/
-        run.json                                    summary written at start and at end of the run
-        artifacts/<run_id>/job_events/<n>-<uuid>.json   ansible-runner events
-        artifacts/<run_id>/{stdout,status,rc}
+Reads the run-artifacts layout through :mod:`ansible_operator.artifacts` (its one owner; see
+docs/architecture.md, "Run identity and artifacts").
 
 A run directory whose ``run.json`` is missing or unreadable (operator killed mid-write, disk full) is
 still listed, from its path and ansible-runner's ``status`` file, so nothing silently disappears.
@@ -14,13 +10,13 @@ still listed, from its path and ansible-runner's ``status`` file, so nothing sil
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
+from ansible_operator.artifacts import default_artifacts_dir, iter_run_dirs, load_run, read_text
 from ansible_operator.generate import plural_of
 from ansible_operator.logs import failure_message
 
@@ -38,75 +34,11 @@ __all__ = [
     "main",
 ]
 
-RUN_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
 _STAT_KEYS = ("ok", "changed", "skipped", "failures", "unreachable", "rescued", "ignored")
 
 
 class RunsError(Exception):
     """Nothing matched / unknown run id / unreadable artifacts dir; ``str(e)`` is the user-facing message."""
-
-
-def default_artifacts_dir() -> Path:
-    """``$ANSIBLE_OPERATOR_ARTIFACTS``, else ``$XDG_STATE_HOME/ansible-operator/runs``, else
-    ``~/.local/state/ansible-operator/runs`` (the XDG default for state that outlives a process)."""
-    explicit = os.environ.get("ANSIBLE_OPERATOR_ARTIFACTS")
-    if explicit:
-        return Path(explicit).expanduser()
-    state = os.environ.get("XDG_STATE_HOME")
-    base = Path(state).expanduser() if state else Path.home() / ".local" / "state"
-    return base / "ansible-operator" / "runs"
-
-
-# ---- discovery --------------------------------------------------------------------------------------
-
-
-def iter_run_dirs(artifacts_dir: Path) -> Iterator[Path]:
-    """Every ``<group>/<version>/<Kind>/<ns>/<name>/<run_id>`` directory under ``artifacts_dir``."""
-    for path in artifacts_dir.glob("*/*/*/*/*/*"):
-        if path.is_dir() and RUN_ID_RE.match(path.name):
-            yield path
-
-
-def load_run(run_dir: Path) -> dict[str, Any]:
-    """The run's ``run.json`` (plus ``artifacts_dir``); reconstructed from the path when it is missing."""
-    summary: dict[str, Any] | None = None
-    problem: str | None = None
-    try:
-        loaded = json.loads((run_dir / "run.json").read_text())
-        if isinstance(loaded, dict):
-            summary = loaded
-        else:
-            problem = "run.json is not an object"
-    except FileNotFoundError:
-        problem = "run.json missing"
-    except (OSError, ValueError) as exc:
-        problem = f"run.json unreadable: {exc}"
-    if summary is None:
-        group, version, kind, namespace, name = run_dir.parts[-6:-1]
-        runner_status = _read_text(run_dir / "artifacts" / run_dir.name / "status")
-        summary = {
-            "run_id": run_dir.name, "group": "" if group == "core" else group, "version": version,
-            "kind": kind, "namespace": None if namespace == "_cluster" else namespace, "name": name,
-            "phase": None, "started": _started_from_id(run_dir.name), "finished": None, "duration_s": None,
-            "result": runner_status or "unknown", "stats": None, "failed_task": None, "changed_tasks": [],
-            "error": problem,
-        }
-    summary.setdefault("artifacts_dir", str(run_dir))
-    summary["artifacts_dir"] = str(run_dir)
-    return summary
-
-
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def _started_from_id(run_id: str) -> str:
-    return datetime.strptime(run_id[:16], "%Y%m%dT%H%M%SZ").strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 
 
 def _parse_target(target: str) -> tuple[str, str | None, str | None]:
@@ -229,7 +161,7 @@ def run_detail(artifacts_dir: Path, run_id: str) -> dict[str, Any]:
     stdout_tail = None
     if not tasks:  # e.g. a syntax error or executor failure before the first task: stdout says why
         for stdout in sorted((run_dir / "artifacts").glob("*/stdout")):
-            text = _read_text(stdout)
+            text = read_text(stdout)
             if text:
                 stdout_tail = "\n".join(_strip_ansi(text).splitlines()[-20:])
     return {"run": load_run(run_dir), "tasks": tasks, "recap": recap, "stdout_tail": stdout_tail}

@@ -1,0 +1,240 @@
+"""The run-artifacts layout: the one module that knows where runs are kept, and writes, reads and prunes them.
+
+    <root>/<group or "core">/<version>/<Kind>/<namespace or _cluster>/<name>/<run_id>/
+        run.json                                        summary, written at start and at end of the run
+        artifacts/<run_id>/job_events/<n>-<uuid>.json   ansible-runner events (written by the executor)
+        artifacts/<run_id>/{stdout,status,rc}
+
+Run directories hold extra vars and task results in plain text, so everything here is private to the
+operator's user: directories 0700, files 0600 (and the operator's umask is tightened in :func:`ensure_root`).
+
+Disk use is bounded three ways: per object (``maxRunnerArtifacts``: newest N runs, :func:`prune_runs`), per
+object lifetime (:func:`remove_object` once the object is gone from the API) and globally
+(:func:`cap_total`: oldest runs first until the whole tree fits ``--max-artifacts-size``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterator
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "RUN_ID_RE",
+    "ObjectPath",
+    "default_artifacts_dir",
+    "ensure_root",
+    "object_dir",
+    "new_run_dir",
+    "write_summary",
+    "iter_run_dirs",
+    "iter_object_dirs",
+    "load_run",
+    "prune_runs",
+    "remove_object",
+    "cap_total",
+    "dir_size",
+    "read_text",
+    "object_of",
+]
+
+RUN_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
+SUMMARY = "run.json"
+CLUSTER_NAMESPACE = "_cluster"
+CORE_GROUP = "core"
+
+
+@dataclass(frozen=True)
+class ObjectPath:
+    """Which object a directory of runs belongs to."""
+
+    group: str
+    version: str
+    kind: str
+    namespace: str | None
+    name: str
+
+
+def default_artifacts_dir() -> Path:
+    """``$ANSIBLE_OPERATOR_ARTIFACTS``, else ``$XDG_STATE_HOME/ansible-operator/runs``, else
+    ``~/.local/state/ansible-operator/runs`` (the XDG default for state that outlives a process)."""
+    explicit = os.environ.get("ANSIBLE_OPERATOR_ARTIFACTS")
+    if explicit:
+        return Path(explicit).expanduser()
+    state = os.environ.get("XDG_STATE_HOME")
+    base = Path(state).expanduser() if state else Path.home() / ".local" / "state"
+    return base / "ansible-operator" / "runs"
+
+
+def ensure_root(root: Path) -> Path:
+    """Create the artifacts root (0700) and make it private if it already existed."""
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(root, 0o700)
+    return root
+
+
+def object_dir(root: Path, obj: ObjectPath) -> Path:
+    return (root / (obj.group or CORE_GROUP) / obj.version / obj.kind / (obj.namespace or CLUSTER_NAMESPACE)
+            / obj.name)
+
+
+def new_run_dir(root: Path, obj: ObjectPath, run_id: str) -> Path:
+    """The (new, empty, private) directory of one run."""
+    run_dir = object_dir(root, obj) / run_id
+    # mkdir's mode is masked by the umask and not applied to the parents: set both explicitly.
+    run_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    run_dir.mkdir(mode=0o700, exist_ok=False)
+    os.chmod(run_dir, 0o700)
+    return run_dir
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    """Write ``run.json`` atomically (a reader never sees half a file), readable by the operator's user only."""
+    path = run_dir / SUMMARY
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(summary, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+# ---- reading -----------------------------------------------------------------------------------------
+
+
+def iter_object_dirs(root: Path) -> Iterator[Path]:
+    """Every ``<group>/<version>/<Kind>/<ns>/<name>`` directory under ``root``."""
+    for path in root.glob("*/*/*/*/*"):
+        if path.is_dir():
+            yield path
+
+
+def iter_run_dirs(root: Path) -> Iterator[Path]:
+    """Every ``<group>/<version>/<Kind>/<ns>/<name>/<run_id>`` directory under ``root``."""
+    for path in root.glob("*/*/*/*/*/*"):
+        if path.is_dir() and RUN_ID_RE.match(path.name):
+            yield path
+
+
+def object_of(run_or_object_dir: Path) -> ObjectPath:
+    """The object a run directory (or an object directory) belongs to, from its path."""
+    parts = run_or_object_dir.parts
+    if RUN_ID_RE.match(parts[-1]):
+        parts = parts[:-1]
+    group, version, kind, namespace, name = parts[-5:]
+    return ObjectPath("" if group == CORE_GROUP else group, version, kind,
+                      None if namespace == CLUSTER_NAMESPACE else namespace, name)
+
+
+def load_run(run_dir: Path) -> dict[str, Any]:
+    """The run's ``run.json`` (plus ``artifacts_dir``); reconstructed from the path when it is missing."""
+    summary: dict[str, Any] | None = None
+    problem: str | None = None
+    try:
+        loaded = json.loads((run_dir / SUMMARY).read_text())
+        if isinstance(loaded, dict):
+            summary = loaded
+        else:
+            problem = "run.json is not an object"
+    except FileNotFoundError:
+        problem = "run.json missing"
+    except (OSError, ValueError) as exc:
+        problem = f"run.json unreadable: {exc}"
+    if summary is None:
+        owner = object_of(run_dir)
+        runner_status = read_text(run_dir / "artifacts" / run_dir.name / "status")
+        summary = {
+            "run_id": run_dir.name, "group": owner.group, "version": owner.version,
+            "kind": owner.kind, "namespace": owner.namespace, "name": owner.name,
+            "phase": None, "started": _started_from_id(run_dir.name), "finished": None, "duration_s": None,
+            "result": runner_status or "unknown", "stats": None, "failed_task": None, "changed_tasks": [],
+            "error": problem,
+        }
+    summary["artifacts_dir"] = str(run_dir)
+    return summary
+
+
+def read_text(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _started_from_id(run_id: str) -> str:
+    return datetime.strptime(run_id[:16], "%Y%m%dT%H%M%SZ").strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---- pruning -----------------------------------------------------------------------------------------
+
+
+def prune_runs(obj_dir: Path, *, keep: int) -> None:
+    """Keep the newest ``keep`` run directories of one object (run ids sort by time); 0 keeps all."""
+    if keep <= 0 or not obj_dir.is_dir():
+        return
+    runs = sorted((p for p in obj_dir.iterdir() if p.is_dir() and RUN_ID_RE.match(p.name)), key=lambda p: p.name)
+    for old in runs[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def remove_object(root: Path, obj: ObjectPath) -> bool:
+    """Remove every run of an object that is gone; also the empty parents up to ``root``. True if removed."""
+    target = object_dir(root, obj)
+    if not target.is_dir():
+        return False
+    shutil.rmtree(target, ignore_errors=True)
+    parent = target.parent
+    while parent != root and root in parent.parents:
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
+        parent = parent.parent
+    return True
+
+
+def dir_size(path: Path) -> int:
+    """Bytes used by the files under ``path`` (apparent size, not following symlinks)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def cap_total(root: Path, max_bytes: int, *, keep: frozenset[Path] = frozenset()) -> list[Path]:
+    """Remove whole runs, oldest first (across all objects), until the tree holds at most ``max_bytes``.
+
+    Runs in ``keep`` (e.g. the ones in progress) are never removed. Returns the removed run directories.
+    ``max_bytes`` <= 0 disables the cap.
+    """
+    if max_bytes <= 0 or not root.is_dir():
+        return []
+    runs = [(d.name, d, dir_size(d)) for d in iter_run_dirs(root)]
+    total = sum(size for _, _, size in runs)
+    removed: list[Path] = []
+    for _, run_dir, size in sorted(runs, key=lambda r: r[0]):
+        if total <= max_bytes:
+            break
+        if run_dir in keep:
+            continue
+        shutil.rmtree(run_dir, ignore_errors=True)
+        total -= size
+        removed.append(run_dir)
+        try:
+            run_dir.parent.rmdir()  # the object's last run: drop its directory too
+        except OSError:
+            pass
+    if removed:
+        log.info("artifacts over %d bytes: removed the %d oldest run(s)", max_bytes, len(removed))
+    return removed

@@ -1,0 +1,84 @@
+"""The run-artifacts layout (ansible_operator.artifacts): bounded per object, per lifetime and globally; private."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from ansible_operator import artifacts
+from ansible_operator.artifacts import ObjectPath
+
+
+def make_runs(base: Path, n: int, *, minute: int = 0, size: int = 2) -> list[str]:
+    names = [f"20261122T12{minute:02d}{i:02d}Z-abcdef" for i in range(n)]
+    for name in names:
+        (base / name).mkdir(parents=True)
+        (base / name / "run.json").write_text("x" * size)
+    return names
+
+
+def test_keeps_the_newest(tmp_path: Path) -> None:
+    names = make_runs(tmp_path, 25)
+    artifacts.prune_runs(tmp_path, keep=20)
+    assert sorted(p.name for p in tmp_path.iterdir()) == names[5:]
+
+
+def test_zero_keeps_everything(tmp_path: Path) -> None:
+    names = make_runs(tmp_path, 3)
+    artifacts.prune_runs(tmp_path, keep=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == names
+
+
+def test_run_dirs_and_summaries_are_private(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        root = artifacts.ensure_root(tmp_path / "runs")
+        run_dir = artifacts.new_run_dir(root, ObjectPath("cache.example.com", "v1", "Memcached", "ns", "a"),
+                                        "20261122T120000Z-abcdef")
+        artifacts.write_summary(run_dir, {"secret": "s3cr3t"})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(run_dir.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE((run_dir / "run.json").stat().st_mode) == 0o600
+    assert artifacts.load_run(run_dir)["secret"] == "s3cr3t"
+
+
+def test_remove_object_drops_its_runs_and_empty_parents(tmp_path: Path) -> None:
+    gone = ObjectPath("cache.example.com", "v1", "Memcached", "ns", "gone")
+    kept = ObjectPath("cache.example.com", "v1", "Memcached", "other", "kept")
+    for obj in (gone, kept):
+        make_runs(artifacts.object_dir(tmp_path, obj), 2)
+    assert artifacts.remove_object(tmp_path, gone)
+    assert not (tmp_path / "cache.example.com" / "v1" / "Memcached" / "ns").exists()
+    assert [artifacts.object_of(d) for d in artifacts.iter_object_dirs(tmp_path)] == [kept]
+    assert not artifacts.remove_object(tmp_path, gone)
+
+
+def test_cap_total_removes_oldest_runs_across_objects(tmp_path: Path) -> None:
+    a = artifacts.object_dir(tmp_path, ObjectPath("", "v1", "ConfigMap", "ns", "a"))
+    b = artifacts.object_dir(tmp_path, ObjectPath("", "v1", "ConfigMap", "ns", "b"))
+    old_a = make_runs(a, 2, minute=0, size=100)     # 12:00:00, 12:00:01: the oldest
+    new_b = make_runs(b, 2, minute=5, size=100)
+    removed = artifacts.cap_total(tmp_path, 250)
+    assert [p.name for p in removed] == old_a
+    assert not a.exists()  # a's last run went, so did its directory
+    assert sorted(p.name for p in b.iterdir()) == new_b
+    assert artifacts.cap_total(tmp_path, 0) == []
+
+
+def test_cap_total_never_removes_runs_in_progress(tmp_path: Path) -> None:
+    obj = artifacts.object_dir(tmp_path, ObjectPath("", "v1", "ConfigMap", "ns", "a"))
+    names = make_runs(obj, 3, size=100)
+    running = obj / names[0]
+    removed = artifacts.cap_total(tmp_path, 10, keep=frozenset({running}))
+    assert running.exists() and [p.name for p in removed] == names[1:]
+
+
+def test_load_run_without_summary_reads_the_path(tmp_path: Path) -> None:
+    run_dir = artifacts.new_run_dir(tmp_path, ObjectPath("", "v1", "ConfigMap", None, "x"), "20261122T120000Z-abcdef")
+    run = artifacts.load_run(run_dir)
+    assert (run["group"], run["kind"], run["namespace"], run["name"]) == ("", "ConfigMap", None, "x")
+    assert run["error"] == "run.json missing"
