@@ -11,13 +11,27 @@ every object the run creates:
   ``operator-sdk/primary-resource: <ns>/<name>`` and ``operator-sdk/primary-resource-type: <Kind>.<group>``,
   which :mod:`ansible_operator.dependents` uses to find the owner again.
 
-This matches Operator SDK (``internal/ansible/proxy/inject_owner.go`` and ``k8sutil.SupportsOwnerReference``):
-the owner reference carries neither ``controller`` nor ``blockOwnerDeletion`` (SDK sets neither; setting
+Owners are added on **create only**, as Operator SDK's proxy does: ``injectOwnerReferenceHandler``
+(``internal/ansible/proxy/inject_owner.go`` in operator-framework/ansible-operator-plugins) rewrites the
+body of ``POST`` requests and nothing else, deciding the form with ``k8sutil.SupportsOwnerReference``. An
+object that already exists is never given a new owner: an update (``PUT``, kubernetes.core's
+``force: true``), a patch or a server-side apply of an existing object is forwarded untouched, so a role
+that rewrites a user's pre-existing object (say, a finalizer role force-updating a ConfigMap) does not make
+it a dependent that garbage collection deletes with the CR. The one case SDK misses: ``PUT`` and
+server-side apply (``PATCH`` with ``application/apply-patch+yaml``) *create* the object when it is absent.
+When the API server answers such a request ``201 Created``, the proxy adds the owner right after, with a
+JSON patch guarded by the new object's ``uid`` (field manager ``ansible-operator``, so the role's later
+applies, which do not list the reference, do not remove it) and hands the role the patched object.
+As in SDK, a ``PUT`` replaces ``metadata`` too: a reference the role's definition does not list is dropped.
+
+The owner reference carries neither ``controller`` nor ``blockOwnerDeletion`` (SDK sets neither; setting
 ``controller: true`` would make creating an object that already has a controller reference fail, and
 ``blockOwnerDeletion`` needs extra RBAC on the CR's ``finalizers`` subresource on clusters that enforce it).
-Beyond SDK, which only injects on ``POST``, we also inject on full updates (``PUT``: kubernetes.core's
-``force: true`` replaces the object and would otherwise drop the reference) and on server-side apply
-(``PATCH`` with ``application/apply-patch+yaml``, which can create objects).
+
+Dependent watches (:mod:`ansible_operator.dependents`) are started for a kind when a run creates an object
+of it, and -- like SDK's ``recoverDependentWatches`` in ``cache_response.go`` -- when a run reads
+(``GET``) an object that already carries an owner of the run's kind, so watches come back after a restart
+even if the roles only update what exists.
 
 Everything else -- reads, watches (streamed chunk by chunk), deletes, other patches, subresources,
 status codes, headers -- is forwarded unchanged to the real API server using the operator's own
@@ -30,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import json
 import logging
 import os
@@ -60,7 +75,10 @@ __all__ = [
     "inject_owner",
     "injection_mode",
     "owner_ref",
+    "owned_by_kind_of",
+    "owner_json_patch",
     "parse_request_path",
+    "request_action",
 ]
 
 ANNOTATION_PRIMARY_RESOURCE = "operator-sdk/primary-resource"
@@ -231,16 +249,74 @@ def parse_request_path(path: str) -> RequestInfo | None:
                        "/".join(rest[2:]) or None, watch_path)
 
 
-def _is_mutation_to_inject(method: str, info: RequestInfo, content_type: str) -> bool:
+Action = Literal["inject", "own_if_created", "recover", "forward"]
+
+
+def request_action(method: str, info: RequestInfo, content_type: str) -> Action:
+    """What the proxy does with a request to a resource path (see the module docstring).
+
+    ``inject``: ``POST`` to a collection (a create) -- the owner goes into the body, as in SDK;
+    ``own_if_created``: ``PUT`` or server-side apply of a named object -- forwarded untouched, the owner is
+    added afterwards only if the API server created the object (``201``);
+    ``recover``: ``GET`` of one object -- forwarded, and an object already owned by the run's kind
+    restarts the dependent watch for its kind; ``forward``: everything else, untouched.
+    """
     if info.subresource or info.watch_path:
-        return False
+        return "forward"
     if method == "POST":
-        return info.name is None
-    if method == "PUT":
-        return info.name is not None
-    if method == "PATCH":
-        return info.name is not None and content_type == APPLY_PATCH
-    return False
+        return "inject" if info.name is None else "forward"
+    if method == "PUT" and info.name is not None:
+        return "own_if_created"
+    if method == "PATCH" and info.name is not None and content_type == APPLY_PATCH:
+        return "own_if_created"
+    if method == "GET" and info.name is not None:
+        return "recover"
+    return "forward"
+
+
+def owner_json_patch(obj: Mapping[str, Any], owner: Owner,
+                     mode: Literal["ownerReference", "annotations"]) -> list[dict[str, Any]] | None:
+    """RFC 6902 operations adding ``owner`` to the just-created ``obj`` (``None`` if it already has it).
+
+    The first operation tests ``metadata.uid``: if the object was deleted and re-created by someone else
+    in between, the API server refuses the patch instead of giving a stranger's object an owner.
+    """
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or not meta.get("uid"):
+        raise ValueError("created object has no metadata.uid")
+    probe = json.loads(json.dumps(dict(obj)))
+    if not inject_owner(probe, owner, mode):
+        return None
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]}]
+    if mode == "ownerReference":
+        if isinstance(meta.get("ownerReferences"), list) and meta["ownerReferences"]:
+            ops.append({"op": "add", "path": "/metadata/ownerReferences/-", "value": owner_ref(owner)})
+        else:
+            ops.append({"op": "add", "path": "/metadata/ownerReferences", "value": [owner_ref(owner)]})
+        return ops
+    wanted = {k: v for k, v in probe["metadata"]["annotations"].items()
+              if k in (ANNOTATION_PRIMARY_RESOURCE, ANNOTATION_PRIMARY_RESOURCE_TYPE)}
+    if isinstance(meta.get("annotations"), dict) and meta["annotations"]:
+        for key, value in wanted.items():
+            ops.append({"op": "add", "path": "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1"),
+                        "value": value})
+    else:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": wanted})
+    return ops
+
+
+def owned_by_kind_of(obj: Mapping[str, Any], owner: Owner) -> bool:
+    """Whether ``obj`` already belongs to some object of ``owner``'s kind (SDK's ``recoverDependentWatches``):
+    an ownerReference with the owner's apiVersion and kind, or the primary-resource-type annotation."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return False
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("apiVersion") == owner.api_version and ref.get("kind") == owner.kind:
+            return True
+    annotations = meta.get("annotations")
+    wanted = f"{owner.kind}.{owner.group}" if owner.group else owner.kind
+    return isinstance(annotations, dict) and annotations.get(ANNOTATION_PRIMARY_RESOURCE_TYPE) == wanted
 
 
 def _status_body(code: int, reason: str, message: str) -> bytes:
@@ -452,60 +528,126 @@ class OwnerProxy:
         body = await request.read()
         content_type = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
         info = parse_request_path(request.path)
+        action: Action = "forward"
+        if self._inject and info is not None:
+            action = request_action(request.method, info, content_type)
         dependent: DependentKind | None = None
-        if self._inject and info is not None and _is_mutation_to_inject(request.method, info, content_type):
+        if action == "inject":
+            assert info is not None
             try:
-                body, dependent = await self._maybe_inject(owner, info, body, content_type)
+                body, dependent = await self._inject_into_body(owner, info, body, content_type)
             except _Refuse as exc:
                 return web.Response(status=exc.code, body=_status_body(exc.code, exc.reason, str(exc)),
                                     content_type="application/json")
         response = await self._forward(request, body)
         if dependent is not None and 200 <= response.status < 300:
             self._report(dependent)
+        elif (action == "own_if_created" and response.status == 201 and isinstance(response, web.Response)
+              and not request.query.get("dryRun")):  # a dry run answers 201 too, but created nothing
+            assert info is not None
+            response = await self._own_created(owner, info, request.path, response)
+        elif action == "recover" and response.status == 200 and isinstance(response, web.Response):
+            assert info is not None
+            await self._recover_watch(owner, info, response)
         return response
 
-    async def _maybe_inject(self, owner: Owner, info: RequestInfo, body: bytes,
-                            content_type: str) -> tuple[bytes, DependentKind | None]:
-        """Return the (possibly rewritten) body and the dependent kind to report."""
+    async def _dependent_kind(self, owner: Owner, info: RequestInfo) -> tuple[DependentKind, bool] | None:
+        """The kind ``info`` addresses and whether it is namespaced, or ``None`` when no owner belongs on it
+        (not served, virtual, or the owner's own kind). Discovery errors propagate."""
+        resource = await self._discovery.lookup(info.group, info.version, info.resource)
+        if resource is None:
+            return None
+        verbs = set(resource.get("verbs") or [])
+        if not {"get", "list", "watch"} <= verbs:
+            return None  # virtual resource (TokenReview, SubjectAccessReview...)
+        kind = str(resource.get("kind", ""))
+        if (info.group, kind) == (owner.group, owner.kind):
+            return None  # the CR kind itself (e.g. writing a CR's own status / spec)
+        namespaced = bool(resource.get("namespaced"))
+        return DependentKind(info.group, info.version, kind, info.resource, namespaced), namespaced
+
+    async def _inject_into_body(self, owner: Owner, info: RequestInfo, body: bytes,
+                                content_type: str) -> tuple[bytes, DependentKind | None]:
+        """A create: return the body with the owner added and the dependent kind to report."""
         gv = f"{info.group}/{info.version}" if info.group else info.version
         try:
-            resource = await self._discovery.lookup(info.group, info.version, info.resource)
+            target = await self._dependent_kind(owner, info)
         except Exception as exc:
             # Like Operator SDK: better refuse than create an object without its owner (no GC, no watch).
             raise _Refuse(503, "ServiceUnavailable",
                           f"owner proxy: discovery of {gv} failed, cannot add the owner: {exc}") from exc
-        if resource is None:
-            # Not served: the API server will answer 404 itself, with its usual message.
-            log.warning("owner proxy: %s %s not found in discovery; forwarding without owner", gv, info.resource)
+        if target is None:
+            # Not served (the API server answers 404 itself, with its usual message), virtual, or own kind.
             return body, None
-        verbs = set(resource.get("verbs") or [])
-        if not {"get", "list", "watch"} <= verbs:
-            return body, None  # virtual resource (TokenReview, SubjectAccessReview...)
-        kind = str(resource.get("kind", ""))
-        if (info.group, kind) == (owner.group, owner.kind):
-            return body, None  # the CR kind itself (e.g. writing a CR's own status / spec)
+        dependent, namespaced = target
         try:
-            if content_type == APPLY_PATCH:
-                obj = yaml.safe_load(body.decode("utf-8")) if body else None
-            else:
-                obj = json.loads(body) if body else None
-        except (ValueError, yaml.YAMLError):
+            obj = json.loads(body) if body else None
+        except ValueError:
             return body, None  # let the API server produce its usual error for a malformed body
         if not isinstance(obj, dict):
             return body, None
-        namespaced = bool(resource.get("namespaced"))
         namespace = info.namespace or ((obj.get("metadata") or {}).get("namespace") if namespaced else None)
         mode = injection_mode(owner, namespaced, namespace)
         try:
             changed = inject_owner(obj, owner, mode)
         except ValueError:
             return body, None
-        dependent = DependentKind(info.group, info.version, kind, info.resource, namespaced)
         if changed:
-            log.debug("owner proxy: %s %s %s/%s owned by %s %s/%s", mode, kind, namespace or "",
+            log.debug("owner proxy: %s %s %s/%s owned by %s %s/%s", mode, dependent.kind, namespace or "",
                       (obj.get("metadata") or {}).get("name", ""), owner.kind, owner.namespace or "", owner.name)
             body = json.dumps(obj, separators=(",", ":")).encode()
         return body, dependent
+
+    async def _own_created(self, owner: Owner, info: RequestInfo, path: str,
+                           response: "web.Response") -> "web.Response":
+        """A ``PUT``/server-side apply that created its object (201): add the owner now, return the result.
+
+        On failure the object stays without an owner (it exists already; failing the role's request would
+        not undo that) and the proxy logs an error naming it.
+        """
+        from aiohttp import web
+
+        what = f"{info.resource} {info.namespace + '/' if info.namespace else ''}{info.name}"
+        try:
+            target = await self._dependent_kind(owner, info)
+            if target is None:
+                return response
+            dependent, namespaced = target
+            obj = _decode_object(response)
+            if obj is None:
+                obj = await self._fetch_json(path)
+            mode = injection_mode(owner, namespaced, info.namespace)
+            ops = owner_json_patch(obj, owner, mode)
+            if ops is None:
+                self._report(dependent)
+                return response
+            status, data = await self._send_json(
+                "PATCH", path + "?fieldManager=ansible-operator", ops, "application/json-patch+json")
+        except Exception as exc:
+            log.error("owner proxy: created %s without its owner %s %s: %s", what, owner.kind, owner.name, exc)
+            return response
+        if status != 200:
+            log.error("owner proxy: created %s but adding its owner %s %s failed: HTTP %s: %s", what,
+                      owner.kind, owner.name, status, data[:300].decode("utf-8", "replace"))
+            return response
+        log.debug("owner proxy: %s %s created by PUT/apply, owned by %s %s", mode, what, owner.kind, owner.name)
+        self._report(dependent)
+        headers = {k: v for k, v in response.headers.items()
+                   if k.lower() not in ("content-length", "content-encoding", "content-type")}
+        return web.Response(status=201, body=data, headers=headers, content_type="application/json")
+
+    async def _recover_watch(self, owner: Owner, info: RequestInfo, response: "web.Response") -> None:
+        """A read of an object the owner's kind already owns starts that kind's dependent watch."""
+        obj = _decode_object(response)
+        if obj is None or not owned_by_kind_of(obj, owner):
+            return
+        try:
+            target = await self._dependent_kind(owner, info)
+        except Exception as exc:
+            log.debug("owner proxy: no dependent watch recovery for %s: %s", info.resource, exc)
+            return
+        if target is not None:
+            self._report(target[0])
 
     def _report(self, dependent: DependentKind) -> None:
         key = (dependent.group, dependent.version, dependent.kind)
@@ -608,6 +750,17 @@ class OwnerProxy:
             await downstream.close()
         return downstream
 
+    async def _send_json(self, method: str, path: str, payload: Any, content_type: str) -> tuple[int, bytes]:
+        """``method path`` upstream with a JSON body and the operator's own credentials."""
+        assert self._session is not None
+        headers = {"Accept": "application/json", "Accept-Encoding": "identity", "Content-Type": content_type}
+        auth = await self._upstream.auth_header()
+        if auth:
+            headers["Authorization"] = auth
+        async with self._session.request(method, self._upstream.base + path, data=json.dumps(payload).encode(),
+                                         headers=headers, server_hostname=self._upstream.server_hostname) as resp:
+            return resp.status, await resp.read()
+
     async def _fetch_json(self, path: str) -> Any:
         """GET ``path`` from upstream with the operator's own credentials (discovery)."""
         assert self._session is not None
@@ -623,6 +776,20 @@ class OwnerProxy:
             if resp.status != 200:
                 raise RuntimeError(f"GET {path}: HTTP {resp.status}: {data[:200].decode('utf-8', 'replace')}")
             return json.loads(data)
+
+
+def _decode_object(response: "web.Response") -> dict[str, Any] | None:
+    """The JSON object in a buffered response (gzip-decoded if need be); ``None`` if it is not one."""
+    data = response.body
+    if not isinstance(data, (bytes, bytearray)) or "json" not in (response.content_type or ""):
+        return None
+    try:
+        if response.headers.get("Content-Encoding", "").lower() == "gzip":
+            data = gzip.decompress(data)
+        obj = json.loads(data)
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 class _Refuse(Exception):

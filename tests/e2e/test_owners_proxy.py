@@ -1,9 +1,10 @@
 """OwnerProxy in front of the sandbox: real kubernetes.core tasks through a per-run kubeconfig.
 
 Checks what a role author relies on: objects created in the CR's namespace get an ownerReference (and
-are garbage-collected with the CR), cluster-scoped ones get the primary-resource annotations, replace
-(PUT) and server-side apply keep/add the owner, reads/waits/watches pass through, unknown tokens get 401,
-and every new dependent kind is reported once.
+are garbage-collected with the CR), cluster-scoped ones get the primary-resource annotations, owners are
+added on create only (a server-side apply or PUT that creates counts; an update, patch or apply of an
+object that already exists never gives it an owner), reads/waits/watches pass through, unknown tokens get
+401, every new dependent kind is reported once, and reading an already-owned object recovers its watch.
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ async def test_roles_objects_get_owners_through_the_proxy(
     results = await run_playbook(tmp_path, kubeconfig, [
         _k8s({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app1-cm", "namespace": NS},
               "data": {"a": "1"}}, "cm"),
-        # replace (PUT) must keep the owner reference the create added
+        # replace (PUT) sends the role's metadata as it is: as under Operator SDK, the reference the create
+        # added is gone afterwards (the proxy adds owners on create only)
         _k8s({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app1-cm", "namespace": NS},
               "data": {"a": "2"}}, "cm_replaced", force=True),
         _k8s({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -166,7 +168,9 @@ async def test_roles_objects_get_owners_through_the_proxy(
     assert results["cm"]["changed"] and results["cm"]["result"]["metadata"]["ownerReferences"] == [ref]
     cm = await asyncio.to_thread(cluster.core.read_namespaced_config_map, "app1-cm", NS)
     assert cm.data == {"a": "2"}
-    assert [r.uid for r in cm.metadata.owner_references] == [uid]
+    assert not cm.metadata.owner_references
+    # a server-side apply that creates is a create: the role gets the object with its owner back
+    assert results["ssa"]["result"]["metadata"]["ownerReferences"] == [ref]
     secret = await asyncio.to_thread(cluster.core.read_namespaced_secret, "app1-ssa", NS)
     assert [r.uid for r in secret.metadata.owner_references] == [uid]
     assert results["deploy"]["result"]["metadata"]["ownerReferences"] == [ref]
@@ -184,14 +188,15 @@ async def test_roles_objects_get_owners_through_the_proxy(
     # deleting the owner garbage-collects what it owns (but not the annotated cluster-scoped objects)
     await asyncio.to_thread(cluster.custom.delete_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, "app1")
 
-    def cm_gone() -> bool:
+    def secret_gone() -> bool:
         try:
-            cluster.core.read_namespaced_config_map("app1-cm", NS)
+            cluster.core.read_namespaced_secret("app1-ssa", NS)
             return False
         except ApiException as exc:
             return exc.status == 404
 
-    await eventually(cm_gone, what="ConfigMap app1-cm garbage-collected")
+    await eventually(secret_gone, what="Secret app1-ssa garbage-collected")
+    await asyncio.to_thread(cluster.core.read_namespaced_config_map, "app1-cm", NS)  # not owned: kept
     role = await asyncio.to_thread(cluster.rbac.read_cluster_role, "app1-reader")
     assert role.metadata.annotations[ANNOTATION_PRIMARY_RESOURCE] == f"{NS}/app1"
 
@@ -212,6 +217,61 @@ async def test_second_run_reports_no_new_kinds_and_owner_kind_untouched(
     sibling = await asyncio.to_thread(cluster.custom.get_namespaced_custom_object, GROUP, VERSION, NS, PLURAL,
                                       "app2-child")
     assert not sibling["metadata"].get("ownerReferences")
+
+
+async def test_existing_objects_never_get_an_owner(
+        cluster: Cluster, proxy: tuple[OwnerProxy, list[DependentKind]], tmp_path: Path) -> None:
+    """Issue 10 item 4: update, merge patch, server-side apply and PUT of a user's object adopt nothing."""
+    p, seen = proxy
+    owner = await asyncio.to_thread(cluster.create_owner, "adopt")
+    for name in ("user-put", "user-patch", "user-ssa"):
+        await asyncio.to_thread(cluster.core.create_namespaced_config_map, NS,
+                                {"metadata": {"name": name}, "data": {"mine": "yes"}})
+    await asyncio.to_thread(cluster.rbac.create_cluster_role, {"metadata": {"name": "user-role"}, "rules": []})
+    kubeconfig = p.kubeconfig_for(owner, tmp_path / "kubeconfig")
+
+    def cm(name: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS},
+                "data": {"role": "was-here"}}
+
+    await run_playbook(tmp_path, kubeconfig, [
+        _k8s(cm("user-put"), "put", force=True),
+        _k8s(cm("user-patch"), "patch"),
+        _k8s(cm("user-ssa"), "ssa", apply=True, server_side_apply={"field_manager": "role", "force_conflicts": True}),
+        _k8s({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+              "metadata": {"name": "user-role", "labels": {"role": "was-here"}}, "rules": []}, "cr", force=True),
+    ])
+    for name in ("user-put", "user-patch", "user-ssa"):
+        obj = await asyncio.to_thread(cluster.core.read_namespaced_config_map, name, NS)
+        assert obj.data["role"] == "was-here", name
+        assert not obj.metadata.owner_references, name
+        assert ANNOTATION_PRIMARY_RESOURCE not in (obj.metadata.annotations or {}), name
+    role = await asyncio.to_thread(cluster.rbac.read_cluster_role, "user-role")
+    assert role.metadata.labels == {"role": "was-here"}
+    assert ANNOTATION_PRIMARY_RESOURCE not in (role.metadata.annotations or {})
+    assert seen == []  # nothing created, nothing owned read: no dependent watch
+
+
+async def test_reading_an_owned_object_recovers_its_watch(
+        cluster: Cluster, proxy: tuple[OwnerProxy, list[DependentKind]], tmp_path: Path) -> None:
+    """After a restart a role that only updates what exists still gets its dependent watches back
+    (Operator SDK's recoverDependentWatches): a GET of an object owned by the run's kind reports its kind."""
+    p, seen = proxy
+    owner = await asyncio.to_thread(cluster.create_owner, "recover")
+    await asyncio.to_thread(cluster.core.create_namespaced_secret, NS,
+                            {"metadata": _owned(owner, name="recover-s"), "stringData": {"a": "b"}})
+    await asyncio.to_thread(cluster.core.create_namespaced_config_map, NS, {"metadata": {"name": "recover-free"}})
+    kubeconfig = p.kubeconfig_for(owner, tmp_path / "kubeconfig")
+    await run_playbook(tmp_path, kubeconfig, [
+        {"kubernetes.core.k8s_info": {"api_version": "v1", "kind": "ConfigMap", "namespace": NS,
+                                      "name": "recover-free"}, "register": "free"},
+    ])
+    assert seen == []  # not owned by an App: no watch
+    await run_playbook(tmp_path, kubeconfig, [
+        _k8s({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "recover-s", "namespace": NS},
+              "stringData": {"a": "c"}}, "s"),
+    ])
+    assert seen == [DependentKind("", "v1", "Secret", "secrets", True)]
 
 
 async def test_watch_streams_and_unknown_tokens_are_refused(

@@ -16,11 +16,13 @@ from ansible_operator.owners import (
     Owner,
     OwnerProxy,
     RequestInfo,
-    _is_mutation_to_inject,
     inject_owner,
     injection_mode,
+    owned_by_kind_of,
+    owner_json_patch,
     owner_ref,
     parse_request_path,
+    request_action,
 )
 
 CR = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
@@ -119,18 +121,57 @@ def test_parse_non_resource_paths(path: str) -> None:
     assert parse_request_path(path) is None
 
 
-def test_which_requests_get_an_owner() -> None:
+def test_owners_are_added_on_create_only() -> None:
+    """SDK's inject_owner.go rewrites POST bodies only; PUT/apply may create, so they are checked after."""
     coll = RequestInfo("", "v1", "configmaps", "ns")
     item = RequestInfo("", "v1", "configmaps", "ns", "c")
     sub = RequestInfo("", "v1", "pods", "ns", "p", "eviction")
-    assert _is_mutation_to_inject("POST", coll, "application/json")
-    assert not _is_mutation_to_inject("POST", sub, "application/json")
-    assert _is_mutation_to_inject("PUT", item, "application/json")
-    assert _is_mutation_to_inject("PATCH", item, "application/apply-patch+yaml")
-    assert not _is_mutation_to_inject("PATCH", item, "application/merge-patch+json")
-    assert not _is_mutation_to_inject("PATCH", item, "application/strategic-merge-patch+json")
-    assert not _is_mutation_to_inject("GET", coll, "")
-    assert not _is_mutation_to_inject("DELETE", item, "")
+    watch = RequestInfo("", "v1", "configmaps", "ns", "c", None, True)
+    assert request_action("POST", coll, "application/json") == "inject"
+    assert request_action("POST", sub, "application/json") == "forward"
+    assert request_action("PUT", item, "application/json") == "own_if_created"
+    assert request_action("PATCH", item, "application/apply-patch+yaml") == "own_if_created"
+    assert request_action("PATCH", item, "application/merge-patch+json") == "forward"
+    assert request_action("PATCH", item, "application/strategic-merge-patch+json") == "forward"
+    assert request_action("PATCH", item, "application/json-patch+json") == "forward"
+    assert request_action("PUT", sub, "application/json") == "forward"
+    assert request_action("GET", item, "") == "recover"
+    assert request_action("GET", coll, "") == "forward"
+    assert request_action("GET", watch, "") == "forward"
+    assert request_action("DELETE", item, "") == "forward"
+
+
+def test_owner_json_patch_for_a_created_object() -> None:
+    created = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "apps", "uid": "c-1"}}
+    ops = owner_json_patch(created, NAMESPACED, "ownerReference")
+    assert ops == [{"op": "test", "path": "/metadata/uid", "value": "c-1"},
+                   {"op": "add", "path": "/metadata/ownerReferences", "value": [owner_ref(NAMESPACED)]}]
+    other = {"apiVersion": "v1", "kind": "Thing", "name": "t", "uid": "t-1"}
+    with_refs = {"metadata": {"name": "c", "uid": "c-1", "ownerReferences": [other]}}
+    assert owner_json_patch(with_refs, NAMESPACED, "ownerReference")[1] == {
+        "op": "add", "path": "/metadata/ownerReferences/-", "value": owner_ref(NAMESPACED)}
+    assert owner_json_patch({"metadata": {"uid": "c-1", "ownerReferences": [owner_ref(NAMESPACED)]}},
+                            NAMESPACED, "ownerReference") is None
+    annotated = owner_json_patch({"metadata": {"uid": "n-1", "annotations": {"a": "b"}}}, NAMESPACED, "annotations")
+    assert annotated[1:] == [
+        {"op": "add", "path": "/metadata/annotations/operator-sdk~1primary-resource", "value": "apps/mc"},
+        {"op": "add", "path": "/metadata/annotations/operator-sdk~1primary-resource-type",
+         "value": "Memcached.cache.example.com"}]
+    bare = owner_json_patch({"metadata": {"uid": "n-1"}}, NAMESPACED, "annotations")
+    assert bare[1] == {"op": "add", "path": "/metadata/annotations", "value": {
+        ANNOTATION_PRIMARY_RESOURCE: "apps/mc", ANNOTATION_PRIMARY_RESOURCE_TYPE: "Memcached.cache.example.com"}}
+    with pytest.raises(ValueError, match="uid"):
+        owner_json_patch({"metadata": {"name": "c"}}, NAMESPACED, "ownerReference")
+
+
+def test_owned_by_kind_of() -> None:
+    other_cr = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached", "name": "other", "uid": "u-9"}
+    assert owned_by_kind_of({"metadata": {"ownerReferences": [other_cr]}}, NAMESPACED)
+    assert not owned_by_kind_of({"metadata": {"ownerReferences": [dict(other_cr, kind="Redis")]}}, NAMESPACED)
+    assert owned_by_kind_of({"metadata": {"annotations": {
+        ANNOTATION_PRIMARY_RESOURCE_TYPE: "Memcached.cache.example.com"}}}, NAMESPACED)
+    assert not owned_by_kind_of({"metadata": {"annotations": {"x": "y"}}}, NAMESPACED)
+    assert not owned_by_kind_of({"metadata": None}, NAMESPACED)
 
 
 async def test_kubeconfig_tokens_are_per_owner_and_released(tmp_path: Path) -> None:
