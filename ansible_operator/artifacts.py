@@ -15,6 +15,7 @@ object lifetime (:func:`remove_object` once the object is gone from the API) and
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -40,11 +41,16 @@ __all__ = [
     "load_run",
     "prune_runs",
     "remove_object",
+    "remove_runs_of",
+    "Janitor",
     "cap_total",
     "dir_size",
     "read_text",
     "object_of",
 ]
+
+DEFAULT_MAX_BYTES = 1 << 30
+"""``--max-artifacts-size`` default: 1 GiB for the whole tree."""
 
 RUN_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
 SUMMARY = "run.json"
@@ -200,6 +206,33 @@ def remove_object(root: Path, obj: ObjectPath) -> bool:
     return True
 
 
+def remove_runs_of(root: Path, obj: ObjectPath, uid: str | None, *,
+                   keep: frozenset[Path] | set[Path] = frozenset()) -> int:
+    """Remove the runs of one object *incarnation* (its ``uid``: a re-created object with the same name keeps
+    its own runs), except those in ``keep`` (in progress). ``uid`` None removes every run of the name; runs
+    without a readable uid are otherwise left to :func:`cap_total` (one may be a run just being created).
+    Empty directories up to ``root`` are removed. Returns how many runs were removed."""
+    target = object_dir(root, obj)
+    if not target.is_dir():
+        return 0
+    removed = 0
+    for run_dir in list(target.iterdir()):
+        if not run_dir.is_dir() or not RUN_ID_RE.match(run_dir.name) or run_dir in keep:
+            continue
+        run_uid = load_run(run_dir).get("uid")
+        if uid is None or run_uid == uid:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            removed += 1
+    parent = target
+    while parent != root and root in parent.parents:
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
+        parent = parent.parent
+    return removed
+
+
 def dir_size(path: Path) -> int:
     """Bytes used by the files under ``path`` (apparent size, not following symlinks)."""
     total = 0
@@ -238,3 +271,47 @@ def cap_total(root: Path, max_bytes: int, *, keep: frozenset[Path] = frozenset()
     if removed:
         log.info("artifacts over %d bytes: removed the %d oldest run(s)", max_bytes, len(removed))
     return removed
+
+
+class Janitor:
+    """Keeps the whole artifacts tree under ``max_bytes``: after runs finish, one :func:`cap_total` pass at
+    most every ``interval`` seconds, in a worker thread (walking the tree never blocks the event loop)."""
+
+    def __init__(self, root: Path, max_bytes: int, *, interval: float = 10.0) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+        self.interval = interval
+        self.active: set[Path] = set()
+        """Run directories in progress: never removed."""
+        self._task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+
+    def poke(self) -> None:
+        """A run finished: schedule a pass unless one is pending."""
+        if self.max_bytes <= 0 or (self._task is not None and not self._task.done()):
+            return
+        self._task = asyncio.get_running_loop().create_task(self._pass(), name="artifacts-janitor")
+
+    async def _pass(self) -> None:
+        await asyncio.sleep(self.interval)
+        try:
+            await asyncio.to_thread(cap_total, self.root, self.max_bytes, keep=frozenset(self.active))
+        except Exception:  # disk trouble must never stop the operator
+            log.warning("artifacts cap pass failed", exc_info=True)
+
+    def in_background(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        """Run blocking clean-up work off the loop (or inline when there is no loop: tests, shutdown)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            fn(*args, **kwargs)
+            return
+        task = loop.create_task(asyncio.to_thread(fn, *args, **kwargs))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def close(self) -> None:
+        tasks = list(self._background) + ([self._task] if self._task else [])
+        if self._task is not None:
+            self._task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

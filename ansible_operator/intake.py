@@ -11,6 +11,20 @@ and do the deciding here:
   when the watch has ``watchAnnotationsChanges``, and the label selector starting to match;
 * the runner's own writes (status, finalizers) therefore never re-trigger a run.
 
+The cache is uid-aware, like client-go's informer store: a name's identity is its ``metadata.uid``.
+An object deleted and re-created with the same name is a *new* object (first sight: it runs even if
+its generation equals the old one's), and the old one is forgotten (queue state, Events, artifacts).
+A ``DELETED`` event of an old uid never removes a newer object of the same name, and a late event of a
+uid already known to be gone (a tombstone) never resurrects it.
+
+Relists: after a watch ends in ``410 Gone`` kopf lists again, but hands over only what the list holds:
+objects deleted during the gap produce no event at all. Like the informer's ``Replace``, every listing
+is compared with the cache when it ends (:meth:`WatchIntake.relisted`): a cached object the listing
+does not hold (same name and uid) was deleted during the gap and is forgotten as if ``DELETED`` had
+arrived. kopf has no public hook for "a listing ended", so :func:`install_relist_hook` wraps its
+``continuous_watch`` generator (the one place that lists, then yields ``Bookmark.LISTED``) and tells
+the intake of the listed resource; it fails loudly at start-up if kopf's internals change.
+
 The handler does no I/O and never blocks: it just records and enqueues.
 """
 
@@ -20,8 +34,10 @@ import copy
 import hashlib
 import json
 import logging
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable, Iterable
 
 import kopf
 
@@ -84,6 +100,10 @@ def needs_run(previous: Fingerprint | None, current: Fingerprint) -> bool:
     return current.annotations != previous.annotations
 
 
+def uid_of(obj: dict[str, Any]) -> str | None:
+    return (obj.get("metadata") or {}).get("uid")
+
+
 class ObjectCache:
     """The latest body of every object of one watch, as the watch stream delivered it, with the
     fingerprint intake decided on. Reconcile reads from it; only intake writes."""
@@ -95,6 +115,13 @@ class ObjectCache:
     def get(self, key: ObjectKey) -> dict[str, Any] | None:
         obj = self._objects.get(key)
         return copy.deepcopy(obj) if obj is not None else None
+
+    def uid(self, key: ObjectKey) -> str | None:
+        obj = self._objects.get(key)
+        return uid_of(obj) if obj is not None else None
+
+    def keys(self) -> list[ObjectKey]:
+        return list(self._objects)
 
     def fingerprint(self, key: ObjectKey) -> Fingerprint | None:
         return self._fingerprints.get(key)
@@ -113,27 +140,46 @@ def object_key(obj: dict[str, Any]) -> ObjectKey:
     return ObjectKey(namespace=meta.get("namespace") or None, name=meta["name"])
 
 
+_TOMBSTONES = 10_000
+"""How many uids of deleted objects intake remembers, to drop late events about them."""
+
+
 class WatchIntake:
     """Intake for one watch: fed by kopf, feeding one work queue."""
 
     def __init__(self, watch: Watch, queue: WorkQueue, *, cache: ObjectCache | None = None,
                  selector: Callable[[dict[str, str]], bool] | None = None,
-                 on_forget: Callable[[ObjectKey], None] | None = None) -> None:
+                 on_forget: Callable[[ObjectKey, dict[str, Any]], None] | None = None) -> None:
         self.watch = watch
         self.queue = queue
         self.cache = cache if cache is not None else ObjectCache()
         self._selector = selector
         self._on_forget = on_forget
+        self._tombstones: OrderedDict[str, None] = OrderedDict()
+        self.relists = 0
+        """Listings after the first one per namespace (each followed a watch gap); for metrics and tests."""
+        self._listed_once: set[str | None] = set()
 
     def handle(self, event_type: str | None, obj: dict[str, Any]) -> None:
         """Apply one watch event. ``event_type`` None is kopf's initial listing."""
         key = object_key(obj)
+        uid = uid_of(obj)
         if event_type == "DELETED":
-            self.cache.remove(key)
-            self.queue.forget(key)
-            if self._on_forget:
-                self._on_forget(key)
+            cached_uid = self.cache.uid(key)
+            if uid is not None:
+                self._bury(uid)
+            if cached_uid is None or uid is None or cached_uid == uid:
+                self._forget(key, "deleted")
+            # else: a late DELETED of an older object with this name; the cached (newer) one stays
             return
+        if uid is not None and uid in self._tombstones:
+            log.debug("ignoring a late %s event of %s (uid %s is gone)", event_type or "listing", key, uid)
+            return
+        cached_uid = self.cache.uid(key)
+        if cached_uid is not None and uid is not None and cached_uid != uid:
+            # Deleted and re-created under the same name while we were not looking: a new object.
+            self._bury(cached_uid)
+            self._forget(key, f"replaced by a new object (uid {uid})")
         labels = (obj.get("metadata") or {}).get("labels") or {}
         selected = self._selector(labels) if self._selector else True
         current = fingerprint(obj, watch_annotations=self.watch.watch_annotations_changes, selected=selected)
@@ -141,6 +187,54 @@ class WatchIntake:
         self.cache.store(key, obj, current)
         if needs_run(previous, current):
             self.queue.add(key)
+
+    def relisted(self, namespace: str | None, listed: Iterable[tuple[str | None, str, str | None]]) -> int:
+        """A listing of ``namespace`` (None: all) ended, holding these (namespace, name, uid). Cached objects
+        it does not hold were deleted meanwhile: forget them (informer ``Replace``). Returns how many."""
+        if namespace in self._listed_once:
+            self.relists += 1
+        self._listed_once.add(namespace)
+        present = {(ObjectKey(namespace=ns or None, name=name), uid) for ns, name, uid in listed}
+        gone = 0
+        for key in self.cache.keys():
+            if namespace is not None and key.namespace != namespace:
+                continue
+            uid = self.cache.uid(key)
+            if (key, uid) in present:
+                continue
+            if uid is not None:
+                self._bury(uid)
+            self._forget(key, "deleted during a watch gap (not in the relist)")
+            gone += 1
+        if gone:
+            log.info("%s: relist%s found %d object(s) deleted during the watch gap", self.watch.key,
+                     f" of namespace {namespace}" if namespace else "", gone)
+        return gone
+
+    def _bury(self, uid: str) -> None:
+        self._tombstones[uid] = None
+        self._tombstones.move_to_end(uid)
+        while len(self._tombstones) > _TOMBSTONES:
+            self._tombstones.popitem(last=False)
+
+    def _forget(self, key: ObjectKey, why: str) -> None:
+        old = self.cache.get(key)
+        self.cache.remove(key)
+        self.queue.forget(key)
+        if old is None:
+            return
+        finalizer = self.watch.finalizer
+        old_meta = old.get("metadata") or {}
+        if (why != "deleted" and finalizer and finalizer.name in (old_meta.get("finalizers") or [])
+                and not old_meta.get("deletionTimestamp")):
+            # Our finalizer blocks deletion until we remove it, and we only do that after a finalizer run,
+            # which needs the deletion to have been seen. Never seen, yet gone: someone removed it by hand.
+            log.warning("%s %s: %s while its finalizer %s was still set: someone else removed it, so the "
+                        "finalizer run did not happen", self.watch.kind, key, why, finalizer.name)
+        else:
+            log.debug("%s %s: %s", self.watch.kind, key, why)
+        if self._on_forget:
+            self._on_forget(key, old)
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
         """Register this watch's kopf handler (no code per CR kind: the same function for all)."""
@@ -155,3 +249,47 @@ class WatchIntake:
             group=self.watch.group, version=self.watch.version, kind=self.watch.kind,
             id=f"intake/{self.watch.key}", registry=registry,
         )(on_event)
+        install_relist_hook()
+        _LISTENERS.add(self)
+
+
+# ---- relists: kopf's listings, as they end ----------------------------------------------------------
+
+_LISTENERS: "weakref.WeakSet[WatchIntake]" = weakref.WeakSet()
+
+
+def _listing_ended(resource: Any, namespace: str | None, listed: list[tuple[str | None, str, str | None]]) -> None:
+    for intake in list(_LISTENERS):
+        w = intake.watch
+        if (w.group, w.version, w.kind) == (resource.group, resource.version, resource.kind):
+            intake.relisted(namespace, listed)
+
+
+def install_relist_hook() -> None:
+    """Wrap kopf's ``continuous_watch`` (list, then ``Bookmark.LISTED``, then watch) so that every listing
+    that completes is reported to the intakes of its resource. Idempotent."""
+    from kopf._cogs.clients import watching
+
+    original = getattr(watching, "continuous_watch", None)
+    bookmark = getattr(getattr(watching, "Bookmark", None), "LISTED", None)
+    if original is None or bookmark is None:
+        raise RuntimeError("this kopf version has no watching.continuous_watch/Bookmark.LISTED: the relist "
+                           "hook (deletions during a watch gap) cannot be installed; pin kopf to a known version")
+    if getattr(original, "_relist_hook", False):
+        return
+
+    async def continuous_watch(**kwargs: Any) -> AsyncIterator[Any]:
+        listed: list[tuple[str | None, str, str | None]] | None = []
+        async for item in original(**kwargs):
+            if listed is not None:
+                if item is bookmark:
+                    _listing_ended(kwargs.get("resource"), kwargs.get("namespace"), listed)
+                    listed = None
+                elif isinstance(item, dict) and item.get("type") is None:
+                    meta = (item.get("object") or {}).get("metadata") or {}
+                    if meta.get("name"):
+                        listed.append((meta.get("namespace"), meta["name"], meta.get("uid")))
+            yield item
+
+    continuous_watch._relist_hook = True  # type: ignore[attr-defined]
+    watching.continuous_watch = continuous_watch

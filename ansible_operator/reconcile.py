@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +30,7 @@ from ansible_operator.watches import Watch, annotation_overrides
 log = logging.getLogger(__name__)
 
 _STATUS_WRITE_ATTEMPTS = 5
+_GONE_REMEMBERED = 10_000
 
 
 class RunHooks(Protocol):
@@ -77,6 +79,12 @@ class Runtime:
     event_loggers: Callable[[int], Callable[[dict[str, Any]], None]] | None = None
     component: str = "ansible-operator"
     executor_name: str = "runner"
+    janitor: artifacts.Janitor | None = None
+    """Bounds the artifacts tree (``--max-artifacts-size``); a 1 GiB one when not given."""
+
+    def __post_init__(self) -> None:
+        if self.janitor is None:
+            self.janitor = artifacts.Janitor(self.artifacts_root, artifacts.DEFAULT_MAX_BYTES)
 
 
 def utcnow() -> datetime:
@@ -98,6 +106,8 @@ class Reconciler:
         self._resource = resource
         self._last_event: dict[ObjectKey, tuple[tuple[Any, ...], str, int]] = {}
         """Per object: the last Event recorded (its identity, name and count), to aggregate repeats."""
+        self._gone: OrderedDict[str, None] = OrderedDict()
+        """uids of objects known to be gone: a run of one that ends afterwards removes its artifacts."""
 
     @property
     def resource(self) -> ResourceRef:
@@ -214,8 +224,8 @@ class Reconciler:
         meta = obj["metadata"]
         for _ in range(_STATUS_WRITE_ATTEMPTS):
             fresh = await self.rt.kube.get(self.resource, meta.get("namespace"), meta["name"])
-            if fresh is None:
-                return
+            if fresh is None or fresh["metadata"].get("uid") != meta.get("uid"):
+                return  # gone (or gone and re-created under the same name: not ours to touch)
             current = list(fresh["metadata"].get("finalizers") or [])
             if name not in current:
                 return
@@ -253,6 +263,24 @@ class Reconciler:
         object_path = self._object_path(obj)
         run_id = new_run_id()
         run_dir = artifacts.new_run_dir(self.rt.artifacts_root, object_path, run_id)
+        janitor = self.rt.janitor
+        assert janitor is not None
+        janitor.active.add(run_dir)
+        try:
+            return await self._run_in(run_dir, obj, phase, variables, role=role, playbook=playbook,
+                                      overrides=overrides)
+        finally:
+            janitor.active.discard(run_dir)
+            if meta.get("uid") in self._gone:  # deleted while it ran
+                janitor.in_background(artifacts.remove_runs_of, self.rt.artifacts_root, object_path,
+                                      meta.get("uid"), keep=frozenset(janitor.active))
+            janitor.poke()
+
+    async def _run_in(self, run_dir: Path, obj: dict[str, Any], phase: str, variables: dict[str, Any], *,
+                      role: str | None, playbook: Path | None, overrides: dict[str, Any]) -> results.RunResult:
+        meta = obj["metadata"]
+        object_path = self._object_path(obj)
+        run_id = run_dir.name
         verbosity = overrides["ansible_verbosity"]
         started = utcnow()
         summary: dict[str, Any] = {
@@ -391,9 +419,21 @@ class Reconciler:
         except ApiError as exc:  # events are best effort, as in every Kubernetes controller
             log.warning("could not record event %s: %s", event.get("reason"), exc)
 
-    def forget(self, key: ObjectKey) -> None:
-        """The object is gone: drop what we remember about it."""
+    def forget(self, key: ObjectKey, old: dict[str, Any] | None = None) -> None:
+        """The object is gone (``old``: its last body): drop what we remember about it, and its run
+        artifacts; a run of it still in progress removes its own when it ends."""
         self._last_event.pop(key, None)
+        if old is None:
+            return
+        uid = (old.get("metadata") or {}).get("uid")
+        if uid:
+            self._gone[uid] = None
+            while len(self._gone) > _GONE_REMEMBERED:
+                self._gone.popitem(last=False)
+        janitor = self.rt.janitor
+        assert janitor is not None
+        janitor.in_background(artifacts.remove_runs_of, self.rt.artifacts_root, self._object_path(old), uid,
+                              keep=frozenset(janitor.active))
 
 
 def _warning_event(obj: dict[str, Any], reason: str, message: str, component: str) -> dict[str, Any]:

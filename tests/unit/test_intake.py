@@ -43,11 +43,17 @@ def cr(generation: int | None = 1, **meta: Any) -> dict[str, Any]:
             "spec": {"size": 1}}
 
 
-def intake_for(watch: Watch | None = None) -> tuple[WatchIntake, RecordingQueue]:
+def intake_for(watch: Watch | None = None,
+               forgotten: list[tuple[ObjectKey, str]] | None = None) -> tuple[WatchIntake, RecordingQueue]:
     queue = RecordingQueue()
     w = watch or make_watch()
     selector = label_selector_from_dict(w.selector) if w.selector else None
-    return WatchIntake(w, queue, selector=selector), queue  # type: ignore[arg-type]
+
+    def on_forget(key: ObjectKey, old: dict[str, Any]) -> None:
+        if forgotten is not None:
+            forgotten.append((key, old["metadata"]["uid"]))
+
+    return WatchIntake(w, queue, selector=selector, on_forget=on_forget), queue  # type: ignore[arg-type]
 
 
 KEY = ObjectKey(namespace="ns", name="a")
@@ -139,3 +145,101 @@ def test_repeated_identical_events_enqueue_once(event_type: str | None) -> None:
     for _ in range(5):
         intake.handle(event_type, cr())
     assert queue.added == [KEY]
+
+
+# ---- uid-aware cache and relists (issue 11, defect 1) --------------------------------------------------
+
+
+def test_recreated_with_same_name_and_generation_is_a_new_object() -> None:
+    forgotten: list[tuple[ObjectKey, str]] = []
+    intake, queue = intake_for(forgotten=forgotten)
+    intake.handle("ADDED", cr(uid="u1"))
+    # The watch gap ended in 410; the relist holds a new object with the same name and generation 1.
+    intake.handle(None, cr(uid="u2", resourceVersion="9"))
+    assert queue.added == [KEY, KEY]
+    assert queue.forgotten == [KEY] and forgotten == [(KEY, "u1")]
+    assert intake.cache.get(KEY)["metadata"]["uid"] == "u2"
+
+
+def test_late_deleted_of_the_old_uid_keeps_the_new_object() -> None:
+    intake, queue = intake_for()
+    intake.handle("ADDED", cr(uid="u1"))
+    intake.handle("ADDED", cr(uid="u2", resourceVersion="5"))
+    intake.handle("DELETED", cr(uid="u1", resourceVersion="6"))
+    assert intake.cache.get(KEY)["metadata"]["uid"] == "u2"
+    assert queue.forgotten == [KEY]  # once, for the replacement; not for the stale DELETED
+
+
+def test_late_events_of_a_deleted_uid_do_not_resurrect_it() -> None:
+    intake, queue = intake_for()
+    intake.handle("ADDED", cr(uid="u1"))
+    intake.handle("DELETED", cr(uid="u1", resourceVersion="2"))
+    intake.handle("MODIFIED", cr(uid="u1", generation=2, resourceVersion="1"))
+    assert intake.cache.get(KEY) is None
+    assert queue.added == [KEY]
+
+
+def test_relist_forgets_objects_deleted_during_the_gap() -> None:
+    forgotten: list[tuple[ObjectKey, str]] = []
+    intake, queue = intake_for(forgotten=forgotten)
+    intake.handle(None, cr(uid="u1"))
+    intake.handle(None, cr(name="b", uid="u2"))
+    intake.handle(None, cr(name="c", namespace="other", uid="u3"))
+    assert intake.relisted("ns", [("ns", "a", "u1"), ("ns", "b", "u2")]) == 0  # the first listing
+    assert intake.relists == 0
+    # 410 + relist of "ns": b was deleted during the gap (no DELETED event ever arrives for it).
+    assert intake.relisted("ns", [("ns", "a", "u1")]) == 1
+    assert intake.relists == 1
+    b = ObjectKey(namespace="ns", name="b")
+    assert intake.cache.get(b) is None and forgotten == [(b, "u2")] and queue.forgotten == [b]
+    # other namespaces are not part of that listing
+    assert intake.cache.get(ObjectKey(namespace="other", name="c")) is not None
+    # a cluster-wide listing covers them all
+    assert intake.relisted(None, []) == 2
+
+
+def test_relist_with_a_recreated_object_forgets_the_old_uid_either_order() -> None:
+    intake, queue = intake_for()
+    intake.handle(None, cr(uid="u1"))
+    intake.relisted("ns", [("ns", "a", "u9")])  # the listing ends before kopf hands over the new body
+    assert intake.cache.get(KEY) is None
+    intake.handle(None, cr(uid="u9", resourceVersion="9"))
+    assert queue.added == [KEY, KEY]
+    intake.relisted("ns", [("ns", "a", "u9")])
+    assert intake.cache.get(KEY)["metadata"]["uid"] == "u9"
+
+
+async def test_kopf_relist_after_410_reaches_the_intake(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's own continuous_watch (list, watch, 410, relist), with the HTTP calls replaced by a script."""
+    import kopf
+    from kopf._cogs.clients import fetching, watching
+    from kopf._cogs.structs import references
+
+    import ansible_operator.intake as intake_mod
+
+    monkeypatch.setattr(watching, "continuous_watch", watching.continuous_watch)  # restored afterwards
+    monkeypatch.setattr(intake_mod, "_LISTENERS", intake_mod.weakref.WeakSet())
+    listings = [[cr(uid="u1"), cr(name="b", uid="u2")], [cr(uid="u3", resourceVersion="20")]]
+
+    async def fetch_objs(**_: Any) -> Any:
+        yield listings.pop(0), "10"
+
+    async def watch_objs(**_: Any) -> Any:
+        yield {"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}
+
+    monkeypatch.setattr(fetching, "fetch_objs", fetch_objs)
+    monkeypatch.setattr(watching, "watch_objs", watch_objs)
+    intake, queue = intake_for()
+    intake.register(kopf.OperatorRegistry())
+    settings = kopf.OperatorSettings()
+    settings.watching.reconnect_backoff = 0
+    resource = references.Resource(group="cache.example.com", version="v1alpha1", plural="memcacheds",
+                                   kind="Memcached", namespaced=True)
+    async for item in watching.infinite_watch(settings=settings, resource=resource, namespace="ns",
+                                              _iterations=2):
+        if isinstance(item, dict) and item.get("type") is None:
+            intake.handle(None, item["object"])
+    assert intake.relists == 1
+    assert intake.cache.keys() == [KEY] and intake.cache.get(KEY)["metadata"]["uid"] == "u3"
+    assert queue.added == [KEY, ObjectKey("ns", "b"), KEY]  # the re-created "a" runs again
+    assert set(queue.forgotten) == {KEY, ObjectKey("ns", "b")}
