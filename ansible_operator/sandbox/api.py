@@ -22,7 +22,7 @@ import yaml
 
 from ansible_operator.sandbox import crdcheck, kinds, patching, protobuf, schema, selectors
 from ansible_operator.sandbox.errors import (ApiError, already_exists, bad_request, conflict, forbidden, invalid,
-                                             namespace_not_found, not_found, unsupported_media_type)
+                                             namespace_not_found, not_found, success_status, unsupported_media_type)
 from ansible_operator.sandbox.resources import CRD_GROUP_RESOURCE, Registry, ResourceType
 from ansible_operator.sandbox.store import Key, Store
 from ansible_operator.sandbox.timeutil import now_rfc3339
@@ -37,6 +37,14 @@ _LABEL_NAMED = {("", "Namespace"), ("", "Service")}
 #: kinds whose names are path segments only (RBAC allows ':' etc.)
 _PATH_NAMED = {("rbac.authorization.k8s.io", "Role"), ("rbac.authorization.k8s.io", "RoleBinding"),
                ("rbac.authorization.k8s.io", "ClusterRole"), ("rbac.authorization.k8s.io", "ClusterRoleBinding")}
+
+#: built-in kinds whose registry sets ``ReturnDeletedObject: true`` (k8s.io/kubernetes pkg/registry/*/storage):
+#: a DELETE that removes one answers the deleted object, every other built-in answers a ``Status``; custom
+#: resources always answer the object (apiextensions-apiserver's customresource store)
+RETURNS_DELETED_OBJECT = frozenset({
+    "/pods", "/services", "/serviceaccounts", "/persistentvolumes", "/persistentvolumeclaims",
+    "/resourcequotas", "/podtemplates", "storage.k8s.io/storageclasses", "storage.k8s.io/volumeattachments",
+})
 
 PATCH_TYPES = {
     "application/json-patch+json": "json",
@@ -307,7 +315,10 @@ class Api:
             meta.pop(k, None)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
-        meta["generation"] = 1
+        if kinds.has_generation(rtype):
+            meta["generation"] = 1
+        else:
+            meta.pop("generation", None)
         obj = self._crd_schema_pipeline(rtype, obj, opts, warnings)
         kinds.normalize(rtype, obj, None)
         self._check_crd(rtype, obj)
@@ -335,6 +346,8 @@ class Api:
         """Common tail of update and patch: merge the rules of what may change, then store (or not)."""
         name = old["metadata"]["name"]
         old_meta = old["metadata"]
+        if subresource == "approval":  # CertificateSigningRequest approval: a status write (conditions)
+            subresource = "status"
         if subresource == "status":
             status = new.get("status")
             new = copy.deepcopy(old)
@@ -392,7 +405,7 @@ class Api:
             self._check_crd(rtype, new)
         # custom resources without a status subresource count status changes too (as kube-apiserver does)
         with_status = not rtype.builtin and not rtype.has_status
-        if spec_part(new, with_status) != spec_part(old, with_status):
+        if kinds.has_generation(rtype) and spec_part(new, with_status) != spec_part(old, with_status):
             meta["generation"] = int(old_meta.get("generation") or 1) + 1
         if strip_for_compare(new) == strip_for_compare(self.present(rtype, copy.deepcopy(old))):
             return self.present(rtype, old)  # no-op: same resourceVersion, no event
@@ -489,6 +502,15 @@ class Api:
             return self.present(rtype, obj)
         result = self.lifecycle.delete(rtype, self.key(rtype, namespace, name), policy or "Background")
         return self.present(rtype, result)
+
+    def delete_response(self, rtype: ResourceType, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        """The body of a DELETE answer: the object (still there with ``deletionTimestamp``, a dry run, a custom
+        resource or a kind whose registry returns it) or a ``Status`` of kind Success."""
+        meta = obj.get("metadata") or {}
+        gone = self.store.peek(self.key(rtype, meta.get("namespace"), meta.get("name", ""))) is None
+        if dry_run or not gone or not rtype.builtin or rtype.group_resource in RETURNS_DELETED_OBJECT:
+            return obj
+        return success_status(rtype, meta.get("name", ""), meta.get("uid"))
 
 
 def _unknown_fields(before: Any, after: Any, path: str = "") -> list[str]:

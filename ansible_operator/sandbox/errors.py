@@ -22,11 +22,38 @@ class ApiError(Exception):
         self.details = details
 
     def status(self) -> dict[str, Any]:
+        """The ``Status`` in metav1.Status field order (kind, apiVersion, metadata, status, message, reason,
+        details, code), details in StatusDetails order (name, group, kind, uid, causes, retryAfterSeconds)."""
         body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                "message": self.message, "reason": self.reason, "code": self.code}
-        if self.details:
-            body["details"] = self.details
+                                "message": self.message, "reason": self.reason}
+        if self.details is not None:
+            body["details"] = _ordered_details(self.details)
+        body["code"] = self.code
         return body
+
+
+_DETAIL_ORDER = ("name", "group", "kind", "uid", "causes", "retryAfterSeconds")
+_CAUSE_ORDER = ("reason", "message", "field")
+
+
+def _ordered_details(details: dict[str, Any]) -> dict[str, Any]:
+    """StatusDetails as Go serializes it: struct field order, empty (omitempty) fields left out."""
+    out: dict[str, Any] = {}
+    for k in _DETAIL_ORDER:
+        v = details.get(k)
+        if v in (None, "", 0, []):
+            continue
+        if k == "causes":
+            v = [{ck: c[ck] for ck in _CAUSE_ORDER if c.get(ck) not in (None, "")} for c in v]
+        out[k] = v
+    out.update({k: v for k, v in details.items() if k not in _DETAIL_ORDER})
+    return out
+
+
+def success_status(rtype: ResourceType, name: str, uid: str | None) -> dict[str, Any]:
+    """What kube-apiserver answers to a DELETE of a kind whose registry does not return the deleted object."""
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": _ordered_details({"name": name, "group": rtype.group, "kind": rtype.plural, "uid": uid})}
 
 
 def _details(rtype: ResourceType | None, name: str | None, **extra: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import ipaddress
 import random
 from typing import Any
 
-from ansible_operator.sandbox import schema
+from ansible_operator.sandbox import labels, schema
 from ansible_operator.sandbox.errors import ApiError, bad_request, invalid
 from ansible_operator.sandbox.resources import ResourceType
 from ansible_operator.sandbox.timeutil import now_rfc3339
@@ -155,15 +155,52 @@ def check_shapes(rtype: ResourceType, obj: dict[str, Any]) -> None:
                                   f"{rtype.kind}.{where} of type {want}")
 
 
+#: built-in kinds whose registry strategy sets ``metadata.generation`` (1 on create, +1 on spec changes);
+#: every other built-in (ConfigMap, Secret, Namespace, Node, Service, Pod, RBAC, ...) has none
+_GENERATION_KINDS = frozenset({
+    ("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet"), ("apps", "DaemonSet"),
+    ("", "ReplicationController"), ("", "PodTemplate"), ("batch", "Job"), ("batch", "CronJob"),
+    ("networking.k8s.io", "Ingress"), ("networking.k8s.io", "NetworkPolicy"), ("policy", "PodDisruptionBudget"),
+    ("autoscaling", "HorizontalPodAutoscaler"), ("discovery.k8s.io", "EndpointSlice"),
+    ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+})
+#: ObjectMeta fields with ``omitempty``: an empty list/map is not serialized, so it is not stored either
+_OMIT_EMPTY_META = ("labels", "annotations", "finalizers", "ownerReferences", "managedFields")
+
+
+def has_generation(rtype: ResourceType) -> bool:
+    """Whether objects of ``rtype`` carry ``metadata.generation`` (custom resources always do)."""
+    return not rtype.builtin or (rtype.group, rtype.kind) in _GENERATION_KINDS
+
+
 def normalize(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
     """Apply built-in defaults/conversions in place (called on every create and update)."""
     check_metadata(obj)
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        errors = labels.validate_metadata(meta)
+        if errors:
+            name = meta.get("name", "")
+            qualified = f"{rtype.kind}.{rtype.group}" if rtype.group else rtype.kind
+            raise invalid(rtype, name, [e.cause() for e in errors], schema.invalid_message(qualified, name, errors))
+        for k in _OMIT_EMPTY_META:
+            if k in meta and not meta[k]:
+                del meta[k]
     if not rtype.builtin:
         return
     check_shapes(rtype, obj)
     fn = _NORMALIZERS.get((rtype.group, rtype.kind))
     if fn is not None:
         fn(rtype, obj, old)
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        template = spec.get("template")
+        if rtype.kind == "CronJob":
+            template = ((spec.get("jobTemplate") or {}).get("spec") or {}).get("template")
+        if isinstance(template, dict) and isinstance(template.get("spec"), dict) and rtype.kind != "Pod":
+            _pod_spec_defaults(template["spec"])
 
 
 def _secret(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -226,6 +263,117 @@ def _namespace(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | N
     spec = obj.get("spec")
     if not isinstance(spec, dict) or not spec:
         obj["spec"] = (old or {}).get("spec") or {"finalizers": ["kubernetes"]}
+
+
+def _image_pull_policy(image: str) -> str:
+    """``Always`` for ``:latest`` or untagged images (no digest), ``IfNotPresent`` otherwise (SetDefaults_Container)."""
+    if "@" in image:
+        return "IfNotPresent"
+    last = image.rsplit("/", 1)[-1]
+    tag = last.partition(":")[2]
+    return "Always" if tag in ("", "latest") else "IfNotPresent"
+
+
+def _container_defaults(c: dict[str, Any]) -> None:
+    c.setdefault("terminationMessagePath", "/dev/termination-log")
+    c.setdefault("terminationMessagePolicy", "File")
+    if isinstance(c.get("image"), str):
+        c.setdefault("imagePullPolicy", _image_pull_policy(c["image"]))
+    c.setdefault("resources", {})
+    for port in c.get("ports") or []:
+        if isinstance(port, dict):
+            port.setdefault("protocol", "TCP")
+    resources = c.get("resources")
+    if isinstance(resources, dict) and isinstance(resources.get("limits"), dict):
+        # requests default to limits (SetDefaults_Pod), per resource
+        requests = resources.setdefault("requests", {})
+        if isinstance(requests, dict):
+            for k, v in resources["limits"].items():
+                requests.setdefault(k, v)
+
+
+def _pod_spec_defaults(spec: dict[str, Any]) -> None:
+    """SetDefaults_PodSpec and the container defaults: what the registry stores for every pod spec."""
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("schedulerName", "default-scheduler")
+    for field in ("containers", "initContainers"):
+        for c in spec.get(field) or []:
+            if isinstance(c, dict):
+                _container_defaults(c)
+
+
+def _qos_class(spec: dict[str, Any]) -> str:
+    """v1qos.GetPodQOS over cpu and memory: Guaranteed, Burstable or BestEffort."""
+    containers = [c for f in ("containers", "initContainers") for c in spec.get(f) or [] if isinstance(c, dict)]
+    requests: dict[str, list[Any]] = {}
+    limits: dict[str, list[Any]] = {}
+    guaranteed = bool(containers)
+    for c in containers:
+        res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+        req = {k: v for k, v in (res.get("requests") or {}).items() if k in ("cpu", "memory")}
+        lim = {k: v for k, v in (res.get("limits") or {}).items() if k in ("cpu", "memory")}
+        for k, v in req.items():
+            requests.setdefault(k, []).append(v)
+        for k, v in lim.items():
+            limits.setdefault(k, []).append(v)
+        if set(lim) != {"cpu", "memory"} or any(str(req.get(k)) != str(lim[k]) for k in lim):
+            guaranteed = False
+    if not requests and not limits:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _pod(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    _pod_spec_defaults(spec)
+    if old is None:
+        # ServiceAccount admission and DefaultTolerationSeconds, then the registry's initial status
+        spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
+        spec.setdefault("serviceAccount", spec["serviceAccountName"])
+        spec.setdefault("enableServiceLinks", True)
+        spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+        spec.setdefault("priority", 0)
+        tolerations = spec.setdefault("tolerations", [])
+        if isinstance(tolerations, list):
+            present = {t.get("key") for t in tolerations if isinstance(t, dict)}
+            for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+                if key not in present:
+                    tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
+                                        "tolerationSeconds": 300})
+        obj["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
+
+
+def _replication_controller(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    spec.setdefault("replicas", 1)
+    spec.setdefault("minReadySeconds", 0)
+    template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    if not spec.get("selector") and template_labels:
+        spec["selector"] = dict(template_labels)
+    meta = obj.setdefault("metadata", {})
+    if not meta.get("labels") and template_labels:
+        meta["labels"] = dict(template_labels)
+    if old is None:
+        obj["status"] = {"replicas": 0}
+
+
+def _priority_class(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    if not isinstance(obj.get("value"), int) or isinstance(obj.get("value"), bool):
+        name = (obj.get("metadata") or {}).get("name", "")
+        err = schema.required("value", "")
+        raise invalid(rtype, name, [err.cause()], schema.invalid_message(f"{rtype.kind}.{rtype.group}", name, [err]))
+
+
+def _ingress_class(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    obj.setdefault("spec", {})
 
 
 def _pvc(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -386,6 +534,10 @@ _NORMALIZERS = {
     ("", "Service"): _service,
     ("", "Namespace"): _namespace,
     ("", "PersistentVolumeClaim"): _pvc,
+    ("", "Pod"): _pod,
+    ("", "ReplicationController"): _replication_controller,
+    ("scheduling.k8s.io", "PriorityClass"): _priority_class,
+    ("networking.k8s.io", "IngressClass"): _ingress_class,
     ("apps", "Deployment"): _workload,
     ("apps", "StatefulSet"): _workload,
     ("apps", "ReplicaSet"): _workload,

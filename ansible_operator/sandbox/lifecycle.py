@@ -133,7 +133,8 @@ class Lifecycle:
             meta.pop("finalizers")
         meta["deletionTimestamp"] = now_rfc3339()
         meta["deletionGracePeriodSeconds"] = 0
-        meta["generation"] = int(meta.get("generation") or 1) + 1
+        if meta.get("generation"):  # only kinds that keep a generation bump it (rest.BeforeDelete)
+            meta["generation"] = int(meta["generation"]) + 1
         if is_namespace:
             obj.setdefault("status", {})["phase"] = "Terminating"
         stored = self.store.put(key, obj)

@@ -36,7 +36,8 @@ def _dumps(obj: Any) -> bytes:
 
 
 def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=_dumps(obj), status=status, content_type=JSON, headers=headers)
+    # Go's json.Encoder (the apiserver's serializer) ends every document with a newline
+    return web.Response(body=_dumps(obj) + b"\n", status=status, content_type=JSON, headers=headers)
 
 
 def _flag(value: str | None) -> bool:
@@ -338,13 +339,7 @@ class ApiServer:
         options = await self._delete_options(request)
         dry = "All" in (options.get("dryRun") or [])
         obj = self.api.delete(route.rtype, route.namespace, route.name, options, dry)
-        gone = self.store.peek(self.api.key(route.rtype, route.namespace, route.name)) is None
-        if gone and route.rtype.builtin and not dry:
-            return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                          "details": {"name": route.name, "group": route.rtype.group, "kind": route.rtype.plural,
-                                      "uid": obj["metadata"].get("uid")}})
-        # 200 with the object (deleted, or still there with deletionTimestamp): what kube-apiserver answers
-        return _json(obj, 200)
+        return _json(self.api.delete_response(route.rtype, obj, dry), 200)
 
     async def _delete_collection(self, request: web.Request, route: Route) -> web.Response:
         options = await self._delete_options(request)
@@ -388,7 +383,9 @@ class ApiServer:
             if sel:
                 scale["status"]["selector"] = sel[0]
         elif rtype.builtin:
-            match = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+            selector = (obj.get("spec") or {}).get("selector") or {}
+            # a ReplicationController's selector is a plain map, the apps kinds' a LabelSelector
+            match = selector if rtype.kind == "ReplicationController" else selector.get("matchLabels") or {}
             scale["status"]["selector"] = ",".join(f"{k}={v}" for k, v in match.items())
         return scale
 
