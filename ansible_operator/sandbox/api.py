@@ -22,7 +22,8 @@ import yaml
 
 from ansible_operator.sandbox import crdcheck, kinds, patching, protobuf, schema, selectors
 from ansible_operator.sandbox.errors import (ApiError, already_exists, bad_request, conflict, forbidden, invalid,
-                                             namespace_not_found, not_found, success_status, unsupported_media_type)
+                                             namespace_not_found, no_containers, not_found, path_not_found, request_entity_too_large, success_status,
+                                             unsupported_media_type)
 from ansible_operator.sandbox.resources import CRD_GROUP_RESOURCE, Registry, ResourceType
 from ansible_operator.sandbox.store import Key, Store
 from ansible_operator.sandbox.timeutil import now_rfc3339
@@ -46,6 +47,18 @@ RETURNS_DELETED_OBJECT = frozenset({
     "/resourcequotas", "/podtemplates", "storage.k8s.io/storageclasses", "storage.k8s.io/volumeattachments",
 })
 
+#: subresources that reach a kubelet or a container on a real cluster: (group/resource, subresource)
+CONTAINER_SUBRESOURCES = frozenset({
+    ("/pods", "log"), ("/pods", "exec"), ("/pods", "attach"), ("/pods", "portforward"), ("/pods", "proxy"),
+    ("/services", "proxy"), ("/nodes", "proxy"),
+})
+#: the most a request body may hold (kube-apiserver's MaxRequestBodyBytes default, 3 MiB)
+MAX_REQUEST_BYTES = 3 * 1024 * 1024
+#: the deepest JSON/YAML nesting accepted (Go's decoder allows 10000; deeper than any real object needs)
+MAX_DEPTH = 200
+#: body media types the server decodes; anything else (text/plain, ...) is 415 as in kube-apiserver
+_DECODABLE = ("json", "yaml", "protobuf", "cbor")
+
 PATCH_TYPES = {
     "application/json-patch+json": "json",
     "application/merge-patch+json": "merge",
@@ -65,9 +78,14 @@ class WriteOptions:
 
 def decode_body(raw: bytes, content_type: str = "application/json") -> Any:
     """JSON (or YAML for apply patches / YAML bodies) → Python; 400 BadRequest when malformed."""
+    if len(raw) > MAX_REQUEST_BYTES:
+        raise request_entity_too_large(MAX_REQUEST_BYTES)
     if not raw.strip():
         raise bad_request("the request body is empty")
     ct = content_type.split(";")[0].strip().lower()
+    if ct and not any(t in ct for t in _DECODABLE):
+        raise unsupported_media_type(ct, "application/json, application/yaml, "
+                                         "application/vnd.kubernetes.protobuf, application/cbor")
     if "protobuf" in ct:
         try:
             return protobuf.decode(raw)
@@ -77,11 +95,29 @@ def decode_body(raw: bytes, content_type: str = "application/json") -> Any:
     if "cbor" in ct:
         raise unsupported_media_type(ct)
     try:
-        if "yaml" in ct:
-            return yaml.safe_load(raw)
-        return json.loads(raw)
+        body = yaml.safe_load(raw) if "yaml" in ct else json.loads(raw)
     except (ValueError, yaml.YAMLError, RecursionError) as e:
         raise bad_request(f"the body of the request could not be decoded: {e}") from None
+    if _depth_exceeds(body, MAX_DEPTH):
+        raise bad_request(f"the body of the request could not be decoded: exceeded max depth ({MAX_DEPTH})")
+    return body
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects/arrays deeper than ``limit`` (iterative: no recursion on hostile input)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
 
 
 def qualified_kind(rtype: ResourceType) -> str:
@@ -502,6 +538,14 @@ class Api:
             return self.present(rtype, obj)
         result = self.lifecycle.delete(rtype, self.key(rtype, namespace, name), policy or "Background")
         return self.present(rtype, result)
+
+    def refuse_subresource(self, rtype: ResourceType, namespace: str | None, name: str | None, sub: str) -> None:
+        """Raise for a subresource the sandbox does not serve: a clear Status for the ones that need containers
+        (log, exec, attach, portforward, proxy) once the object exists, a plain 404 for anything else."""
+        if (rtype.group_resource, sub) not in CONTAINER_SUBRESOURCES or name is None:
+            raise path_not_found()
+        self._require(rtype, namespace, name)
+        raise no_containers(rtype, name, sub)
 
     def delete_response(self, rtype: ResourceType, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         """The body of a DELETE answer: the object (still there with ``deletionTimestamp``, a dry run, a custom

@@ -110,6 +110,16 @@ def unsupported_media_type(content_type: str, accepted: str = "application/json,
                     f"media types include: {accepted}", {})
 
 
+def request_entity_too_large(limit: int) -> ApiError:
+    return ApiError(413, "RequestEntityTooLarge", f"Request entity too large: limit is {limit}")
+
+
+def no_containers(rtype: ResourceType, name: str, sub: str) -> ApiError:
+    """pods/log, pods/exec, ... : the sandbox has no kubelet, so say so instead of a generic 404."""
+    return ApiError(400, "BadRequest", f'{rtype.plural}/{sub} of {rtype.kind.lower()} "{name}" is not supported by '
+                                       f"the sandbox: no containers run (no kubelet, no container runtime)")
+
+
 def path_not_found() -> ApiError:
     return ApiError(404, "NotFound", "the server could not find the requested resource", {})
 

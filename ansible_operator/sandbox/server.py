@@ -17,9 +17,9 @@ from typing import Any
 from aiohttp import web
 
 from ansible_operator.sandbox import discovery, openapi, patching, tables
-from ansible_operator.sandbox.api import PATCH_TYPES, Api, WriteOptions, decode_body
+from ansible_operator.sandbox.api import MAX_REQUEST_BYTES, PATCH_TYPES, Api, WriteOptions, decode_body
 from ansible_operator.sandbox.errors import (ApiError, bad_request, conflict, method_not_allowed, path_not_found,
-                                             unsupported_media_type)
+                                             request_entity_too_large, unsupported_media_type)
 from ansible_operator.sandbox.lifecycle import Lifecycle
 from ansible_operator.sandbox.resources import REVIEW_GROUP, ResourceType
 from ansible_operator.sandbox.store import Event, Store, TooOldResourceVersion
@@ -105,7 +105,8 @@ class ApiServer:
         self.registry = api.registry
         self.lifecycle = lifecycle
         self.address = "127.0.0.1:0"
-        self.app = web.Application(client_max_size=64 * 1024 * 1024)
+        # larger bodies are refused while reading (413 as kube-apiserver's MaxRequestBodyBytes)
+        self.app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
 
     # ---- setup -----------------------------------------------------------------------------------
@@ -132,6 +133,9 @@ class ApiServer:
         try:
             return await self._dispatch(request)
         except ApiError as e:
+            return _json(e.status(), e.code)
+        except web.HTTPRequestEntityTooLarge:
+            e = request_entity_too_large(MAX_REQUEST_BYTES)
             return _json(e.status(), e.code)
         except (ConnectionResetError, asyncio.CancelledError):
             raise
@@ -218,7 +222,7 @@ class ApiServer:
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
         if sub is not None and sub not in rtype.subresources:
-            raise path_not_found()
+            self.api.refuse_subresource(rtype, namespace, name, sub)
         return Route(rtype, namespace, name, sub, watch)
 
     # ---- helpers ---------------------------------------------------------------------------------

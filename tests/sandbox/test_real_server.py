@@ -160,3 +160,36 @@ def test_kinds_a_client_suite_touches(api):
                                                            "endpoints": [{"addresses": ["10.0.0.9"]}]})
     assert es.metadata.generation == 1
     assert [i.metadata.name for i in net.list_ingress_class().items] == ["nginx"]
+
+
+def test_request_limits_have_the_real_codes(sandbox):
+    path = "/api/v1/namespaces/default/configmaps"
+    big = {"metadata": {"name": "big"}, "data": {"a": "x" * (4 * 1024 * 1024)}}
+    code, body, _ = _raw(sandbox, "POST", path, big)
+    assert code == 413 and json.loads(body)["message"] == "Request entity too large: limit is 3145728"
+    code, body, _ = _raw(sandbox, "POST", path, b'{"metadata": {"name": "t"}}', "text/plain")
+    assert code == 415 and json.loads(body)["reason"] == "UnsupportedMediaType"
+    for depth in (300, 100_000):  # deeper than the limit, and deeper than Python's own recursion limit
+        raw = b'{"metadata": {"name": "deep"}, "data": {"a": ' + b"[" * depth + b"]" * depth + b"}}"
+        code, body, _ = _raw(sandbox, "POST", path, raw)
+        assert code == 400 and json.loads(body)["reason"] == "BadRequest", body[:200]
+    assert "exceeded max depth" in json.loads(_raw(sandbox, "POST", path, b'{"data": ' + b"[" * 300 + b"]" * 300
+                                                   + b"}")[1])["message"]
+
+
+def test_container_subresources_say_no_containers_run(api, sandbox):
+    core = kubernetes.client.CoreV1Api(api)
+    core.create_namespaced_pod("default", POD)
+    for method, sub in (("GET", "log"), ("POST", "exec"), ("POST", "attach"), ("POST", "portforward")):
+        code, body, _ = _raw(sandbox, method, f"/api/v1/namespaces/default/pods/p/{sub}")
+        status = json.loads(body)
+        assert code == 400, (sub, status)
+        assert status["message"] == (f'pods/{sub} of pod "p" is not supported by the sandbox: no containers run '
+                                     "(no kubelet, no container runtime)")
+    with pytest.raises(kubernetes.client.ApiException) as e:
+        core.read_namespaced_pod_log("p", "default")
+    assert e.value.status == 400 and "no containers run" in e.value.body
+    code, _, _ = _raw(sandbox, "GET", "/api/v1/namespaces/default/pods/missing/log")
+    assert code == 404
+    code, _, _ = _raw(sandbox, "GET", "/api/v1/namespaces/default/pods/p/nonsense")
+    assert code == 404
