@@ -237,6 +237,17 @@ class Store:
         if len(events) > limit:
             self._compacted = events[-limit - 1].rv
 
+    def compact(self) -> int:
+        """TEST-ONLY: drop the whole watch history, as an etcd compaction at the current revision does.
+
+        Open watches keep streaming; any watch (re)started from an older resourceVersion gets 410 Gone, so
+        a client that was disconnected must re-list. Nothing calls this except tests (the fault suite's
+        watch-gap test, through an in-process sandbox): no flag, endpoint or signal exposes it. Returns the
+        resourceVersion compacted at."""
+        self._history.clear()
+        self._compacted = self._rv
+        return self._rv
+
     # ---- watch -----------------------------------------------------------------------------------
     def add_listener(self, fn: Callable[[Event], None]) -> None:
         """In-process subscribers (lifecycle, simulated controllers): called synchronously per event."""

@@ -1,0 +1,440 @@
+"""Fault-injection harness: a sandbox per module, operators as real subprocesses, a cuttable TCP proxy
+between them, and the suite's figures.
+
+* :class:`CutProxy` - an asyncio TCP proxy (its own thread and loop) the operator's kubeconfig points at.
+  ``cut()`` resets every open connection and every new one until ``restore()``; it also counts, from the
+  plain-HTTP request lines and watch streams going through it, the operator's list requests per resource
+  and the ``410 Expired`` answers it got.
+* :func:`start_operator` - ``python -m ansible_operator run`` exactly as a user starts it, in a session of
+  its own (so ``SIGKILL`` of it is a crash, not a clean shutdown).
+* ``figures`` - the numbers each test reports (kills, restarts, relists, stuck CRs, overlapping side
+  effects, secret occurrences); written as JSON when the session ends, to ``$FAULTS_SUMMARY`` or
+  ``<pytest basetemp>/faults-summary.json``. ``python tests/faults/summary.py FILE`` turns it into the
+  table in docs/faults.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import kubernetes
+import psutil
+import pytest
+import yaml
+from kubernetes.client.rest import ApiException
+
+from ansible_operator.sandbox import kubeconfig_dict
+from ansible_operator.sandbox.testing import SandboxHandle, start_in_thread
+
+HERE = Path(__file__).parent
+E2E = HERE.parent / "e2e"
+GROUP, VERSION, PLURAL, KIND = "test.ansible-operator.dev", "v1", "widgets", "Widget"
+WIDGETS_PATH = f"/apis/{GROUP}/{VERSION}/"
+NAMESPACE = "faults"
+
+pytestmark = pytest.mark.e2e
+
+
+# ------------------------------------------------------------------------------------------------ waiting
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 120.0, interval: float = 0.2, what: str = "") -> Any:
+    """Poll until ``predicate()`` is truthy (returned); 404s count as "not yet"; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}: last={last!r}")
+
+
+# ------------------------------------------------------------------------------------------------- proxy
+
+
+REQUEST_LINE = re.compile(rb"(GET|POST|PUT|PATCH|DELETE) (\S+) HTTP/1\.[01]\r\n")
+
+
+class CutProxy:
+    """A TCP proxy on 127.0.0.1 in front of ``upstream_port`` that can be cut and restored."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = 0
+        self.lists: Counter[str] = Counter()  # collection path -> plain (non-watch) GETs
+        self.watches: Counter[str] = Counter()
+        self.expired = 0  # 410 Expired answers (ERROR events in watch streams or 410 responses)
+        self.cuts = 0
+        self._cut = False
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.base_events.Server | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, name="cut-proxy", daemon=True)
+
+    def start(self) -> CutProxy:
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._accept, "127.0.0.1", 0), self._loop).result(10)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        path.write_text(yaml.safe_dump(kubeconfig_dict(self.url)))
+        return path
+
+    def relists(self, path_part: str = WIDGETS_PATH) -> int:
+        return sum(n for p, n in self.lists.items() if path_part in p)
+
+    def cut(self) -> None:
+        """From now on every connection is reset, open ones included, until :meth:`restore`."""
+        def do() -> None:
+            self._cut = True
+            self.cuts += 1
+            for w in list(self._writers):
+                w.transport.abort()
+        self._call(do)
+
+    def restore(self) -> None:
+        self._call(lambda: setattr(self, "_cut", False))
+
+    def close(self) -> None:
+        def do() -> None:
+            if self._server is not None:
+                self._server.close()
+            for w in list(self._writers):
+                w.transport.abort()
+        self._call(do)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _call(self, fn: Callable[[], None]) -> None:
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                fn()
+            finally:
+                done.set()
+        self._loop.call_soon_threadsafe(run)
+        done.wait(10)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._cut:
+            writer.transport.abort()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers.update((writer, up_writer))
+        try:
+            await asyncio.gather(self._pump(reader, up_writer, self._requests),
+                                 self._pump(up_reader, writer, self._responses))
+        finally:
+            for w in (writer, up_writer):
+                self._writers.discard(w)
+                w.transport.abort()
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    inspect: Callable[[bytes, int], None]) -> None:
+        tail = b""
+        try:
+            while not self._cut:
+                data = await reader.read(65536)
+                if not data or self._cut:
+                    break
+                # a request line or status split across two reads is still seen, and seen once
+                inspect(tail + data, len(tail))
+                tail = data[-200:]
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.transport.abort()
+
+    def _requests(self, data: bytes, seen: int) -> None:
+        for m in REQUEST_LINE.finditer(data):
+            if m.end() <= seen:
+                continue
+            method, target = m.group(1).decode(), m.group(2).decode()
+            path, _, query = target.partition("?")
+            if method != "GET":
+                continue
+            if re.search(r"(^|&)watch=(1|true)", query):
+                self.watches[path] += 1
+            elif _is_collection(path):
+                self.lists[path] += 1
+
+    def _responses(self, data: bytes, seen: int) -> None:
+        self.expired += sum(1 for m in re.finditer(rb'"code":\s*410', data) if m.end() > seen)
+
+
+def _is_collection(path: str) -> bool:
+    """``/apis/g/v/[namespaces/ns/]plural`` (not one named object)."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:1] == ["apis"]:
+        rest = parts[3:]
+    elif parts[:1] == ["api"]:
+        rest = parts[2:]
+    else:
+        return False
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        rest = rest[2:]
+    return len(rest) == 1
+
+
+# ---------------------------------------------------------------------------------------------- cluster
+
+
+@dataclass
+class Cluster:
+    handle: SandboxHandle
+    api: kubernetes.client.ApiClient
+    core: kubernetes.client.CoreV1Api = field(init=False)
+    custom: kubernetes.client.CustomObjectsApi = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.core = kubernetes.client.CoreV1Api(self.api)
+        self.custom = kubernetes.client.CustomObjectsApi(self.api)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.handle.kubeconfig
+
+    def namespace(self, name: str) -> str:
+        self.core.create_namespace({"metadata": {"name": name}})
+        return name
+
+    def create(self, ns: str, name: str, spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+                "metadata": {"name": name, "namespace": ns, **meta}, "spec": spec}
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+
+    def get(self, ns: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def patch(self, ns: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, patch)
+
+    def delete(self, ns: str, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+
+    def converged(self, ns: str, name: str) -> dict[str, Any] | None:
+        """The object when its Successful condition is True for its current generation, else None."""
+        obj = self.get(ns, name)
+        if obj is None:
+            return None
+        for cond in (obj.get("status") or {}).get("conditions") or []:
+            if (cond.get("type") == "Successful" and cond.get("status") == "True"
+                    and cond.get("observedGeneration") == obj["metadata"]["generation"]):
+                return obj
+        return None
+
+    def wait_converged(self, ns: str, names: list[str], timeout: float = 180.0) -> list[dict[str, Any]]:
+        """Every name converged (all at once, so a stuck CR is named in the failure)."""
+        def all_done() -> list[dict[str, Any]] | None:
+            objs = [self.converged(ns, n) for n in names]
+            return objs if all(objs) else None
+
+        try:
+            return wait_for(all_done, timeout, 0.3, what=f"{names} Successful at their generation")
+        except AssertionError:
+            stuck = [n for n in names if not self.converged(ns, n)]
+            raise AssertionError(f"stuck CRs in {ns}: {stuck}: "
+                                 f"{[(self.get(ns, n) or {}).get('status') for n in stuck[:3]]}") from None
+
+    def configmap(self, ns: str, name: str) -> dict[str, str] | None:
+        try:
+            return self.core.read_namespaced_config_map(name, ns).data or {}
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def compact(self) -> int:
+        """The sandbox's test-only watch-history compaction (on its own loop): older watches get 410."""
+        sandbox = self.handle.sandbox
+        return int(sandbox.call(sandbox.server.store.compact))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One in-thread sandbox with the Widget CRD per test module."""
+    handle = start_in_thread(tmp_path_factory.mktemp("sandbox") / "kubeconfig", crds=[E2E / "crds"])
+    api = handle.api_client()
+    try:
+        c = Cluster(handle, api)
+        c.namespace(NAMESPACE)
+        wait_for(lambda: _served(c), 30, what="Widget CRD served")
+        yield c
+    finally:
+        api.close()
+        handle.sandbox.stop_thread()
+
+
+def _served(c: Cluster) -> bool:
+    try:
+        c.custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)
+        return True
+    except ApiException:
+        return False
+
+
+# --------------------------------------------------------------------------------------------- operator
+
+
+@dataclass
+class Operator:
+    proc: subprocess.Popen[bytes]
+    workdir: Path
+    log_path: Path
+    artifacts: Path
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def runs(self, ns: str, name: str) -> list[dict[str, Any]]:
+        """run.json summaries of one widget, oldest first."""
+        out = []
+        for summary in sorted((self.artifacts / GROUP / VERSION / KIND / ns / name).glob("*/run.json")):
+            try:
+                out.append(json.loads(summary.read_text()))
+            except (OSError, ValueError):
+                continue  # being written
+        return out
+
+    def kill(self) -> None:
+        """SIGKILL: a crash (no shutdown code runs)."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        family = _family(self.proc.pid)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        for p in family:  # nothing a test started may outlive it, even if the operator leaked it
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
+def _family(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def widget_watch(role: str = "widget", **overrides: Any) -> dict[str, Any]:
+    roles = HERE / "roles"
+    path = roles / role if (roles / role).is_dir() else E2E / "roles" / role
+    watch: dict[str, Any] = {"group": GROUP, "version": VERSION, "kind": KIND, "role": str(path)}
+    watch.update(overrides)
+    return watch
+
+
+@pytest.fixture(scope="module")
+def operators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Operator]]:
+    """start(kubeconfig, watches, *flags, executor="warm", name=..., env=...) -> Operator; all stopped at
+    the end of the module."""
+    started: list[Operator] = []
+    base = tmp_path_factory.mktemp("operators")
+
+    def start(kubeconfig: Path, watches: list[dict[str, Any]], *flags: str, executor: str = "warm",
+              name: str = "op", env: dict[str, str] | None = None, artifacts: Path | None = None) -> Operator:
+        workdir = base / f"{name}-{len(started)}"
+        workdir.mkdir()
+        watches_file = workdir / "watches.yaml"
+        watches_file.write_text(yaml.safe_dump(watches))
+        artifacts = artifacts or workdir / "artifacts"
+        log_path = workdir / "operator.log"
+        args = [sys.executable, "-m", "ansible_operator", "run", "--watches-file", str(watches_file),
+                "--kubeconfig", str(kubeconfig), "--artifacts-dir", str(artifacts), "--executor", executor,
+                "--metrics-bind-address", "0", "--health-probe-bind-address", "0", *flags]
+        proc_env = {**os.environ, "PYTHONUNBUFFERED": "1", "ANSIBLE_GATHERING": "explicit", **(env or {})}
+        proc_env.pop("KUBECONFIG", None)
+        with open(log_path, "ab") as log_file:
+            proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, cwd=workdir, env=proc_env,
+                                    start_new_session=True)
+        op = Operator(proc, workdir, log_path, artifacts)
+        started.append(op)
+        return op
+
+    yield start
+    for op in started:
+        op.stop()
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+
+FIGURES: dict[str, dict[str, Any]] = {}
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """This test's figures (a dict it fills in); recorded only if the test passes."""
+    fig: dict[str, Any] = {}
+    yield fig
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.passed:
+        FIGURES[request.node.nodeid.split("::", 1)[-1]] = {**fig, "passed": True}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call":
+        item.rep_call = rep  # type: ignore[attr-defined]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not FIGURES:
+        return
+    target = os.environ.get("FAULTS_SUMMARY")
+    if target:
+        path = Path(target)
+    else:
+        base = session.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+        path = Path(base) / "faults-summary.json"
+    path.write_text(json.dumps(FIGURES, indent=2, sort_keys=True))
