@@ -29,7 +29,9 @@ from typing import Any, Sequence
 
 from ansible_operator.executors.base import EventCallback, RunOutcome, RunRequest, RunStatus
 from ansible_operator.executors.zygote_modules import DEFAULT_FAST_MODULE_PREFIXES
-from ansible_operator.executors.zygote_protocol import PINNED_ANSIBLE_CORE, RunSpec, encode, kill_group
+from ansible_operator.executors import ansible_compat
+from ansible_operator.executors.lifetime import kill_group
+from ansible_operator.executors.zygote_protocol import RunSpec, encode
 
 __all__ = ["WarmExecutor", "check_ansible_core_version"]
 
@@ -43,17 +45,13 @@ EXECUTOR_RESTARTED = "executor restarted"
 
 
 def check_ansible_core_version() -> None:
-    """Refuse early, with a pointer to the fallback, when ansible-core is not the pinned version."""
+    """Refuse early, with a pointer to the fallback, when ansible-core is not a supported version."""
     try:
         installed = metadata.version("ansible-core")
     except metadata.PackageNotFoundError:
         raise RuntimeError("the warm executor needs ansible-core, which is not installed;"
                            " use --executor runner") from None
-    if installed != PINNED_ANSIBLE_CORE:
-        raise RuntimeError(
-            f"the warm executor relies on ansible-core {PINNED_ANSIBLE_CORE} internals but {installed} is"
-            " installed; use --executor runner (or install the pinned ansible-core)"
-        )
+    ansible_compat.check(installed)
 
 
 @dataclass

@@ -9,13 +9,14 @@ imported code copy-on-write.
 
 The zygote is single-threaded (forking a threaded process is unsafe) and event-driven: a selector
 watches its stdin (commands), a SIGCHLD wake-up pipe and one event pipe per child. It becomes a child
-sub-reaper so Ansible's worker processes (which ``setsid`` away) stay under it: a kill takes the whole
-process tree of a run, and orphans are reaped. Protocol: :mod:`ansible_operator.executors.zygote_protocol`.
+sub-reaper so everything a run starts stays under it, even processes that ``setsid`` away: a kill takes
+the whole process tree of a run, and orphans are reaped. When the operator goes away -- even by SIGKILL:
+stdin reaches EOF and ``PR_SET_PDEATHSIG`` sends SIGTERM -- it kills every process below it before it
+exits (:mod:`ansible_operator.executors.lifetime`). Protocol: :mod:`ansible_operator.executors.zygote_protocol`.
 """
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import gc
 import json
@@ -27,26 +28,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_operator.executors import ansible_compat
+from ansible_operator.executors.lifetime import (
+    become_subreaper,
+    die_with_parent,
+    kill_descendants,
+    kill_group,
+)
 from ansible_operator.executors.zygote_protocol import (
     CHILD_TAG_ERROR,
     CHILD_TAG_EVENT,
     CHILD_TAG_RESULT,
-    PINNED_ANSIBLE_CORE,
     RunSpec,
     encode,
-    kill_group,
 )
-
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def prctl(option: int, value: int) -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(option, value, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # not Linux: kills then only reach the child itself
 
 
 def _runner_callback_dir() -> str:
@@ -75,16 +70,11 @@ def _seed_environment() -> None:
 def preload() -> None:
     """Import Ansible and everything a typical operator run loads, so children inherit it.
 
-    Raises RuntimeError when the installed ansible-core is not the pinned one.
+    Raises RuntimeError when the installed ansible-core is not a supported one.
     """
     import ansible.release
 
-    if ansible.release.__version__ != PINNED_ANSIBLE_CORE:
-        raise RuntimeError(
-            f"the warm executor needs ansible-core {PINNED_ANSIBLE_CORE} (it resets that version's "
-            f"internals per run) but {ansible.release.__version__} is installed; "
-            "use --executor runner or install the pinned ansible-core"
-        )
+    ansible_compat.check(ansible.release.__version__)
     from ansible.cli.playbook import PlaybookCLI  # noqa: F401  (imports the CLI machinery)
     from ansible.executor import playbook_executor, task_queue_manager  # noqa: F401
     from ansible import constants as C
@@ -162,8 +152,7 @@ def _preload_module_code(collection: str) -> None:
     import pkgutil
     import warnings
 
-    import ansible.module_utils._internal._ansiballz._loader  # noqa: F401
-    import ansible.module_utils.basic  # noqa: F401
+    ansible_compat.preload_module_side()
 
     package_name = f"ansible_collections.{collection}.plugins.modules"
     try:
@@ -200,6 +189,7 @@ class Zygote:
         self._by_run: dict[str, _Child] = {}
         self._stdin_buffer = bytearray()
         self._closing = False
+        self._terminated = False
         self._wake_r, self._wake_w = os.pipe()
 
     # -- output -----------------------------------------------------------------------------------
@@ -221,6 +211,8 @@ class Zygote:
             fcntl.fcntl(fd, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
         signal.set_wakeup_fd(self._wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        # PR_SET_PDEATHSIG (the operator died) or an explicit stop: kill everything below us, then exit.
+        signal.signal(signal.SIGTERM, self._on_terminate)
         self._selector.register(0, selectors.EVENT_READ, "stdin")
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         while not (self._closing and not self._children):
@@ -234,10 +226,22 @@ class Zygote:
                         pass
                 else:
                     self._read_child(key.data)
+            if self._terminated:
+                self._shutdown()
+            if self._closing:
+                # every process of every run, including those that left the run's process group and
+                # those left running by a finished run (async tasks): nothing outlives the zygote
+                kill_descendants(reap=False)
             self._reap()
 
+    def _on_terminate(self, *_: Any) -> None:
+        self._terminated = True  # the wake-up fd gets the signal number and wakes the loop
+
     def _read_commands(self) -> None:
-        chunk = os.read(0, 65536)
+        try:
+            chunk = os.read(0, 65536)
+        except OSError:  # the operator's end is gone: same as EOF
+            chunk = b""
         if not chunk:
             self._shutdown()
             return
@@ -294,7 +298,7 @@ class Zygote:
         code = 70
         try:
             os.setsid()
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            die_with_parent(signal.SIGKILL)
             signal.set_wakeup_fd(-1)
             for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(signum, signal.SIG_DFL)
@@ -394,8 +398,9 @@ def main() -> int:
     fcntl.fcntl(ctl_out, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
     os.dup2(2, 1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the operator decides when we stop (stdin EOF)
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # never outlive the operator
-    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent(signal.SIGTERM)  # never outlive the operator: serve() turns SIGTERM into kill-all
+    become_subreaper()
     zygote = Zygote(ctl_out)
     started = time.monotonic()
     try:

@@ -44,6 +44,8 @@ import traceback
 import warnings
 from typing import Any
 
+from ansible_operator.executors import ansible_compat
+from ansible_operator.executors.lifetime import die_with_parent
 from ansible_operator.executors.zygote_protocol import (
     CHILD_TAG_ERROR,
     CHILD_TAG_EVENT,
@@ -160,7 +162,6 @@ def _apply_environment(run_env: dict[str, str]) -> None:
 
 def _point_collection_finder() -> None:
     """Give the already-installed collection finder this run's collection search path."""
-    from ansible import _internal
     from ansible import constants as C
     from ansible.utils.collection_loader import AnsibleCollectionConfig
 
@@ -168,7 +169,7 @@ def _point_collection_finder() -> None:
     if finder is None:  # the zygote always installs one; be explicit if that ever changes
         raise RuntimeError("the zygote did not install Ansible's collection finder")
     # the same path list a fresh process computes in plugins.loader._configure_collection_loader
-    paths = [os.path.dirname(_internal.__file__)] + list(C.COLLECTIONS_PATHS)
+    paths = ansible_compat.collection_finder_paths(C.COLLECTIONS_PATHS)
     fresh = type(finder)(paths, C.COLLECTIONS_SCAN_SYS_PATH)  # computes paths only; not installed
     finder._n_configured_paths = fresh._n_configured_paths
     finder._n_cached_collection_paths = None
@@ -245,27 +246,36 @@ def _plain_display_until_callback_loads(module: Any) -> None:
 def _keep_workers_in_the_run() -> None:
     """Keep Ansible's worker processes (and the module processes they start) in this run's process group.
 
-    A worker ``setsid``s to lose the controlling terminal; this child already ``setsid``-ed (no
-    terminal), so skipping it changes nothing else and lets ``killpg(run)`` reach every module process
-    even after the child itself died. Workers also get ``PR_SET_PDEATHSIG`` so they die with the child.
+    ansible-core 2.19 workers ``setsid`` (``WorkerProcess._detach``) to lose the controlling terminal;
+    this child already ``setsid``-ed (no terminal), so skipping it changes nothing else and lets
+    ``killpg(run)`` reach every module process even after the child itself died (2.16 - 2.18 workers
+    never leave the group). Workers also get ``PR_SET_PDEATHSIG`` so they die with the child.
     """
     from ansible.executor.process.worker import WorkerProcess
 
-    from ansible_operator.executors.zygote import PR_SET_PDEATHSIG, prctl
+    hook = ansible_compat.worker_setsid_hook()
+    if hook is not None:
+        cls, name = hook
+        detach = getattr(cls, name)
 
-    detach = WorkerProcess._detach
+        def _detach_in_run_group(self: Any) -> None:
+            real_setsid = os.setsid
+            os.setsid = lambda: None  # the worker is single-threaded here; restored right below
+            try:
+                detach(self)
+            finally:
+                os.setsid = real_setsid
 
-    def _detach_in_run_group(self: Any) -> None:
-        real_setsid = os.setsid
-        os.setsid = lambda: None  # the worker is single-threaded here; restored right below
-        try:
-            detach(self)
-        finally:
-            os.setsid = real_setsid
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        setattr(cls, name, _detach_in_run_group)
+
+    run = WorkerProcess.run
+
+    def run_dying_with_the_child(self: Any) -> Any:
+        die_with_parent(signal.SIGKILL)
         gc.freeze()  # the run's objects too: the worker's GC passes must not copy the pages they sit on
+        return run(self)
 
-    WorkerProcess._detach = _detach_in_run_group  # type: ignore[method-assign]
+    WorkerProcess.run = run_dying_with_the_child  # type: ignore[method-assign]
 
 
 def _playbook_args(spec: RunSpec) -> list[str]:
@@ -344,7 +354,8 @@ def _run(spec: RunSpec, sink: EventSink) -> None:
     from ansible_operator.executors import zygote_modules, zygote_payloads
 
     zygote_modules.install(spec.get("fast_modules") or ())
-    zygote_payloads.install(os.path.join(zygote_tmp, zygote_payloads.STORE_DIRNAME))
+    if ansible_compat.payload_store_supported():
+        zygote_payloads.install(os.path.join(zygote_tmp, zygote_payloads.STORE_DIRNAME))
     color.ANSIBLE_COLOR = bool(C.ANSIBLE_FORCE_COLOR or not C.ANSIBLE_NOCOLOR)
     # CLI.run() calls init_plugin_loader() again; the zygote already did, and Python would print a warning.
     warnings.filterwarnings("ignore", message="AnsibleCollectionFinder has already been configured")

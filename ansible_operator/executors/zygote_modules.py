@@ -30,11 +30,13 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ansible_operator.executors import ansible_compat
+from ansible_operator.executors.lifetime import die_with_parent
+
 DEFAULT_FAST_MODULE_PREFIXES: tuple[str, ...] = ("kubernetes.core.", "ansible_operator.util.")
 """kubernetes.core, and our own status/requeue/event modules (they use the same kubernetes client)."""
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_MODULE_FQN = re.compile(rb"^module_fqn=(['\"])([A-Za-z0-9_.]+)\1,?\s*$", re.MULTILINE)
 _TRAILER = ["&&", "sleep", "0"]
 
 
@@ -88,10 +90,9 @@ def plan_for(cmd: Any, in_data: bytes | None, module_prefixes: Sequence[str],
             return None
     else:
         return None
-    found = _MODULE_FQN.search(source)
-    if found is None:
+    fqn = ansible_compat.ansiballz_module_fqn(source)
+    if fqn is None:
         return None
-    fqn = found.group(2).decode("ascii")
     short = _fqcn(fqn)
     if not any(short.startswith(p) for p in module_prefixes):
         return None
@@ -134,9 +135,7 @@ def run_forked(plan: ForkPlan, cwd: str | None) -> tuple[int, bytes, bytes]:
 def _grandchild(plan: ForkPlan, cwd: str | None, out_fd: int, err_fd: int) -> None:
     code = 1
     try:
-        from ansible_operator.executors.zygote import PR_SET_PDEATHSIG, prctl
-
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        die_with_parent(signal.SIGKILL)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)
@@ -165,11 +164,7 @@ def _grandchild(plan: ForkPlan, cwd: str | None, out_fd: int, err_fd: int) -> No
 
 def _become_module_side() -> None:
     """Undo the controller-only hooks ``ansible._internal`` installed into module_utils at import."""
-    from ansible.module_utils import _internal
-
-    _internal.is_controller = False
-    _internal.get_controller_serialize_map = lambda: {}
-    _internal.import_controller_module = lambda _name: None
+    ansible_compat.become_module_side()
 
 
 def _execute(plan: ForkPlan) -> int:
@@ -190,10 +185,21 @@ def _execute(plan: ForkPlan) -> int:
             return exc.code
         print(exc.code, file=sys.stderr)
         return 1
+    except Exception as exc:  # uncaught in the module (2.16 - 2.18 wrappers let it through): as `python x.py`
+        _print_script_traceback(exc, path)
+        return 1
     finally:
         if plan.script_path is None:
             os.unlink(path)
     return 0
+
+
+def _print_script_traceback(exc: BaseException, script: str) -> None:
+    """The traceback a fresh interpreter prints: from the script's frame on, without runpy and ours."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != script:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb if tb is not None else exc.__traceback__, file=sys.stderr)
 
 
 def install(module_prefixes: Sequence[str]) -> None:

@@ -22,7 +22,8 @@ Everything else about a module task is unchanged: Ansible's ``_find_module_utils
 in the run's own ``ansiballz_cache`` (we copy it there just before the lookup) and does the rest
 (interpreter, arguments, wrapper) for this task. Relies on ansible-core internals
 (``module_common._find_module_utils``, ``recursive_finder``, ``_compile_module_ast``, ``_CachedModule``):
-pinned with the zygote (``zygote_protocol.PINNED_ANSIBLE_CORE``) and tested in ``tests/unit/test_zygote_payloads.py``.
+ansible-core 2.19's (``ansible_compat.payload_store_supported``; 2.16 - 2.18 runs build their payloads as
+``ansible-playbook`` does) and tested in ``tests/unit/test_zygote_payloads.py``.
 """
 
 from __future__ import annotations

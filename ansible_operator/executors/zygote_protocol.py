@@ -10,7 +10,7 @@ operator -> zygote (zygote's stdin):
 
 zygote -> operator (the zygote's original stdout; Ansible's own output never goes there):
     {"op": "ready", "pid": PID, "ansible_core": VERSION, "preload_seconds": FLOAT}
-    {"op": "fatal", "error": TEXT}                      the zygote cannot serve (e.g. wrong ansible-core)
+    {"op": "fatal", "error": TEXT}                      the zygote cannot serve (e.g. unsupported ansible-core)
     {"op": "started", "id": RUN_ID, "pid": PID}
     {"op": "event", "id": RUN_ID, "event": {...}}       an ansible-runner event, in emission order
     {"op": "result", "id": RUN_ID, "status": S, "rc": N}  the child finished the playbook normally
@@ -24,14 +24,7 @@ child -> zygote (a private pipe per child): lines prefixed with one tag characte
 
 from __future__ import annotations
 
-import errno
-import os
-import signal
 from typing import Any, TypedDict
-
-PINNED_ANSIBLE_CORE = "2.19.14"
-"""The ansible-core version whose internals (config constants, collection finder, CLI, awx_display
-callback module state) the zygote re-points per run. Any other version is refused at start."""
 
 CHILD_TAG_EVENT = b"E"
 CHILD_TAG_RESULT = b"R"
@@ -61,15 +54,3 @@ def encode(message: dict[str, Any]) -> bytes:
 
     return json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
 
-
-def kill_group(pgid: int) -> None:
-    """SIGKILL a run's process group (the child ``setsid``s; workers and modules stay in it).
-
-    Safe after the child was reaped: Linux does not hand out a pid while a process group of that id
-    still exists, and an empty group just gives ESRCH.
-    """
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except OSError as exc:
-        if exc.errno not in (errno.ESRCH, errno.EPERM):
-            raise

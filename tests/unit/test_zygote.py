@@ -9,32 +9,69 @@ from typing import Any
 
 import pytest
 
-from ansible_operator.executors import warm, zygote, zygote_child
-from ansible_operator.executors.zygote_protocol import PINNED_ANSIBLE_CORE, encode
+from ansible_operator.executors import ansible_compat, warm, zygote, zygote_child
+from ansible_operator.executors.zygote_protocol import encode
 
 
-def test_installed_ansible_core_is_the_one_whose_internals_the_zygote_resets() -> None:
-    """If this fails, ansible-core was upgraded: re-check zygote_child.py against the new internals
-    (constants re-evaluation, collection finder attributes, awx_display's event_context, WorkerProcess
-    ._detach, PlaybookCLI.cli_executor) before moving PINNED_ANSIBLE_CORE."""
-    assert metadata.version("ansible-core") == PINNED_ANSIBLE_CORE
+def test_installed_ansible_core_is_one_whose_internals_the_zygote_knows() -> None:
+    """If this fails, ansible-core moved outside the supported range: check zygote_child.py and
+    ansible_compat.py against the new internals (constants re-evaluation, collection finder attributes,
+    awx_display's event_context, WorkerProcess, PlaybookCLI.cli_executor, the AnsiballZ wrapper) first."""
     import ansible.release
 
-    assert ansible.release.__version__ == PINNED_ANSIBLE_CORE
+    assert ansible_compat.minor(metadata.version("ansible-core")) in ansible_compat.SUPPORTED_MINORS
+    assert ansible.release.__version__ == metadata.version("ansible-core")
+
+
+@pytest.mark.parametrize("version, ok", [("2.15.13", False), ("2.16.0", True), ("2.17.14", True),
+                                         ("2.18.19", True), ("2.19.14", True), ("2.20.0", False),
+                                         ("2.21.5", False), ("devel", False)])
+def test_supported_range(version: str, ok: bool) -> None:
+    if ok:
+        ansible_compat.check(version)
+    else:
+        with pytest.raises(RuntimeError, match=rf"{version}.*--executor runner"):
+            ansible_compat.check(version)
 
 
 def test_operator_side_refuses_another_ansible_core(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(warm.metadata, "version", lambda name: "2.99.0")
-    with pytest.raises(RuntimeError, match=r"2\.99\.0.*--executor runner"):
+    with pytest.raises(RuntimeError, match=r"2\.16 - 2\.19.*2\.99\.0.*--executor runner"):
         warm.check_ansible_core_version()
 
 
 def test_zygote_refuses_another_ansible_core(monkeypatch: pytest.MonkeyPatch) -> None:
     import ansible.release
 
-    monkeypatch.setattr(ansible.release, "__version__", "2.18.0")
-    with pytest.raises(RuntimeError, match=r"2\.18\.0.*--executor runner"):
+    monkeypatch.setattr(ansible.release, "__version__", "2.15.0")
+    with pytest.raises(RuntimeError, match=r"2\.15\.0.*--executor runner"):
         zygote.preload()
+
+
+@pytest.mark.parametrize("wrapper", [
+    # 2.19's wrapper: the arguments of _ansiballz_main(), one per line
+    b"    _ansiballz_main(\nansible_module='k8s',\nmodule_fqn='ansible_collections.kubernetes.core.plugins.modules.k8s',\n",
+    # 2.16 - 2.18's wrapper
+    b"        runpy.run_module(mod_name='ansible_collections.kubernetes.core.plugins.modules.k8s', "
+    b"init_globals=dict(_module_fqn='ansible_collections.kubernetes.core.plugins.modules.k8s'),\n",
+])
+def test_the_module_an_ansiballz_wrapper_runs_is_found_in_every_wrapper_shape(wrapper: bytes) -> None:
+    assert ansible_compat.ansiballz_module_fqn(b"import sys\n" + wrapper) == \
+        "ansible_collections.kubernetes.core.plugins.modules.k8s"
+    assert ansible_compat.ansiballz_module_fqn(b"print('no module here')\n") is None
+
+
+def test_installed_version_gets_the_internals_it_has() -> None:
+    import ansible.release
+
+    new = ansible_compat.minor(ansible.release.__version__) >= (2, 19)  # type: ignore[operator]
+    assert ansible_compat.data_tagging() is new
+    assert ansible_compat.payload_store_supported() is new
+    assert (ansible_compat.worker_setsid_hook() is not None) is new
+    from ansible import constants as C
+
+    paths = ansible_compat.collection_finder_paths(list(C.COLLECTIONS_PATHS))
+    assert paths[len(paths) - len(C.COLLECTIONS_PATHS):] == list(C.COLLECTIONS_PATHS)
 
 
 def _zygote_with_pipe() -> tuple[zygote.Zygote, int]:

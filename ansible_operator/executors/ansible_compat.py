@@ -1,0 +1,115 @@
+"""Which ansible-core versions the warm executor knows, and the internals that differ between them.
+
+The zygote re-points import-time state of ansible-core per run (``zygote_child``), forks module tasks
+(``zygote_modules``) and shares module payloads (``zygote_payloads``). Those internals come in two
+shapes in the supported range:
+
+* **2.16 - 2.18** ("classic"): the collection finder is built from ``C.COLLECTIONS_PATHS`` alone;
+  Ansible's worker processes stay in the run's session; the AnsiballZ wrapper runs the module with
+  ``runpy.run_module(mod_name=...)``; module_utils has no controller/module split.
+* **2.19** ("data tagging"): the finder also gets ``ansible/_internal`` (the ``ansible._protomatter``
+  collection); workers ``setsid`` in ``WorkerProcess._detach``; the wrapper names the module
+  ``module_fqn=...``; ``ansible.module_utils._internal`` must be switched to the module side in a fork;
+  payload building goes through ``_compile_module_ast`` / ``_CachedModule`` (shared payload store).
+
+Every difference is a function here, chosen by the installed version; anything outside
+:data:`SUPPORTED_MINORS` is refused before the zygote starts (``--executor runner`` still works: it only
+drives ``ansible-playbook``). Kept free of Ansible imports at module level: the operator imports it too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+SUPPORTED_MINORS: tuple[tuple[int, int], ...] = ((2, 16), (2, 17), (2, 18), (2, 19))
+"""ansible-core minors whose internals the warm executor handles (tested in CI: the lowest and highest)."""
+
+_VERSION = re.compile(r"^(\d+)\.(\d+)")
+
+
+def minor(version: str) -> tuple[int, int] | None:
+    found = _VERSION.match(version)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def supported_range() -> str:
+    low, high = SUPPORTED_MINORS[0], SUPPORTED_MINORS[-1]
+    return f"{low[0]}.{low[1]} - {high[0]}.{high[1]}"
+
+
+def check(version: str) -> None:
+    """RuntimeError (with the fallback named) unless ``version`` is a supported ansible-core."""
+    if minor(version) not in SUPPORTED_MINORS:
+        raise RuntimeError(
+            f"the warm executor supports ansible-core {supported_range()} (it re-points those versions'"
+            f" internals per run) but {version} is installed; use --executor runner"
+        )
+
+
+def data_tagging() -> bool:
+    """True for ansible-core 2.19+ internals (``ansible._internal`` exists)."""
+    import ansible.release
+
+    return (minor(ansible.release.__version__) or (0, 0)) >= (2, 19)
+
+
+def collection_finder_paths(collections_paths: list[str]) -> list[str]:
+    """The path list ``plugins.loader._configure_collection_loader`` gives a fresh finder."""
+    if data_tagging():
+        from ansible import _internal
+
+        return [os.path.dirname(_internal.__file__)] + list(collections_paths)
+    return list(collections_paths)
+
+
+_MODULE_FQN = re.compile(
+    rb"^module_fqn=(['\"])(?P<fqn>[A-Za-z0-9_.]+)\1,?\s*$"  # 2.19: _ansiballz.run_module(module_fqn=...)
+    rb"|runpy\.run_module\(mod_name=(['\"])(?P<old>[A-Za-z0-9_.]+)\3",  # 2.16 - 2.18
+    re.MULTILINE,
+)
+
+
+def ansiballz_module_fqn(source: bytes) -> str | None:
+    """The Python module name an AnsiballZ wrapper script runs (``ansible_collections.x.y.plugins...``)."""
+    found = _MODULE_FQN.search(source)
+    if found is None:
+        return None
+    return (found.group("fqn") or found.group("old")).decode("ascii")
+
+
+def become_module_side() -> None:
+    """In a forked module process: undo controller-only hooks module_utils got at import (2.19+ only)."""
+    if not data_tagging():
+        return
+    from ansible.module_utils import _internal
+
+    _internal.is_controller = False
+    _internal.get_controller_serialize_map = lambda: {}
+    _internal.import_controller_module = lambda _name: None
+
+
+def preload_module_side() -> None:
+    """Import what every forked module needs before its own code (the AnsiballZ loader on 2.19)."""
+    import ansible.module_utils.basic  # noqa: F401
+
+    if data_tagging():
+        import ansible.module_utils._internal._ansiballz._loader  # noqa: F401
+
+
+def worker_setsid_hook() -> tuple[Any, str] | None:
+    """(class, method name) whose ``os.setsid`` call detaches Ansible's workers, or None (2.16 - 2.18)."""
+    from ansible.executor.process.worker import WorkerProcess
+
+    return (WorkerProcess, "_detach") if hasattr(WorkerProcess, "_detach") else None
+
+
+def payload_store_supported() -> bool:
+    """The shared AnsiballZ payload store hooks 2.19's builder; older versions build per run."""
+    if not data_tagging():
+        return False
+    from ansible.executor import module_common
+
+    return all(hasattr(module_common, name) for name in
+               ("_find_module_utils", "recursive_finder", "_compile_module_ast", "_CachedModule"))
