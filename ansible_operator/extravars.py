@@ -18,7 +18,13 @@ Security (differences from the SDK, see docs/status.md and docs/watches.md):
   author's and stay trusted.
 * A spec field that would become a top-level ``ansible_*`` variable (``ansiblePythonInterpreter``,
   ``ansible_become``, ``ansible_connection`` ...) is refused with ``RefusedVariable``: such variables change
-  how Ansible connects and executes, which a CR author must never control. Top-level names that are not
+  how Ansible connects and executes, which a CR author must never control. So is every other name
+  ansible-core reserves (:func:`reserved_names`, read from ansible-core itself: its magic variables such as
+  ``inventory_hostname``, ``hostvars``, ``groups``, ``playbook_dir``, ``role_path``; its template globals such
+  as ``omit``, ``lookup``, ``query``; and its playbook keywords such as ``name``, ``port``, ``environment``,
+  which ``ansible-playbook`` itself warns about), in the form the role would see it (``inventoryHostname``
+  becomes ``inventory_hostname`` with snakeCaseParameters). A spec field ``omit`` would replace Ansible's
+  omit placeholder, so ``default(omit)`` would write the CR's value instead of leaving the field out. Top-level names that are not
   Python identifiers (``"888"``, ``"a.b"`` with snakeCaseParameters off) are passed through like the SDK
   does: Ansible accepts them and roles can read them as ``vars['888']``.
 * Two spec keys that convert to the same snake_case name (``fooBar`` and ``foo_bar``) are refused too:
@@ -27,7 +33,11 @@ Security (differences from the SDK, see docs/status.md and docs/watches.md):
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
+import subprocess
+import sys
 from typing import Any, Mapping
 
 import yaml
@@ -42,6 +52,8 @@ __all__ = [
     "mark_unsafe",
     "object_var_name",
     "build_extra_vars",
+    "reserved_names",
+    "load_reserved_names",
     "dump",
 ]
 
@@ -188,6 +200,75 @@ def object_var_name(group: str, kind: str) -> str:
     return re.sub(r"[.\-]", "_", f"_{group}_{kind.lower()}")
 
 
+# ---- names ansible-core reserves --------------------------------------------------------------------
+
+_RESERVED_SCRIPT = """
+import json
+names = set()
+try:
+    from ansible.vars.reserved import get_reserved_names
+    names.update(get_reserved_names())
+except Exception:
+    pass
+try:
+    import ansible.constants as C
+    names.update(getattr(C, "INTERNAL_STATIC_VARS", ()))
+except Exception:
+    pass
+try:
+    from ansible.inventory.host import Host
+    names.update(Host("localhost").get_magic_vars())
+except Exception:
+    pass
+print(json.dumps(sorted(str(n) for n in names)))
+"""
+_DOCUMENTED_MAGIC = frozenset({
+    # Ansible's "Special variables" page, in case an ansible-core release moves the lists read above.
+    "omit", "hostvars", "groups", "group_names", "inventory_hostname", "inventory_hostname_short",
+    "inventory_dir", "inventory_file", "playbook_dir", "play_hosts", "role_name", "role_names", "role_path",
+    "role_uuid", "environment", "vars",
+})
+_reserved: frozenset[str] | None = None
+
+
+def _parse_reserved(output: str) -> frozenset[str]:
+    try:
+        names = json.loads(output)
+    except ValueError:
+        names = []
+    if not isinstance(names, list) or len(names) < 20:
+        raise RuntimeError("could not read the reserved variable names from ansible-core"
+                           f" ({sys.executable}): {output.strip()[:200]!r}")
+    return frozenset(str(n) for n in names) | _DOCUMENTED_MAGIC
+
+
+def reserved_names() -> frozenset[str]:
+    """Every variable name ansible-core reserves (magic variables, template globals, playbook keywords).
+
+    Read once per process from the ansible-core the runs use (same interpreter), in a child process so the
+    operator does not keep all of Ansible imported. Blocking on first use: the operator calls
+    :func:`load_reserved_names` before its first run."""
+    global _reserved
+    if _reserved is None:
+        proc = subprocess.run([sys.executable, "-c", _RESERVED_SCRIPT], capture_output=True, text=True,
+                              timeout=120, check=False)
+        _reserved = _parse_reserved(proc.stdout)
+    return _reserved
+
+
+async def load_reserved_names() -> frozenset[str]:
+    """:func:`reserved_names` without blocking the event loop."""
+    global _reserved
+    if _reserved is None:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", _RESERVED_SCRIPT,
+                                                    stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.DEVNULL)
+        out, _ = await proc.communicate()
+        if _reserved is None:
+            _reserved = _parse_reserved(out.decode("utf-8", "replace"))
+    return _reserved
+
+
 def build_extra_vars(
     obj: Mapping[str, Any],
     *,
@@ -208,11 +289,18 @@ def build_extra_vars(
     spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
 
     params = snake_case_keys(spec) if snake_case else {k: v for k, v in spec.items()}
+    reserved = reserved_names() if params else frozenset()
     for (key, var) in zip(spec.keys(), params.keys()):
         if isinstance(var, str) and var.lower().startswith("ansible_"):
             raise RefusedVariable(
                 f"spec.{key} would set the Ansible variable {var!r}; spec fields must not become ansible_*"
                 " variables (they control how Ansible connects and runs)",
+                spec_key=f"spec.{key}", variable=var,
+            )
+        if isinstance(var, str) and var in reserved:
+            raise RefusedVariable(
+                f"spec.{key} would set {var!r}, a name Ansible reserves (a magic variable, template global or"
+                " playbook keyword); spec fields must not override it: rename the field",
                 spec_key=f"spec.{key}", variable=var,
             )
     out: dict[str, Any] = {k: wrap(v) for k, v in params.items()}

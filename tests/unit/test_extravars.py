@@ -256,3 +256,48 @@ def test_unsafe_strings_are_not_templated_by_real_ansible(tmp_path: Path) -> Non
     assert result["copied"] == {"k": evil, "l": [evil]}
     assert result["trusted"] == 42  # watch vars stay templatable
     assert result["types"] == {"yes": "yes", "empty": "", "num": "1e3", "null": "null", "n": 5, "b": True}
+
+
+# ---- names ansible-core reserves (issue 11, defect 6) -------------------------------------------------
+
+
+@pytest.mark.parametrize("spec_key, variable, snake", [
+    ("omit", "omit", True),
+    ("inventoryHostname", "inventory_hostname", True),
+    ("inventory_hostname", "inventory_hostname", False),
+    ("hostvars", "hostvars", True),
+    ("groupNames", "group_names", True),
+    ("playbookDir", "playbook_dir", True),
+    ("rolePath", "role_path", True),
+    ("lookup", "lookup", True),
+    ("query", "query", True),
+    ("environment", "environment", True),
+])
+def test_refuses_reserved_and_magic_variable_names(spec_key: str, variable: str, snake: bool) -> None:
+    with pytest.raises(RefusedVariable) as exc:
+        build_extra_vars(cr({spec_key: "x", "size": 1}), watch_vars={}, snake_case=snake, mark_unsafe=True,
+                         group="g.io", kind="K")
+    assert exc.value.spec_key == f"spec.{spec_key}" and exc.value.variable == variable
+    assert "reserves" in str(exc.value)
+
+
+def test_reserved_names_come_from_ansible_core_itself() -> None:
+    from ansible.vars.reserved import get_reserved_names
+
+    import ansible.constants as C
+    from ansible_operator.extravars import reserved_names
+
+    names = reserved_names()
+    assert set(get_reserved_names()) <= names
+    assert set(getattr(C, "INTERNAL_STATIC_VARS", ())) <= names
+    assert {"omit", "inventory_hostname", "hostvars"} <= names
+    # the usual spec fields stay usable
+    assert not {"size", "image", "replicas", "color", "ansible_operator_meta"} & names
+
+
+async def test_load_reserved_names_matches_the_blocking_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ansible_operator.extravars as ev
+
+    expected = ev.reserved_names()
+    monkeypatch.setattr(ev, "_reserved", None)
+    assert await ev.load_reserved_names() == expected
