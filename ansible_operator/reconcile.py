@@ -118,6 +118,7 @@ class Reconciler:
         """Plural and scope from discovery, once (the CRD may appear after the operator starts)."""
         if self._resource is None:
             self._resource = await self.rt.kube.discover(self.watch.group, self.watch.version, self.watch.kind)
+            await extravars.load_reserved_names()  # once per process, before the first run builds extra vars
         return self._resource
 
     # -- entry point -------------------------------------------------------------------------------
@@ -165,10 +166,27 @@ class Reconciler:
         result = await self._run(obj, "reconcile", variables, role=self.watch.role, playbook=self.watch.playbook,
                                  overrides=overrides)
         await self._report(obj, result)
+        if self._newer_generation(key, obj):
+            # The spec changed during the run: it gets its own run now, whatever this one's outcome (the
+            # intake's event normally marks the key dirty too; this holds even if that event was coalesced).
+            log.info("generation %s was applied; generation %s arrived meanwhile: running again",
+                     obj["metadata"].get("generation"),
+                     (self.cache.get(key) or {}).get("metadata", {}).get("generation"))
+            return ReconcileOutcome(requeue_after=0.0)
         if not result.succeeded:
             return ReconcileOutcome(failed=True)
         requeue = result.requeue_after if result.requeue_after is not None else overrides["reconcile_period"]
         return ReconcileOutcome(requeue_after=requeue)
+
+    def _newer_generation(self, key: ObjectKey, obj: dict[str, Any]) -> bool:
+        latest = self.cache.get(key)
+        if latest is None:
+            return False
+        meta, latest_meta = obj["metadata"], latest["metadata"]
+        if latest_meta.get("uid") != meta.get("uid") or latest_meta.get("deletionTimestamp"):
+            return latest_meta.get("uid") == meta.get("uid")  # deletion started: the finalizer runs next
+        old, new = meta.get("generation"), latest_meta.get("generation")
+        return isinstance(old, int) and isinstance(new, int) and new > old
 
     # -- deletion ----------------------------------------------------------------------------------
 
@@ -359,7 +377,9 @@ class Reconciler:
 
     async def _write_status(self, obj: dict[str, Any],
                             build: Callable[[dict[str, Any] | None, int | None], dict[str, Any]]) -> None:
-        """Read the object fresh (roles may have written status meanwhile), build, write; retry on conflict."""
+        """Read the object fresh (roles may have written status meanwhile), build, write; retry on conflict.
+
+        ``build`` gets the fresh status and the generation of ``obj`` (the object the run used)."""
         meta = obj["metadata"]
         namespace, name = meta.get("namespace"), meta["name"]
         for attempt in range(_STATUS_WRITE_ATTEMPTS):
@@ -369,7 +389,9 @@ class Reconciler:
             fresh_meta = fresh["metadata"]
             if fresh_meta.get("uid") != meta.get("uid"):
                 return  # deleted and re-created: not ours to write
-            new_status = build(fresh.get("status"), fresh_meta.get("generation"))
+            # observedGeneration is the generation the run's extra vars came from, never the (maybe newer)
+            # one read back here: a newer spec is not applied until its own run says so.
+            new_status = build(fresh.get("status"), meta.get("generation"))
             patch = {"metadata": {"resourceVersion": fresh_meta["resourceVersion"]}, "status": new_status}
             try:
                 await self.rt.kube.merge_patch(self.resource, namespace, name, patch, subresource="status")

@@ -1,0 +1,98 @@
+"""Reconciler against an in-memory API and executor: what status says about which generation ran."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from ansible_operator.executors.base import RunOutcome, RunRequest
+from ansible_operator.intake import ObjectCache, fingerprint
+from ansible_operator.kube import ApiError, ResourceRef
+from ansible_operator.queue import ObjectKey
+from ansible_operator.reconcile import PassThroughCredentials, Reconciler, Runtime
+from ansible_operator.watches import Watch
+
+REF = ResourceRef("cache.example.com", "v1alpha1", "memcacheds", True)
+KEY = ObjectKey("ns", "a")
+
+
+class FakeKube:
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.obj = obj
+        self.status_patches: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+
+    async def get(self, ref: ResourceRef, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.obj) if self.obj is not None else None
+
+    async def merge_patch(self, ref: ResourceRef, namespace: str | None, name: str, patch: dict[str, Any],
+                          *, subresource: str | None = None) -> dict[str, Any]:
+        if self.obj is None:
+            raise ApiError(404, "NotFound", name)
+        if subresource == "status":
+            self.status_patches.append(copy.deepcopy(patch))
+            self.obj["status"] = patch["status"]
+        return copy.deepcopy(self.obj)
+
+    async def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
+        self.events.append(event)
+        return {"metadata": {"name": f"e{len(self.events)}"}, "count": 1}
+
+    async def request(self, *args: Any, **kwargs: Any) -> Any:
+        return None
+
+
+class EditingExecutor:
+    """Runs "successfully", and while it runs someone edits the spec (generation 1 -> 2)."""
+
+    name = "fake"
+
+    def __init__(self, kube: FakeKube, cache: ObjectCache) -> None:
+        self.kube, self.cache = kube, cache
+        self.seen_generations: list[int] = []
+
+    async def run(self, request: RunRequest, on_event: Any) -> RunOutcome:
+        meta_var = request.extra_vars["ansible_operator_meta"]
+        self.seen_generations.append(request.extra_vars["_cache_example_com_memcached"]["metadata"]["generation"])
+        assert meta_var["name"] == "a"
+        if self.kube.obj["metadata"]["generation"] == 1:
+            self.kube.obj["metadata"]["generation"] = 2
+            self.kube.obj["spec"]["size"] = 5
+            store(self.cache, self.kube.obj)
+        return RunOutcome(status="successful", rc=0, artifacts_dir=request.private_data_dir)
+
+
+def store(cache: ObjectCache, obj: dict[str, Any]) -> None:
+    cache.store(KEY, copy.deepcopy(obj), fingerprint(obj, watch_annotations=False, selected=True))
+
+
+def make(tmp_path: Path) -> tuple[Reconciler, FakeKube, EditingExecutor]:
+    obj = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
+           "metadata": {"name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "1", "generation": 1},
+           "spec": {"size": 1}}
+    watch = Watch(group="cache.example.com", version="v1alpha1", kind="Memcached", role="/tmp/role",
+                  playbook=None, vars={}, finalizer=None, reconcile_period=None)
+    cache = ObjectCache()
+    store(cache, obj)
+    kube = FakeKube(obj)
+    executor = EditingExecutor(kube, cache)
+    runtime = Runtime(kube=kube, executor=executor, artifacts_root=tmp_path,  # type: ignore[arg-type]
+                      credentials=PassThroughCredentials(None))
+    return Reconciler(watch, cache, runtime, resource=REF), kube, executor
+
+
+async def test_observed_generation_is_the_generation_the_run_used(tmp_path: Path) -> None:
+    reconciler, kube, executor = make(tmp_path)
+    outcome = await reconciler(KEY)
+    final = kube.status_patches[-1]["status"]
+    # The run applied generation 1; generation 2 arrived during it: status must not claim 2.
+    assert final["observedGeneration"] == 1
+    assert {c["type"]: c["observedGeneration"] for c in final["conditions"]} == {
+        "Running": 1, "Successful": 1, "Failure": 1}
+    # ... and generation 2 gets its own run right away, which then reports 2.
+    assert outcome.requeue_after == 0.0 and not outcome.failed
+    outcome = await reconciler(KEY)
+    assert executor.seen_generations == [1, 2]
+    assert kube.status_patches[-1]["status"]["observedGeneration"] == 2
+    assert outcome.requeue_after is None
