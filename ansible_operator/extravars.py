@@ -220,6 +220,12 @@ try:
     names.update(Host("localhost").get_magic_vars())
 except Exception:
     pass
+try:  # template globals (lookup, query, q, now, undef...); get_reserved_names has them only since 2.19
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    names.update(Templar(loader=DataLoader()).environment.globals)
+except Exception:
+    pass
 print(json.dumps(sorted(str(n) for n in names)))
 """
 _DOCUMENTED_MAGIC = frozenset({
