@@ -19,9 +19,12 @@ import contextlib
 import contextvars
 import json
 import logging
+import re
 import sys
 import time
 from typing import Any, Callable, Iterator, Mapping, TextIO
+
+from ansible_operator.results import failure_message, redact_result
 
 __all__ = [
     "CR_FIELDS",
@@ -32,7 +35,7 @@ __all__ = [
     "TextFormatter",
     "JsonFormatter",
     "ansible_event_logger",
-    "failure_message",
+    "escape_control",
 ]
 
 CR_FIELDS = ("kind", "namespace", "name", "run_id")
@@ -100,17 +103,47 @@ def _object_ref(record: logging.LogRecord) -> str:
     return "[" + " ".join(parts) + "] " if parts else ""
 
 
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL_NAMES = {"\n": "\\n", "\r": "\\r"}
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _CONTROL_NAMES.get(char)
+    if named:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_control(text: str) -> str:
+    """Control characters (all but tab; also NEL and the Unicode line/paragraph separators) as visible
+    escapes: a record is one line, whatever text from a custom resource it carries (no forged lines, no
+    terminal escape sequences)."""
+    return _CONTROL.sub(_escape_one, text)
+
+
+_JSON_UNSAFE = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
+
+
 class TextFormatter(logging.Formatter):
-    """``<UTC time> <LEVEL padded to 5> [Kind ns/name run=<id>] message`` plus traceback lines."""
+    """``<UTC time> <LEVEL padded to 5> [Kind ns/name run=<id>] message`` plus traceback lines.
+
+    The message and the object reference are escaped (:func:`escape_control`); a traceback keeps its lines
+    but each is indented, so none can pass for a record of its own."""
 
     def format(self, record: logging.LogRecord) -> str:
-        msg = record.getMessage()
-        line = f"{_utc(record)} {record.levelname:<5} {_object_ref(record)}{msg}"
+        msg = escape_control(record.getMessage())
+        line = f"{_utc(record)} {record.levelname:<5} {escape_control(_object_ref(record))}{msg}"
         if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
+            line += "\n" + _indented(self.formatException(record.exc_info))
         if record.stack_info:
-            line += "\n" + self.formatStack(record.stack_info)
+            line += "\n" + _indented(self.formatStack(record.stack_info))
         return line
+
+
+def _indented(block: str) -> str:
+    return "\n".join("    " + escape_control(part) for part in block.split("\n"))
 
 
 _PLAIN = (str, int, float, bool, type(None), list, tuple, dict)
@@ -143,7 +176,13 @@ class JsonFormatter(logging.Formatter):
             out["exc_info"] = self.formatException(record.exc_info)
         if record.stack_info:
             out["stack_info"] = self.formatStack(record.stack_info)
-        return json.dumps(out, default=str, ensure_ascii=False)
+        text = json.dumps(out, default=str, ensure_ascii=False)
+        # Valid JSON either way, but line-oriented readers (Python's splitlines, some log shippers) break
+        # lines at these: escape them so that one record stays one line.
+        for char, escaped in _JSON_UNSAFE.items():
+            if char in text:
+                text = text.replace(char, escaped)
+        return text
 
 
 def setup_logging(*, level: str = "INFO", fmt: str = "text", stream: TextIO | None = None) -> logging.Handler:
@@ -209,21 +248,6 @@ def _result_word(event: Mapping[str, Any]) -> str:
     return word
 
 
-def failure_message(res: Mapping[str, Any]) -> str:
-    """The human message of a failed task result: ``msg``, else stderr / module_stderr, else the first
-    failed loop item's message ("" if there is none)."""
-    for key in ("msg", "message", "reason", "stderr", "module_stderr"):
-        value = res.get(key)
-        if value:
-            return value.strip() if isinstance(value, str) else json.dumps(value, default=str)
-    for item in res.get("results") or []:
-        if isinstance(item, dict) and item.get("failed"):
-            msg = failure_message(item)
-            if msg:
-                return msg
-    return ""
-
-
 def ansible_event_logger(
     verbosity: int, logger: logging.Logger | None = None
 ) -> Callable[[dict[str, Any]], None]:
@@ -251,7 +275,7 @@ def ansible_event_logger(
                 return
             task = data.get("task") or data.get("task_action") or "?"
             host = data.get("host") or data.get("remote_addr") or "?"
-            res = data.get("res") or {}
+            res = redact_result(data.get("res") or {})
             line = f"TASK [{task}] {word}: {host}"
             if kind == "runner_item_on_failed" and "item" in res:
                 line += f" (item={json.dumps(res['item'], default=str)})"

@@ -19,6 +19,8 @@ Rules (what the status conditions and Events end up saying):
 from __future__ import annotations
 
 import ast
+import base64
+import binascii
 import json
 import math
 import re
@@ -30,7 +32,8 @@ from ansible_operator.durations import parse_duration
 if TYPE_CHECKING:  # pragma: no cover
     from ansible_operator.executors.base import RunOutcome
 
-__all__ = ["FailedTask", "RunResult", "ResultCollector", "failure_message", "REQUEUE_KEY"]
+__all__ = ["FailedTask", "RunResult", "ResultCollector", "failure_message", "redact_result", "REDACTED",
+           "REQUEUE_KEY"]
 
 REQUEUE_KEY = "requeue_after_seconds"
 MAX_MESSAGE = 1000
@@ -103,6 +106,93 @@ class RunResult:
         if self.status == "canceled":
             return "the run was canceled"
         return f"the run ended with status {self.status}" + (f" (rc={self.rc})" if self.rc is not None else "")
+
+
+# ---- redaction -------------------------------------------------------------------------------------
+
+REDACTED = "<redacted>"
+_SECRET_FIELDS = ("data", "stringData")
+_MIN_SCRUBBED = 4
+"""Secret values shorter than this are not searched for in free text (they would match everywhere)."""
+
+
+def _is_secret(obj: Mapping[str, Any]) -> bool:
+    if obj.get("kind") == "Secret":
+        return True
+    # List items (k8s_info ``resources``, a ``get`` of a list) carry no kind; a Secret always has ``type``.
+    meta = obj.get("metadata")
+    return (isinstance(obj.get("type"), str) and isinstance(meta, Mapping) and "name" in meta
+            and any(isinstance(obj.get(f), Mapping) for f in _SECRET_FIELDS))
+
+
+def _asks_for_secrets(res: Mapping[str, Any]) -> bool:
+    """A module invoked with ``kind: Secret`` (k8s, k8s_info...): every data/stringData in its result is one."""
+    invocation = res.get("invocation")
+    args = invocation.get("module_args") if isinstance(invocation, Mapping) else None
+    return isinstance(args, Mapping) and str(args.get("kind") or "").lower() in ("secret", "secrets")
+
+
+def _secret_values(values: Mapping[str, Any], field_name: str, found: set[str]) -> None:
+    for value in values.values():
+        if not isinstance(value, str) or not value:
+            continue
+        found.add(value)
+        if field_name == "data":  # base64 in the API; roles often decode it (b64decode) and print that
+            try:
+                decoded = base64.b64decode(value, validate=True).decode("utf-8")
+            except (binascii.Error, ValueError):
+                continue
+            if decoded:
+                found.add(decoded)
+
+
+def redact_result(res: Any) -> Any:
+    """A copy of a task result in which no Secret value survives, at any verbosity.
+
+    Kubernetes Secrets anywhere in the result (``kind: Secret``, kind-less list items shaped like one, or
+    anything returned by a module called with ``kind: Secret``) get every ``data``/``stringData`` value
+    replaced by ``<redacted>``; then every occurrence of those values (and of the base64-decoded ``data``
+    values) in any string of the same result (``msg``, ``stdout``, a loop ``item``...) is replaced too.
+    Values Ansible already censored (``no_log``) stay censored.
+    """
+    if not isinstance(res, Mapping):
+        return res
+    found: set[str] = set()
+    everything = _asks_for_secrets(res)
+
+    def walk(value: Any, in_secret: bool) -> Any:
+        if isinstance(value, Mapping):
+            secret = in_secret or _is_secret(value)
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                if key in _SECRET_FIELDS and isinstance(item, Mapping) and (secret or everything):
+                    _secret_values(item, key, found)
+                    out[key] = {k: REDACTED for k in item}
+                else:
+                    out[key] = walk(item, False)
+            return out
+        if isinstance(value, list):
+            return [walk(item, in_secret) for item in value]
+        return value
+
+    redacted = walk(res, False)
+    secrets = sorted((v for v in found if len(v) >= _MIN_SCRUBBED), key=len, reverse=True)
+    if not secrets:
+        return redacted
+
+    def scrub(value: Any) -> Any:
+        if isinstance(value, str):
+            for secret in secrets:
+                if secret in value:
+                    value = value.replace(secret, REDACTED)
+            return value
+        if isinstance(value, Mapping):
+            return {k: scrub(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [scrub(v) for v in value]
+        return value
+
+    return scrub(redacted)
 
 
 # ---- messages --------------------------------------------------------------------------------------
@@ -289,7 +379,7 @@ class ResultCollector:
             return
         if not isinstance(name, str) or not name.startswith("runner_on_") or name == "runner_on_start":
             return
-        res = data.get("res")
+        res = redact_result(data.get("res"))
         task = str(data.get("task") or data.get("task_action") or "?")
         role = data.get("role") or None
         label = f"{role} : {task}" if role else task

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 
 from ansible_operator.artifacts import default_artifacts_dir, iter_run_dirs, load_run, read_text
 from ansible_operator.generate import plural_of
-from ansible_operator.logs import failure_message
+from ansible_operator.results import failure_message, redact_result
 
 __all__ = [
     "RunsError",
@@ -129,7 +129,7 @@ def run_tasks(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, dict[str, 
         kind = event.get("event")
         data = event.get("event_data") or {}
         if kind in _RESULT_EVENTS:
-            res = data.get("res") or {}
+            res = redact_result(data.get("res") or {})
             word = _RESULT_EVENTS[kind]
             if word == "ok" and res.get("changed"):
                 word = "changed"

@@ -49,6 +49,9 @@ ANNOTATION_MAX_RUNNER_ARTIFACTS = "ansible.sdk.operatorframework.io/max-runner-a
 ANNOTATION_VERBOSITY = "ansible.sdk.operatorframework.io/verbosity"
 
 DEFAULT_ANSIBLE_VERBOSITY = 2
+DEFAULT_MAX_ANNOTATION_VERBOSITY = 2
+"""The verbosity annotation is a CR author's setting: it may lower the verbosity, but raise it only up to
+this (``--max-annotation-verbosity``). At 3 and above the log shows whole task results."""
 DEFAULT_MAX_RUNNER_ARTIFACTS = 20
 SYSTEM_ROLES_DIR = Path("/opt/ansible/roles")
 
@@ -96,6 +99,8 @@ class Watch:
     max_runner_artifacts: int = DEFAULT_MAX_RUNNER_ARTIFACTS
     max_concurrent_reconciles: int = 1
     ansible_verbosity: int = DEFAULT_ANSIBLE_VERBOSITY
+    max_annotation_verbosity: int = DEFAULT_MAX_ANNOTATION_VERBOSITY
+    """Highest verbosity the ``ansible.sdk.operatorframework.io/verbosity`` annotation may ask for."""
     collections_paths: tuple[Path, ...] = ()
     """Existing collection roots searched for FQCN roles (give them to the run as ANSIBLE_COLLECTIONS_PATH)."""
     roles_paths: tuple[Path, ...] = ()
@@ -162,6 +167,12 @@ def annotation_overrides(watch: Watch, annotations: Mapping[str, str] | None) ->
             bound = f"{low}..{high}" if high is not None else f">= {low}"
             out["invalid"].append((name, raw, f"must be {bound}"))
             continue
+        if key == "ansible_verbosity" and value > watch.max_annotation_verbosity:
+            # A CR author must not be able to make the operator log more than its administrator allows.
+            cap = watch.max_annotation_verbosity
+            out["invalid"].append((name, raw, f"above the operator's maximum {cap} (--max-annotation-verbosity);"
+                                              f" using {cap}"))
+            value = cap
         out[key] = value
     return out
 
@@ -429,12 +440,39 @@ def _validate_selector(sel: _SelectorModel, fail: Any) -> dict | None:
     return out or None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key repeated in one mapping is an error (YAML 1.2 says keys are
+    unique; PyYAML silently keeps the last one, so ``role`` twice would run the second role unnoticed)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                break
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None,
+                    f"duplicate key {key!r} (first at line {first.start_mark.line + 1}); each key may appear"
+                    " only once per entry", key_node.start_mark)
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml_unique(text: str) -> Any:
+    """``yaml.safe_load`` that rejects duplicate mapping keys."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def load_watches(
     path: str | Path,
     *,
     max_concurrent_reconciles: int | None = None,
     ansible_verbosity: int | None = None,
     reconcile_period: float | None = None,
+    max_annotation_verbosity: int | None = None,
     env: Mapping[str, str] | None = None,
     roles_search: Sequence[Path] | None = None,
 ) -> list[Watch]:
@@ -461,7 +499,7 @@ def load_watches(
     except (OSError, UnicodeDecodeError) as exc:
         file_fail(f"cannot read: {exc}")
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml_unique(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -481,6 +519,10 @@ def load_watches(
         file_fail(f"max concurrent reconciles must be >= 1, got {max_concurrent_reconciles}")
     if ansible_verbosity is not None and not 0 <= ansible_verbosity <= 7:
         file_fail(f"ansible verbosity must be 0..7, got {ansible_verbosity}")
+    if max_annotation_verbosity is None:
+        max_annotation_verbosity = DEFAULT_MAX_ANNOTATION_VERBOSITY
+    if not 0 <= max_annotation_verbosity <= 7:
+        file_fail(f"max annotation verbosity must be 0..7, got {max_annotation_verbosity}")
     default_workers = max_concurrent_reconciles or os.cpu_count() or 1
     default_verbosity = DEFAULT_ANSIBLE_VERBOSITY if ansible_verbosity is None else ansible_verbosity
 
@@ -582,6 +624,7 @@ def load_watches(
             max_runner_artifacts=m.maxRunnerArtifacts or DEFAULT_MAX_RUNNER_ARTIFACTS,
             max_concurrent_reconciles=workers,
             ansible_verbosity=verbosity,
+            max_annotation_verbosity=max_annotation_verbosity,
             collections_paths=tuple(c for c in collections if c.is_dir()),
             roles_paths=tuple(d for d in role_dirs if d.is_dir()),
             source=shown,

@@ -134,14 +134,14 @@ def _lines(caplog: pytest.LogCaptureFixture, verbosity: int) -> list[tuple[int, 
 def test_event_logger_verbosity_levels(caplog: pytest.LogCaptureFixture) -> None:
     v0 = _lines(caplog, 0)
     assert v0 == [
-        (logging.INFO, "TASK [optional] failed (ignored): localhost: non-zero return code"),
+        (logging.INFO, "TASK [optional] failed (ignored): localhost: non-zero return code (rc=1)"),
         (logging.WARNING, "TASK [boom] failed: localhost: replicas must be positive"),
     ]
     v1 = [m for _, m in _lines(caplog, 1)]
     assert v1 == [
         "TASK [say hi] ok: localhost",
         "TASK [create deployment] changed: localhost",
-        "TASK [optional] failed (ignored): localhost: non-zero return code",
+        "TASK [optional] failed (ignored): localhost: non-zero return code (rc=1)",
         "TASK [boom] failed: localhost: replicas must be positive",
         "PLAY RECAP localhost: ok=3 changed=1 unreachable=0 failed=1 skipped=1 rescued=0 ignored=1",
     ]
@@ -167,3 +167,73 @@ def test_kopf_object_loggers_fill_the_object_and_objects_are_not_dumped(capture:
     record = json.loads(stream.getvalue())
     assert (record["kind"], record["namespace"], record["name"]) == ("Memcached", "ns", "m")
     assert "settings" not in record and "k8s_ref" not in record
+
+
+# ---- hostile CR content (issue 11, defects 4 and 7) ----------------------------------------------------
+
+FORGED = "bad value\n2026-11-22T13:45:01Z INFO  [Memcached ns/other] reconcile run x succeeded\r\x1b[2K\u2028tail"
+
+
+def test_text_log_escapes_control_characters_no_forged_lines(capture: Any) -> None:
+    stream, install = capture
+    install("text")
+    with log_context(kind="Memcached", namespace="ns", name="evil"):
+        ansible_event_logger(0)(_event(1, "runner_on_failed", task="validate", task_action="fail",
+                                       host="localhost", res={"msg": FORGED}))
+        logging.getLogger("ansible_operator.test").warning("spec said: %s", FORGED)
+    out = stream.getvalue()
+    assert out.count("\n") == 2 and out.endswith("\n")
+    lines = out.splitlines()  # splitlines also splits at \r and \u2028: still exactly one line per record
+    assert len(lines) == 2 and all("[Memcached ns/evil]" in ln for ln in lines)
+    assert "\x1b" not in out
+    assert "spec said: bad value\\n2026-11-22T13:45:01Z INFO  [Memcached ns/other]" in lines[1]
+    assert "\\r\\x1b[2K\\u2028tail" in lines[1]
+
+
+def test_traceback_lines_are_indented_and_escaped(capture: Any) -> None:
+    stream, install = capture
+    install("text")
+    try:
+        raise ValueError("boom\r\nINFO forged")
+    except ValueError:
+        logging.getLogger("ansible_operator.test").exception("failed")
+    lines = stream.getvalue().splitlines()
+    assert len(lines) > 2 and all(ln.startswith("    ") for ln in lines[1:])
+    assert "ValueError: boom\\r" in lines[-2] + lines[-1] or any("boom\\r" in ln for ln in lines)
+
+
+def test_json_log_stays_one_valid_object_per_line(capture: Any) -> None:
+    stream, install = capture
+    install("json")
+    with log_context(kind="Memcached", namespace="ns", name="evil"):
+        logging.getLogger("ansible_operator.test").warning("%s", FORGED)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1
+    assert json.loads(lines[0])["msg"] == FORGED
+
+
+SECRET_B64 = "czNjcjN0LXBhc3N3b3Jk"  # s3cr3t-password
+SECRET_RESULT = {
+    "changed": False,
+    "invocation": {"module_args": {"kind": "Secret", "name": "db"}},
+    "resources": [{"metadata": {"name": "db"}, "type": "Opaque", "data": {"password": SECRET_B64}}],
+    "msg": "password is s3cr3t-password",
+}
+
+
+@pytest.mark.parametrize("verbosity", range(0, 8))
+def test_secret_values_never_reach_the_log(caplog: pytest.LogCaptureFixture, verbosity: int) -> None:
+    with caplog.at_level(logging.DEBUG, logger="ansible_operator.ansible"):
+        on_event = ansible_event_logger(verbosity)
+        on_event(_event(1, "runner_on_ok", task="read", task_action="k8s_info", host="localhost",
+                        res=SECRET_RESULT))
+        on_event(_event(2, "runner_on_failed", task="use", task_action="fail", host="localhost",
+                        res=dict(SECRET_RESULT, failed=True)))
+        on_event(_event(3, "runner_item_on_failed", task="loop", task_action="debug", host="localhost",
+                        res={"item": {"kind": "Secret", "metadata": {"name": "x"},
+                                      "stringData": {"token": "plain-token-value"}}, "msg": "x"}))
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    for leaked in (SECRET_B64, "s3cr3t-password", "plain-token-value"):
+        assert leaked not in text
+    if verbosity >= 3:
+        assert '"password": "<redacted>"' in text

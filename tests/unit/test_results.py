@@ -327,3 +327,47 @@ def test_operator_sdk_requeue_after_period_is_understood() -> None:
         "res": {"changed": False, "period": "5s"}}})
     result = collector.finish(RunOutcome(status="successful", rc=0, artifacts_dir=Path("/nonexistent")))
     assert result.requeue_after == 90.0
+
+
+# ---- redaction of Secret values (issue 11, defect 4) ---------------------------------------------------
+
+from ansible_operator.results import REDACTED, redact_result  # noqa: E402
+
+
+def test_redact_secret_objects_and_their_values_in_free_text() -> None:
+    res = {
+        "changed": True,
+        "result": {"kind": "Secret", "apiVersion": "v1", "metadata": {"name": "db"}, "type": "Opaque",
+                   "data": {"password": "aHVudGVyMjI="}, "stringData": {"token": "tok-123456"}},
+        "msg": "created db with hunter22 and tok-123456",
+        "diff": [{"after": {"data": {"password": "aHVudGVyMjI="}, "kind": "Secret"}}],
+    }
+    out = redact_result(res)
+    assert out["result"]["data"] == {"password": REDACTED} and out["result"]["stringData"] == {"token": REDACTED}
+    assert out["result"]["metadata"] == {"name": "db"}
+    assert out["msg"] == f"created db with {REDACTED} and {REDACTED}"
+    assert out["diff"][0]["after"]["data"] == {"password": REDACTED}
+    assert res["result"]["data"] == {"password": "aHVudGVyMjI="}  # the input is left alone
+
+
+def test_redact_kindless_list_items_and_module_calls_on_secrets() -> None:
+    listed = {"resources": [{"metadata": {"name": "a"}, "type": "kubernetes.io/tls",
+                             "data": {"tls.key": "a2V5LWRhdGE="}}]}
+    assert redact_result(listed)["resources"][0]["data"] == {"tls.key": REDACTED}
+    by_args = {"invocation": {"module_args": {"kind": "Secret"}}, "resources": [{"data": {"x": "eHl6enk="}}]}
+    assert redact_result(by_args)["resources"][0]["data"] == {"x": REDACTED}
+
+
+def test_configmaps_are_not_redacted() -> None:
+    cm = {"result": {"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "visible"}}}
+    assert redact_result(cm) == cm
+
+
+def test_failed_task_message_never_carries_a_secret() -> None:
+    c = ResultCollector()
+    c.feed({"event": "runner_on_failed", "event_data": {
+        "task": "check", "task_action": "k8s_info", "host": "localhost",
+        "res": {"invocation": {"module_args": {"kind": "Secret"}},
+                "resources": [{"metadata": {"name": "db"}, "type": "Opaque", "data": {"pw": "aHVudGVyMjI="}}],
+                "msg": "unexpected password hunter22"}}})
+    assert c.failed_task is not None and c.failed_task.message == f"unexpected password {REDACTED}"

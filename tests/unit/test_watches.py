@@ -347,3 +347,46 @@ def test_annotation_overrides(project: Path) -> None:
     assert got["ansible_verbosity"] == 2
     assert [i[0] for i in got["invalid"]] == ["ansible.sdk.operatorframework.io/verbosity"]
     assert annotation_overrides(w, None)["reconcile_period"] == 60.0
+
+
+# ---- issue 11: duplicate keys (defect 9), annotation verbosity cap (defect 4) ---------------------------
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("- group: a.io\n  version: v1\n  kind: A\n  role: memcached\n  role: other\n",
+     "duplicate key 'role' (first at line 4)"),
+    ("- group: a.io\n  version: v1\n  kind: A\n  role: memcached\n  vars: {x: 1, x: 2}\n", "duplicate key 'x'"),
+])
+def test_duplicate_keys_are_refused_in_one_line(project: Path, text: str, fragment: str) -> None:
+    p = write(project, text)
+    with pytest.raises(WatchesError) as exc:
+        load(p)
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(f"{p}: YAML syntax error: line ") and fragment in msg, msg
+
+
+def test_duplicate_key_exits_2_with_one_line(project: Path) -> None:
+    import subprocess
+    import sys
+
+    p = write(project, "- group: a.io\n  version: v1\n  kind: A\n  role: memcached\n  role: memcached\n")
+    proc = subprocess.run([sys.executable, "-m", "ansible_operator", "run", "--watches-file", str(p)],
+                          capture_output=True, text=True, timeout=120, cwd=project)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "duplicate key 'role'" in lines[0], proc.stderr
+
+
+def test_annotation_verbosity_is_capped_by_the_operator(project: Path) -> None:
+    p = write(project, "- {group: a.io, version: v1, kind: A, role: memcached}\n")
+    annotation = "ansible.sdk.operatorframework.io/verbosity"
+    [w] = load(p)
+    assert w.max_annotation_verbosity == 2
+    got = annotation_overrides(w, {annotation: "7"})
+    assert got["ansible_verbosity"] == 2
+    assert got["invalid"][0][0] == annotation and "maximum 2" in got["invalid"][0][2]
+    assert annotation_overrides(w, {annotation: "0"})["ansible_verbosity"] == 0  # lowering is always fine
+    [w] = load(p, max_annotation_verbosity=4)
+    assert annotation_overrides(w, {annotation: "4"}) == dict(annotation_overrides(w, None), ansible_verbosity=4)
+    with pytest.raises(WatchesError, match="0..7"):
+        load(p, max_annotation_verbosity=8)
