@@ -21,11 +21,12 @@ import logging
 import os
 import math
 import re
+import shlex
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ansible_operator.executors.base import EventCallback, RunOutcome, RunRequest
 from ansible_operator.executors.datadir import RUN_ID_ENV, prepare
@@ -93,11 +94,14 @@ class RunnerExecutor:
 
     name = "runner"
 
-    def __init__(self, *, max_workers: int = 8, poll_interval: float = DEFAULT_POLL_INTERVAL) -> None:
+    def __init__(self, *, max_workers: int = 8, poll_interval: float = DEFAULT_POLL_INTERVAL,
+                 ansible_args: Sequence[str] = ()) -> None:
+        """``ansible_args``: extra ansible-playbook arguments for every run (``--ansible-args``)."""
         if max_workers < 1:
             raise ValueError(f"RunnerExecutor max_workers must be >= 1 (got {max_workers})")
         self.max_workers = max_workers
         self.poll_interval = poll_interval
+        self.ansible_args = tuple(ansible_args)
         self._pool: ThreadPoolExecutor | None = None
         self._active: set[threading.Event] = set()
 
@@ -174,6 +178,7 @@ class RunnerExecutor:
                 verbosity=request.verbosity,
                 envvars=dict(prepared.env),
                 settings={"pexpect_timeout": self.poll_interval},
+                cmdline=shlex.join(self.ansible_args) if self.ansible_args else None,
                 timeout=timeout,
                 quiet=True,
                 event_handler=emit,

@@ -89,8 +89,10 @@ class WarmExecutor:
 
     def __init__(self, *, max_workers: int = 8, python: str = sys.executable,
                  fast_modules: Sequence[str] = DEFAULT_FAST_MODULE_PREFIXES,
-                 idle_timeout: float | None = None) -> None:
-        """``fast_modules``: module FQCN prefixes (default ``kubernetes.core.``) whose tasks run in a fork
+                 idle_timeout: float | None = None, ansible_args: Sequence[str] = ()) -> None:
+        """``ansible_args``: extra ansible-playbook arguments for every run (``--ansible-args``).
+
+        ``fast_modules``: module FQCN prefixes (default ``kubernetes.core.``) whose tasks run in a fork
         of the already-imported worker instead of a fresh interpreter; ``()`` turns that off.
 
         ``idle_timeout``: stop the zygote after this many seconds without runs, and start it again (about
@@ -107,6 +109,7 @@ class WarmExecutor:
         """How many times the zygote was stopped for being idle (not counted in ``restarts``)."""
         self._python = python
         self._fast_modules = [str(p) for p in fast_modules]
+        self._ansible_args = [str(a) for a in ansible_args]
         self._slots = asyncio.Semaphore(max_workers)
         self._zygote: _Zygote | None = None
         self._spawn_lock = asyncio.Lock()
@@ -331,6 +334,7 @@ class WarmExecutor:
             "env": dict(prepared.env),
             "verbosity": request.verbosity,
             "fast_modules": self._fast_modules,
+            "ansible_args": self._ansible_args,
         }
         async with self._slots:
             try:

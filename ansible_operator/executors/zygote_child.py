@@ -285,6 +285,7 @@ def _playbook_args(spec: RunSpec) -> list[str]:
         args += ["-e", "@" + spec["extravars_file"]]
     if spec["verbosity"] > 0:
         args.append("-" + "v" * min(int(spec["verbosity"]), 7))
+    args += spec.get("ansible_args") or []
     args.append(spec["playbook"])
     return args
 

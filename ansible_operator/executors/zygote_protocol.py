@@ -46,6 +46,8 @@ class RunSpec(TypedDict):
     verbosity: int
     fast_modules: list[str]
     """Module FQCN prefixes run in a fork of the worker instead of a new interpreter (zygote_modules)."""
+    ansible_args: list[str]
+    """Extra ansible-playbook arguments (``--ansible-args``), placed before the playbook."""
 
 
 def encode(message: dict[str, Any]) -> bytes:
