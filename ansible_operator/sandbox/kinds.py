@@ -401,6 +401,10 @@ def _workload(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | No
         spec.setdefault("progressDeadlineSeconds", 600)
         spec.setdefault("strategy", {"type": "RollingUpdate",
                                      "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})
+    if rtype.kind == "DaemonSet":
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("updateStrategy", {"type": "RollingUpdate",
+                                           "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
     if rtype.kind == "StatefulSet":
         spec.setdefault("podManagementPolicy", "OrderedReady")
         spec.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})

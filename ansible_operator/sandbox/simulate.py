@@ -31,6 +31,7 @@ from croniter import croniter
 
 from ansible_operator.sandbox.api import Api
 from ansible_operator.sandbox.errors import ApiError
+from ansible_operator.sandbox.rollout import DeploymentRollout, RevisionHistory
 from ansible_operator.sandbox.resources import ResourceType
 from ansible_operator.sandbox.store import Event, Key
 from ansible_operator.sandbox.timeutil import now, parse, rfc3339
@@ -41,7 +42,8 @@ DELAY = 0.15  # seconds between a change and the simulated controller's status w
 CRON_TICK = 0.5
 FAIL_ANNOTATION = "sandbox.ansible-operator.dev/fail"
 
-_WORKLOADS = {"apps/deployments", "apps/statefulsets", "apps/replicasets", "apps/daemonsets"}
+_WORKLOADS = {"apps/deployments", "apps/statefulsets", "apps/replicasets", "apps/daemonsets",
+              "/replicationcontrollers"}
 _SIMULATED = _WORKLOADS | {"batch/jobs", "/persistentvolumeclaims", "/pods"}
 
 
@@ -60,6 +62,8 @@ class Simulator:
         self._pending: dict[Key, asyncio.TimerHandle] = {}
         self._cron_task: asyncio.Task[None] | None = None
         self._running = False
+        self._rollout = DeploymentRollout(api)
+        self._history = RevisionHistory(api)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -110,6 +114,7 @@ class Simulator:
         handler: Callable[[ResourceType, dict[str, Any]], None] | None = {
             "apps/deployments": self._deployment, "apps/statefulsets": self._statefulset,
             "apps/replicasets": self._replicaset, "apps/daemonsets": self._daemonset,
+            "/replicationcontrollers": self._replicaset,
             "batch/jobs": self._job, "/persistentvolumeclaims": self._pvc, "/pods": self._pod}.get(key[0])
         if handler is None:
             return
@@ -130,11 +135,15 @@ class Simulator:
 
     # ---- workloads -------------------------------------------------------------------------------
     def _deployment(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
+        obj, new_rs = self._rollout.sync(rtype, obj)
         spec = obj.get("spec") or {}
         replicas = int(spec.get("replicas", 1))
         old = obj.get("status") or {}
         now_s = rfc3339(now())
         failing = _fails(obj) and replicas > 0
+        paused = bool(spec.get("paused"))
+        # replicas on the current template (none while a paused Deployment's new template has no ReplicaSet)
+        updated = int((new_rs or {}).get("spec", {}).get("replicas", 0)) if new_rs is not None else 0
 
         def cond(type_: str, status_: str, reason: str, message: str) -> dict[str, Any]:
             prev = next((c for c in old.get("conditions") or [] if c.get("type") == type_), None)
@@ -145,6 +154,7 @@ class Simulator:
                     if prev and prev.get("status") == status_ else now_s}
 
         name = obj["metadata"]["name"]
+        rs_name = (new_rs or {}).get("metadata", {}).get("name", name)
         if failing:  # pods never become ready: what a crash-looping rollout reports
             status = _omit_zero({"observedGeneration": obj["metadata"].get("generation", 1), "replicas": replicas,
                                  "updatedReplicas": replicas, "unavailableReplicas": replicas})
@@ -152,15 +162,19 @@ class Simulator:
                 cond("Available", "False", "MinimumReplicasUnavailable", "Deployment does not have minimum "
                                                                          "availability."),
                 cond("Progressing", "False", "ProgressDeadlineExceeded",
-                     f'ReplicaSet "{name}" has timed out progressing.')]
+                     f'ReplicaSet "{rs_name}" has timed out progressing.')]
         else:
             status = _omit_zero({"observedGeneration": obj["metadata"].get("generation", 1), "replicas": replicas,
-                                 "updatedReplicas": replicas, "readyReplicas": replicas,
+                                 "updatedReplicas": updated, "readyReplicas": replicas,
                                  "availableReplicas": replicas})
+            if paused:  # the controller only syncs scale and reports the pause (DeploymentPaused, Unknown)
+                progressing = cond("Progressing", "Unknown", "DeploymentPaused", "Deployment is paused")
+            else:
+                progressing = cond("Progressing", "True", "NewReplicaSetAvailable",
+                                   f'ReplicaSet "{rs_name}" has successfully progressed.')
             status["conditions"] = [
                 cond("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability."),
-                cond("Progressing", "True", "NewReplicaSetAvailable",
-                     f'ReplicaSet "{name}" has successfully progressed.')]
+                progressing]
         if _conditions_equal(old, status):
             status["conditions"] = old["conditions"]
         self._write_status(rtype, obj, status)
@@ -170,7 +184,7 @@ class Simulator:
         replicas = int(spec.get("replicas", 1))
         meta = obj["metadata"]
         self._claims(obj, replicas)
-        revision = f"{meta['name']}-{meta.get('generation', 1):08x}"[:63]
+        revision = self._history.sync(obj, "StatefulSet")["metadata"]["name"]
         ready = 0 if _fails(obj) else replicas
         status = {"observedGeneration": meta.get("generation", 1), "replicas": replicas,
                   "availableReplicas": ready,
@@ -210,6 +224,7 @@ class Simulator:
         self._write_status(rtype, obj, status)
 
     def _daemonset(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
+        self._history.sync(obj, "DaemonSet")
         # one simulated node
         status = {"observedGeneration": obj["metadata"].get("generation", 1), "currentNumberScheduled": 1,
                   "desiredNumberScheduled": 1, "numberAvailable": 1, "numberMisscheduled": 0, "numberReady": 1,

@@ -140,3 +140,132 @@ def test_failing_deployment_never_becomes_available(api):
     assert conds["Available"] == ("False", "MinimumReplicasUnavailable")
     assert conds["Progressing"] == ("False", "ProgressDeadlineExceeded")
     assert d.status.unavailable_replicas == 2 and not d.status.available_replicas
+
+
+def _deploy(name: str = "web", image: str = "nginx:1", **spec):
+    return {"metadata": {"name": name}, "spec": {
+        "replicas": 2, "selector": {"matchLabels": {"app": name}}, **spec,
+        "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": image}]}}}}
+
+
+def _replica_sets(apps, name: str) -> dict[str, tuple[int, int]]:
+    """ReplicaSet name -> (revision, replicas) for the Deployment ``name``."""
+    return {rs.metadata.name: (int(rs.metadata.annotations["deployment.kubernetes.io/revision"]), rs.spec.replicas)
+            for rs in apps.list_namespaced_replica_set("default").items
+            if rs.metadata.owner_references and rs.metadata.owner_references[0].name == name}
+
+
+def test_deployment_replicasets_revisions_and_rollback(api):
+    apps = kubernetes.client.AppsV1Api(api)
+    apps.create_namespaced_deployment("default", _deploy())
+    wait_for(lambda: len(_replica_sets(apps, "web")) == 1)
+    (first, (rev, replicas)), = _replica_sets(apps, "web").items()
+    rs = apps.read_namespaced_replica_set(first, "default")
+    h = rs.metadata.labels["pod-template-hash"]
+    assert first == f"web-{h}" and rev == 1 and replicas == 2
+    assert rs.spec.selector.match_labels == {"app": "web", "pod-template-hash": h}
+    assert rs.metadata.owner_references[0].kind == "Deployment" and rs.metadata.owner_references[0].controller
+    wait_for(lambda: apps.read_namespaced_deployment("web", "default").metadata.annotations.get(
+        "deployment.kubernetes.io/revision") == "1")
+    apps.patch_namespaced_deployment("web", "default", {"spec": {"template": {"spec": {"containers": [
+        {"name": "c", "image": "nginx:2"}]}}}})
+    sets = wait_for(lambda: s if len(s := _replica_sets(apps, "web")) == 2 and s[first] == (1, 0) else None)
+    second = next(n for n in sets if n != first)
+    assert sets[second] == (2, 2)
+    d = wait_for(lambda: (d := apps.read_namespaced_deployment("web", "default")).metadata.annotations.get(
+        "deployment.kubernetes.io/revision") == "2" and d.status.updated_replicas == 2 and d)
+    # kubernetes.core k8s_rollback: the previous ReplicaSet's template (without the hash label) back in place
+    prev = api.sanitize_for_serialization(apps.read_namespaced_replica_set(first, "default"))
+    template = prev["spec"]["template"]
+    del template["metadata"]["labels"]["pod-template-hash"]
+    api.call_api("/apis/apps/v1/namespaces/default/deployments/web", "PATCH", body=[
+        {"op": "replace", "path": "/spec/template", "value": template},
+        {"op": "replace", "path": "/metadata/annotations", "value": {"deployment.kubernetes.io/revision": "1"}}],
+        header_params={"Content-Type": "application/json-patch+json"}, auth_settings=["BearerToken"],
+        _return_http_data_only=True)
+    sets = wait_for(lambda: s if (s := _replica_sets(apps, "web")).get(first) == (3, 2) else None)
+    assert sets[second] == (2, 0)
+    assert apps.read_namespaced_replica_set(first, "default").metadata.annotations[
+        "deployment.kubernetes.io/revision-history"] == "1"
+    wait_for(lambda: apps.read_namespaced_deployment("web", "default").metadata.annotations.get(
+        "deployment.kubernetes.io/revision") == "3")
+
+
+def test_deployment_revision_history_limit(api):
+    apps = kubernetes.client.AppsV1Api(api)
+    apps.create_namespaced_deployment("default", _deploy("h", revisionHistoryLimit=1))
+    for image in ("nginx:2", "nginx:3"):
+        wait_for(lambda: apps.read_namespaced_deployment("h", "default").status.updated_replicas == 2)
+        apps.patch_namespaced_deployment("h", "default", {"spec": {"template": {"spec": {"containers": [
+            {"name": "c", "image": image}]}}}})
+        wait_for(lambda: (d := apps.read_namespaced_deployment("h", "default")).status.observed_generation
+                 == d.metadata.generation)
+    sets = wait_for(lambda: s if sorted((s := _replica_sets(apps, "h")).values()) == [(2, 0), (3, 2)] else None)
+    assert len(sets) == 2
+
+
+def test_paused_deployment_reports_paused_and_only_scales(api):
+    apps = kubernetes.client.AppsV1Api(api)
+    apps.create_namespaced_deployment("default", _deploy("p"))
+    wait_for(lambda: _replica_sets(apps, "p") and apps.read_namespaced_deployment("p", "default").status.
+             ready_replicas == 2)
+    apps.patch_namespaced_deployment("p", "default", {"spec": {"paused": True, "replicas": 3, "template": {
+        "spec": {"containers": [{"name": "c", "image": "nginx:9"}]}}}})
+
+    def paused():
+        d = apps.read_namespaced_deployment("p", "default")
+        conds = {c.type: c for c in d.status.conditions or []}
+        return d.status.observed_generation == d.metadata.generation and conds["Progressing"].reason == \
+            "DeploymentPaused" and d
+    d = wait_for(paused)
+    progressing = next(c for c in d.status.conditions if c.type == "Progressing")
+    assert progressing.status == "Unknown" and progressing.message == "Deployment is paused"
+    assert not d.status.updated_replicas  # no ReplicaSet for the new template while paused
+    sets = wait_for(lambda: s if list((s := _replica_sets(apps, "p")).values()) == [(1, 3)] else None)
+    assert len(sets) == 1
+    apps.patch_namespaced_deployment("p", "default", {"spec": {"paused": False}})
+    wait_for(lambda: sorted(_replica_sets(apps, "p").values()) == [(1, 0), (2, 3)])
+
+
+def test_statefulset_and_daemonset_controller_revisions(api):
+    apps = kubernetes.client.AppsV1Api(api)
+    apps.create_namespaced_stateful_set("default", {"metadata": {"name": "s"}, "spec": {
+        "serviceName": "s", "selector": {"matchLabels": {"app": "x"}}, "template": TEMPLATE}})
+    sts = wait_for(lambda: (s := apps.read_namespaced_stateful_set("s", "default")).status.current_revision and s)
+    crs = apps.list_namespaced_controller_revision("default").items
+    assert [c.metadata.name for c in crs] == [sts.status.current_revision] and crs[0].revision == 1
+    assert crs[0].data["spec"]["template"]["$patch"] == "replace"
+    apps.patch_namespaced_stateful_set("s", "default", {"spec": {"template": {"metadata": {"labels": {
+        "app": "x", "v": "2"}}}}})
+    sts = wait_for(lambda: (s := apps.read_namespaced_stateful_set("s", "default")).status.update_revision !=
+                   crs[0].metadata.name and s)
+    assert sorted(c.revision for c in apps.list_namespaced_controller_revision("default").items) == [1, 2]
+    apps.create_namespaced_daemon_set("default", {"metadata": {"name": "ds"}, "spec": {
+        "selector": {"matchLabels": {"app": "x"}}, "template": TEMPLATE}})
+
+    def ds_revisions():
+        return [c for c in apps.list_namespaced_controller_revision("default").items
+                if c.metadata.owner_references[0].kind == "DaemonSet"]
+    rev = wait_for(lambda: ds_revisions() or None)[0]
+    assert rev.metadata.annotations["deprecated.daemonset.template.generation"] == "1"
+    assert rev.metadata.labels["controller-revision-hash"] == rev.metadata.name.rpartition("-")[2]
+    # kubernetes.core k8s_rollback for a DaemonSet: strategic-merge the previous revision's data back
+    apps.patch_namespaced_daemon_set("ds", "default", {"spec": {"template": {"metadata": {"labels": {
+        "app": "x", "v": "2"}}}}})
+    wait_for(lambda: len(ds_revisions()) == 2)
+    apps.patch_namespaced_daemon_set("ds", "default", rev.data)
+    back = wait_for(lambda: (r := [c for c in ds_revisions() if c.metadata.name == rev.metadata.name])
+                    and r[0].revision == 3 and r[0])
+    assert back.metadata.annotations["deprecated.daemonset.template.generation"] == "3"
+
+
+def test_replication_controller_is_simulated_like_a_replicaset(api):
+    core = kubernetes.client.CoreV1Api(api)
+    core.create_namespaced_replication_controller("default", {"metadata": {"name": "rc"}, "spec": {
+        "replicas": 2, "template": TEMPLATE}})
+    rc = wait_for(lambda: (r := core.read_namespaced_replication_controller("rc", "default")).status.
+                  ready_replicas == 2 and r)
+    assert rc.status.observed_generation == rc.metadata.generation
+    core.patch_namespaced_replication_controller_scale("rc", "default", {"spec": {"replicas": 0}})
+    wait_for(lambda: not core.read_namespaced_replication_controller("rc", "default").status.replicas)
+    assert core.read_namespaced_replication_controller_scale("rc", "default").status.selector == "app=x"
