@@ -104,7 +104,8 @@ class CutProxy:
         path.write_text(yaml.safe_dump(kubeconfig_dict(self.url)))
         return path
 
-    def relists(self, path_part: str = WIDGETS_PATH) -> int:
+    def relists(self, path_part: str = "") -> int:
+        """List (non-watch) GETs of collections seen so far, of every resource or those containing path_part."""
         return sum(n for p, n in self.lists.items() if path_part in p)
 
     def cut(self) -> None:
@@ -120,14 +121,20 @@ class CutProxy:
         self._call(lambda: setattr(self, "_cut", False))
 
     def close(self) -> None:
-        def do() -> None:
+        async def shutdown() -> None:
             if self._server is not None:
                 self._server.close()
             for w in list(self._writers):
                 w.transport.abort()
-        self._call(do)
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        self._loop.close()
 
     def _call(self, fn: Callable[[], None]) -> None:
         done = threading.Event()
