@@ -9,32 +9,50 @@ SDK's Ansible operator metric names (``ansible_operator_reconciles`` histogram,
 ``ansible_operator_reconcile_result``, ``ansible_operator_build_info``) are kept next to ours, with its
 ``GVK`` label, so existing dashboards keep working.
 
+Custom metrics from roles (``operator_sdk.util.osdk_metric``) are ``UserMetrics``: the JSON the collection
+POSTs to ``http://localhost:5050/metrics`` (``serve_osdk_metric``), applied with the rules of the SDK's
+``internal/ansible/metrics/metrics.go`` and exported under exactly the name the role gave (no ``_total``
+suffix, no labels), as the SDK's Go client does.
+
 The HTTP side is a tiny aiohttp app. ``serve`` starts one listener; ``serve_endpoints`` starts one or two
-depending on whether metrics and health probes share an address (they do not by default: ``:8080`` and
-``:6789``, as in Operator SDK).
+depending on whether metrics and health probes share an address (they do not by default: ``:8443`` and
+``:6789``, as in Operator SDK). ``--metrics-secure`` serves HTTPS (``tls_context``), and
+``--metrics-require-rbac`` puts ``RbacFilter`` (TokenReview + SubjectAccessReview) in front of ``/metrics``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import re
 import socket
-from dataclasses import dataclass
-from typing import Callable, Iterable
+import ssl
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.utils import floatToGoString
 
 from ansible_operator import __version__
 
 __all__ = [
     "Metrics",
+    "RbacFilter",
     "RUN_DURATION_BUCKETS",
+    "UserMetricError",
+    "UserMetrics",
     "ReadyCheck",
     "ServerHandle",
     "parse_bind_address",
     "serve",
     "serve_endpoints",
+    "serve_osdk_metric",
     "close_all",
+    "tls_context",
 ]
 
 log = logging.getLogger(__name__)
@@ -95,6 +113,11 @@ class Metrics:
         self.sdk_reconcile_result = Gauge(
             "ansible_operator_reconcile_result", "Reconciles and their results (Operator SDK name;"
             " result is 'succeeded' or 'failed').", ["GVK", "result"], registry=r)
+        self.user = UserMetrics(reserved=self._registry_names)
+        """Custom metrics from roles (``osdk_metric``)."""
+
+    def _registry_names(self) -> set[str]:
+        return {family.name for family in self.registry.collect()}
 
     # ---- watches ----------------------------------------------------------------------------------
 
@@ -146,8 +169,169 @@ class Metrics:
         self.leader.set(1 if leading else 0)
 
     def exposition(self) -> bytes:
-        """The registry in Prometheus text format (what ``/metrics`` returns)."""
-        return generate_latest(self.registry)
+        """The registry and the roles' custom metrics in Prometheus text format (what ``/metrics`` returns)."""
+        return generate_latest(self.registry) + self.user.exposition()
+
+
+# ---- custom metrics from roles (operator_sdk.util.osdk_metric) ------------------------------------
+
+GO_DEFAULT_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+"""``prometheus.DefBuckets``: the SDK creates user histograms without buckets of its own."""
+
+_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_TYPES = ("counter", "gauge", "histogram", "summary")
+
+
+class UserMetricError(ValueError):
+    """A metric request the SDK would answer with 400; ``str(e)`` is the one-line reason."""
+
+
+@dataclass
+class _UserMetric:
+    name: str
+    help: str
+    type: str
+    value: float = 0.0
+    buckets: list[int] = field(default_factory=list)
+    count: int = 0
+    sum: float = 0.0
+
+
+def _number(spec: dict[str, Any], key: str, what: str) -> float | None:
+    value = spec.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UserMetricError(f"{what}.{key} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _flag(spec: dict[str, Any], key: str, what: str) -> bool:
+    value = spec.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise UserMetricError(f"{what}.{key} must be true or false, got {value!r}")
+    return value
+
+
+class UserMetrics:
+    """Metrics roles create through ``osdk_metric``, keyed by name, rendered in Prometheus text format.
+
+    The request is the SDK's ``UserMetric`` JSON (``internal/ansible/metrics/metrics.go``)::
+
+        {"name": "n", "description": "help", "counter": {"increment": true, "add": null}}
+
+    with exactly one of ``counter`` (increment | add >= 0), ``gauge`` (increment | decrement | add |
+    subtract | set | set_to_current_time, first one present wins in that order), ``histogram`` (observe)
+    or ``summary`` (observe). The first request for a name creates the metric with that type and help;
+    a later request of another type is refused, as in the SDK. Unlike the SDK (Go's ``omitempty``),
+    ``gauge: {set: 0}`` does set the gauge to 0.
+    """
+
+    def __init__(self, reserved: Callable[[], set[str]] = set) -> None:
+        self._metrics: dict[str, _UserMetric] = {}
+        self._reserved = reserved
+
+    def apply(self, request: Any) -> None:
+        """Apply one request; raises ``UserMetricError`` (nothing changes) when it is invalid."""
+        if not isinstance(request, dict):
+            raise UserMetricError("the request body must be a JSON object")
+        name = request.get("name")
+        if not isinstance(name, str) or not _METRIC_NAME.match(name):
+            raise UserMetricError(f"invalid metric name {name!r}: must match {_METRIC_NAME.pattern}")
+        given = [t for t in _TYPES if request.get(t) is not None]
+        if len(given) > 1:
+            raise UserMetricError("only one metric can be processed at a time")
+        if not given:
+            raise UserMetricError("a request should contain at least one metric")
+        kind = given[0]
+        spec = request[kind]
+        if not isinstance(spec, dict):
+            raise UserMetricError(f"{kind} must be an object, got {spec!r}")
+        metric = self._metrics.get(name)
+        if metric is None:
+            taken = self._reserved()
+            if name in taken or any(name == f"{t}{suffix}" for t in taken for suffix in ("_total", "_created")):
+                raise UserMetricError(f"metric {name} is already exported by the operator itself")
+            help_text = request.get("description")
+            metric = _UserMetric(name=name, help=str(help_text) if help_text is not None else "", type=kind)
+            if kind == "histogram":
+                metric.buckets = [0] * len(GO_DEFAULT_BUCKETS)
+            self._check(metric, kind, spec)
+            self._metrics[name] = metric
+            log.info("registering custom metric %s (%s)", name, kind)
+        else:
+            self._check(metric, kind, spec)
+        self._update(metric, kind, spec)
+
+    def _check(self, metric: _UserMetric, kind: str, spec: dict[str, Any]) -> None:
+        same_family = {metric.type, kind} <= {"histogram", "summary"}  # the SDK accepts either for both
+        if kind != metric.type and not same_family:
+            raise UserMetricError(f"cannot change metric type of {metric.name}, which is a {metric.type}")
+        if kind == "counter":
+            _flag(spec, "increment", kind)
+            add = _number(spec, "add", kind)
+            if add is not None and add < 0 and not spec.get("increment"):
+                raise UserMetricError("counter metrics cannot decrease in value")
+        elif kind == "gauge":
+            for key in ("increment", "decrement", "set_to_current_time"):
+                _flag(spec, key, kind)
+            for key in ("add", "subtract", "set"):
+                _number(spec, key, kind)
+        else:
+            _number(spec, "observe", kind)
+
+    def _update(self, metric: _UserMetric, kind: str, spec: dict[str, Any]) -> None:
+        if kind == "counter":
+            if spec.get("increment"):
+                metric.value += 1
+            elif spec.get("add") is not None:
+                metric.value += float(spec["add"])
+        elif kind == "gauge":
+            if spec.get("increment"):
+                metric.value += 1
+            elif spec.get("decrement"):
+                metric.value -= 1
+            elif spec.get("add") is not None:
+                metric.value += float(spec["add"])
+            elif spec.get("subtract") is not None:
+                metric.value -= float(spec["subtract"])
+            elif spec.get("set") is not None:
+                metric.value = float(spec["set"])
+            elif spec.get("set_to_current_time"):
+                metric.value = time.time()
+        else:
+            value = spec.get("observe")
+            if value is None:
+                return  # the metric exists now; nothing observed (the SDK would observe 0)
+            value = float(value)
+            metric.count += 1
+            metric.sum += value
+            if metric.type == "histogram":
+                for i, bound in enumerate(GO_DEFAULT_BUCKETS):
+                    if value <= bound:
+                        metric.buckets[i] += 1
+
+    def names(self) -> set[str]:
+        return set(self._metrics)
+
+    def exposition(self) -> bytes:
+        lines: list[str] = []
+        for name in sorted(self._metrics):
+            m = self._metrics[name]
+            help_text = m.help.replace("\\", "\\\\").replace("\n", "\\n")
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {m.type}"]
+            if m.type in ("counter", "gauge"):
+                lines.append(f"{name} {floatToGoString(m.value)}")
+                continue
+            if m.type == "histogram":
+                for bound, count in zip(GO_DEFAULT_BUCKETS, m.buckets):
+                    lines.append(f'{name}_bucket{{le="{floatToGoString(bound)}"}} {count}')
+                lines.append(f'{name}_bucket{{le="+Inf"}} {m.count}')
+            lines += [f"{name}_sum {floatToGoString(m.sum)}", f"{name}_count {m.count}"]
+        return ("\n".join(lines) + "\n").encode() if lines else b""
+
 
 
 def _check_phase(phase: str) -> None:
@@ -190,13 +374,14 @@ class ServerHandle:
     port: int
     paths: tuple[str, ...]
     _runner: object
+    scheme: str = "http"
 
     @property
     def url(self) -> str:
         host = self.host or "127.0.0.1"
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
 
     async def close(self) -> None:
         await self._runner.cleanup()  # type: ignore[attr-defined]
@@ -220,12 +405,15 @@ async def serve(
     ready: ReadyCheck | None = None,
     live: ReadyCheck | None = None,
     health: bool = True,
+    tls: ssl.SSLContext | None = None,
+    metrics_filter: "RbacFilter | None" = None,
 ) -> ServerHandle | None:
     """Start an HTTP listener on ``bind_address``; return None when the address disables it (``"0"``).
 
     Serves ``/metrics`` when ``metrics`` is given, and ``/healthz`` + ``/readyz`` when ``health`` is true
     (``ready`` defaults to "always ready", ``live`` to "always alive"). Both answer ``200 ok`` or
-    ``500`` with the reason in the body, like Kubernetes' own components.
+    ``500`` with the reason in the body, like Kubernetes' own components. ``tls`` serves HTTPS;
+    ``metrics_filter`` must allow a request before ``/metrics`` answers it.
     """
     from aiohttp import web
 
@@ -237,7 +425,12 @@ async def serve(
     paths: list[str] = []
 
     if metrics is not None:
-        async def metrics_handler(_request: web.Request) -> web.Response:
+        async def metrics_handler(request: web.Request) -> web.Response:
+            if metrics_filter is not None:
+                refusal = await metrics_filter.check(request.headers.get("Authorization", ""), request.path,
+                                                     request.method)
+                if refusal is not None:
+                    return web.Response(status=refusal[0], text=refusal[1])
             return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
         app.router.add_get("/metrics", metrics_handler)
@@ -258,7 +451,7 @@ async def serve(
 
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host=host, port=port)
+    site = web.TCPSite(runner, host=host, port=port, ssl_context=tls)
     try:
         await site.start()
     except OSError as exc:
@@ -272,7 +465,8 @@ async def serve(
     ipv4 = [s for s in sockets if s.family == socket.AF_INET]
     real_port = (ipv4 or sockets)[0].getsockname()[1] if sockets else port
     log.info("serving %s on %s", " ".join(paths), f"{host or '*'}:{real_port}")
-    return ServerHandle(host=host, port=real_port, paths=tuple(paths), _runner=runner)
+    return ServerHandle(host=host, port=real_port, paths=tuple(paths), _runner=runner,
+                        scheme="https" if tls is not None else "http")
 
 
 async def serve_endpoints(
@@ -282,20 +476,24 @@ async def serve_endpoints(
     metrics: Metrics,
     ready: ReadyCheck | None = None,
     live: ReadyCheck | None = None,
+    tls: ssl.SSLContext | None = None,
+    metrics_filter: "RbacFilter | None" = None,
 ) -> list[ServerHandle]:
     """Start what ``run --metrics-bind-address/--health-probe-bind-address`` ask for: one listener when
-    both addresses are the same, two when they differ, fewer when one is ``"0"``. Close them with
+    both addresses are the same, two when they differ, fewer when one is ``"0"``. ``tls`` and
+    ``metrics_filter`` apply to the metrics listener (to the probes too when they share it). Close them with
     ``close_all``."""
     handles: list[ServerHandle] = []
     try:
         same = parse_bind_address(metrics_address) == parse_bind_address(health_address) \
             and parse_bind_address(metrics_address) is not None
         if same:
-            h = await serve(metrics_address, metrics=metrics, ready=ready, live=live)
+            h = await serve(metrics_address, metrics=metrics, ready=ready, live=live, tls=tls,
+                            metrics_filter=metrics_filter)
             if h:
                 handles.append(h)
             return handles
-        h = await serve(metrics_address, metrics=metrics, health=False)
+        h = await serve(metrics_address, metrics=metrics, health=False, tls=tls, metrics_filter=metrics_filter)
         if h:
             handles.append(h)
         h = await serve(health_address, ready=ready, live=live)
@@ -310,3 +508,186 @@ async def serve_endpoints(
 async def close_all(handles: Iterable[ServerHandle]) -> None:
     for h in handles:
         await h.close()
+
+
+# ---- HTTPS for /metrics (--metrics-secure) -----------------------------------------------------------
+
+def tls_context(cert_dir: str | Path, cert_name: str = "tls.crt", key_name: str = "tls.key") -> ssl.SSLContext:
+    """A server context from ``cert_dir/cert_name`` + ``cert_dir/key_name`` when both exist (a mounted
+    Secret, as controller-runtime's metrics server reads them), else from a fresh self-signed certificate
+    for ``localhost``, this host name and 127.0.0.1 (controller-runtime does the same). HTTP/1.1 only."""
+    import tempfile
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_alpn_protocols(["http/1.1"])
+    cert, key = Path(cert_dir) / cert_name, Path(cert_dir) / key_name
+    if cert.is_file() and key.is_file():
+        context.load_cert_chain(cert, key)
+        log.info("metrics server certificate from %s", cert)
+        return context
+    cert_pem, key_pem = _self_signed()
+    with tempfile.TemporaryDirectory(prefix="metrics-cert-") as tmp:
+        (Path(tmp) / "tls.crt").write_bytes(cert_pem)
+        key_file = Path(tmp) / "tls.key"
+        key_file.touch(mode=0o600)
+        key_file.write_bytes(key_pem)
+        context.load_cert_chain(Path(tmp) / "tls.crt", key_file)
+    log.info("metrics server certificate: self-signed (no %s in %s)", cert_name, cert_dir)
+    return context
+
+
+def _self_signed() -> tuple[bytes, bytes]:
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    host = socket.gethostname()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{host}@{int(time.time())}")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=365))
+        .add_extension(x509.SubjectAlternativeName([
+            x509.DNSName("localhost"), x509.DNSName(host), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return (cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))
+
+
+# ---- --metrics-require-rbac ----------------------------------------------------------------------------
+
+PostJson = Callable[[str, dict[str, Any]], Awaitable[Any]]
+"""POST a JSON body to an API server path and return the decoded answer (``Kube.request`` bound)."""
+
+
+class RbacFilter:
+    """controller-runtime's ``filters.WithAuthenticationAndAuthorization`` for ``/metrics``.
+
+    The caller's bearer token is checked with a ``TokenReview``; the user it names must then be allowed
+    ``<verb> <path>`` (a non-resource URL, e.g. ``get /metrics``) by a ``SubjectAccessReview``. Missing or
+    rejected tokens get 401, denied users 403, a failing API server 500. Answers are cached like
+    controller-runtime's: tokens 1 minute, allowed 5 minutes, denied 30 seconds.
+    """
+
+    TOKEN_TTL = 60.0
+    ALLOW_TTL = 300.0
+    DENY_TTL = 30.0
+
+    def __init__(self, post: PostJson, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._post = post
+        self._clock = clock
+        self._tokens: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        self._decisions: dict[str, tuple[float, bool]] = {}
+
+    async def check(self, authorization: str, path: str, method: str) -> tuple[int, str] | None:
+        """None when the request may proceed, else ``(status, body)``."""
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return 401, "Unauthorized: a bearer token is required"
+        try:
+            user = await self._authenticate(token)
+            if user is None:
+                return 401, "Unauthorized: the token was not accepted by a TokenReview"
+            verb = method.lower() if method.upper() != "HEAD" else "get"
+            if not await self._authorize(user, path, verb):
+                return 403, f"Forbidden: user {user.get('username', '?')!r} may not {verb} {path}"
+        except Exception as exc:  # the API server failed us: refuse, say why, keep serving
+            log.warning("metrics authorization failed: %s", exc)
+            return 500, f"Authorization failed: {exc}"
+        return None
+
+    async def _authenticate(self, token: str) -> dict[str, Any] | None:
+        now = self._clock()
+        cached = self._tokens.get(token)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        review = await self._post("/apis/authentication.k8s.io/v1/tokenreviews", {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}})
+        status = (review or {}).get("status") or {}
+        user = status.get("user") if status.get("authenticated") else None
+        self._prune(self._tokens, now)
+        self._tokens[token] = (now + self.TOKEN_TTL, user)
+        return user
+
+    async def _authorize(self, user: dict[str, Any], path: str, verb: str) -> bool:
+        spec: dict[str, Any] = {"user": user.get("username", ""), "groups": user.get("groups") or [],
+                                "nonResourceAttributes": {"path": path, "verb": verb}}
+        if user.get("uid"):
+            spec["uid"] = user["uid"]
+        if user.get("extra"):
+            spec["extra"] = user["extra"]
+        key = json.dumps(spec, sort_keys=True)
+        now = self._clock()
+        cached = self._decisions.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        review = await self._post("/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})
+        allowed = bool(((review or {}).get("status") or {}).get("allowed"))
+        self._prune(self._decisions, now)
+        self._decisions[key] = (now + (self.ALLOW_TTL if allowed else self.DENY_TTL), allowed)
+        return allowed
+
+    @staticmethod
+    def _prune(cache: dict[str, Any], now: float) -> None:
+        if len(cache) > 1024:
+            for k in [k for k, v in cache.items() if v[0] <= now]:
+                del cache[k]
+
+
+# ---- the endpoint operator_sdk.util.osdk_metric posts to ----------------------------------------------
+
+OSDK_METRIC_ENV = "ANSIBLE_OPERATOR_OSDK_METRIC_URL"
+"""Set in the runs' environment to the URL ``serve_osdk_metric`` listens on; our bundled ``osdk_metric``
+posts there (the upstream module always posts to its ``address`` option, default localhost:5050)."""
+
+
+async def serve_osdk_metric(bind_address: str, user: UserMetrics) -> ServerHandle | None:
+    """Serve ``POST /metrics`` taking the SDK's ``UserMetric`` JSON, as the SDK's ansible-operator does on
+    ``localhost:5050`` (``internal/ansible/apiserver/apiserver.go``): 200 when applied, 400 with the reason
+    when not, 405 for other methods. None when ``bind_address`` is ``"0"``."""
+    from aiohttp import web
+
+    parsed = parse_bind_address(bind_address)
+    if parsed is None:
+        return None
+    host, port = parsed
+
+    async def handler(request: web.Request) -> web.Response:
+        if request.method != "POST":
+            return web.Response(status=405, text="Method not allowed")
+        try:
+            user.apply(json.loads(await request.read()))
+        except ValueError as exc:  # bad JSON or a UserMetricError
+            log.info("osdk_metric request refused: %s", exc)
+            return web.Response(status=400, text=str(exc))
+        return web.Response(text="")
+
+    app = web.Application()
+    app.router.add_route("*", "/metrics", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host=host, port=port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise OSError(exc.errno, f"cannot listen on {bind_address!r} for osdk_metric: {exc.strerror}") from exc
+    sockets = getattr(getattr(site, "_server", None), "sockets", None) or []
+    ipv4 = [s for s in sockets if s.family == socket.AF_INET]
+    real_port = (ipv4 or sockets)[0].getsockname()[1] if sockets else port
+    log.info("serving osdk_metric on %s:%d/metrics", host or "*", real_port)
+    return ServerHandle(host="127.0.0.1" if host in (None, "localhost") else host, port=real_port,
+                        paths=("/metrics",), _runner=runner)
