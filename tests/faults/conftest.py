@@ -83,6 +83,7 @@ class CutProxy:
         self.watches: Counter[str] = Counter()
         self.expired = 0  # 410 Expired answers (ERROR events in watch streams or 410 responses)
         self.cuts = 0
+        self.refused = 0  # connections reset because the proxy was cut
         self._cut = False
         self._writers: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
@@ -149,6 +150,7 @@ class CutProxy:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._cut:
+            self.refused += 1
             writer.transport.abort()
             return
         try:
