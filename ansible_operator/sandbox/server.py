@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ansible_operator.sandbox import discovery, openapi, patching, tables
+from ansible_operator.sandbox import discovery, openapi, patching, protobuf, tables
 from ansible_operator.sandbox.api import MAX_REQUEST_BYTES, PATCH_TYPES, Api, WriteOptions, decode_body
 from ansible_operator.sandbox.errors import (ApiError, bad_request, conflict, method_not_allowed, path_not_found,
                                              request_entity_too_large, unsupported_media_type)
@@ -130,6 +130,10 @@ class ApiServer:
 
     # ---- entry -----------------------------------------------------------------------------------
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        # a client that accepts only protobuf gets its answer (object, list or Status) in protobuf
+        return protobuf.negotiate(request.headers.get("Accept", ""), await self._handle(request))
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         try:
             return await self._dispatch(request)
         except ApiError as e:
