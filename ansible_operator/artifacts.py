@@ -45,12 +45,39 @@ __all__ = [
     "Janitor",
     "cap_total",
     "dir_size",
+    "parse_size",
+    "size_argument",
     "read_text",
     "object_of",
 ]
 
 DEFAULT_MAX_BYTES = 1 << 30
 """``--max-artifacts-size`` default: 1 GiB for the whole tree."""
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i?|[kKMGTP]B?|B)?\s*$")
+_UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "k": 10**3, "kB": 10**3, "M": 10**6, "MB": 10**6,
+          "G": 10**9, "GB": 10**9, "T": 10**12, "TB": 10**12, "P": 10**15, "PB": 10**15,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+
+
+def parse_size(text: str) -> int:
+    """``1Gi``, ``500Mi``, ``2G``, ``1048576`` → bytes (Kubernetes quantity suffixes); ``0`` means no cap."""
+    m = _SIZE.match(str(text))
+    if not m or (m.group(2) or "") not in _UNITS:
+        raise ValueError(f"invalid size {text!r}: expected a number of bytes with an optional unit"
+                         " (Ki, Mi, Gi, Ti, or k, M, G, T), e.g. 1Gi or 500Mi")
+    return int(float(m.group(1)) * _UNITS[m.group(2) or ""])
+
+
+def size_argument(text: str) -> int:
+    """``parse_size`` for argparse: a bad value is a one-line usage error (exit 2)."""
+    import argparse
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
 
 RUN_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
 SUMMARY = "run.json"

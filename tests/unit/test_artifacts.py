@@ -6,6 +6,8 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from ansible_operator import artifacts
 from ansible_operator.artifacts import ObjectPath
 
@@ -82,3 +84,15 @@ def test_load_run_without_summary_reads_the_path(tmp_path: Path) -> None:
     run = artifacts.load_run(run_dir)
     assert (run["group"], run["kind"], run["namespace"], run["name"]) == ("", "ConfigMap", None, "x")
     assert run["error"] == "run.json missing"
+
+
+@pytest.mark.parametrize("text, size", [("1Gi", 2**30), ("500Mi", 500 * 2**20), ("2G", 2 * 10**9), ("0", 0),
+                                        ("1048576", 2**20), ("1.5Ki", 1536), ("10kB", 10_000)])
+def test_parse_size(text: str, size: int) -> None:
+    assert artifacts.parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "1X", "-1Gi", "Gi", "1 Gi Gi"])
+def test_parse_size_errors(text: str) -> None:
+    with pytest.raises(ValueError, match="invalid size"):
+        artifacts.parse_size(text)
