@@ -9,86 +9,380 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import sys
-from typing import Sequence
+import tempfile
+from typing import Any, Callable, NoReturn, Sequence
 
 from ansible_operator import __version__
+from ansible_operator.artifacts import size_argument
 
 
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
+def verbosity_argument(text: str) -> int:
+    """An Ansible verbosity, 0..7 (a bad value is a one-line usage error, exit 2)."""
     try:
-        return int(value)
+        value = int(text)
     except ValueError:
-        raise SystemExit(f"ansible-operator: environment variable {name}={value!r} is not an integer") from None
+        value = -1
+    if not 0 <= value <= 7:
+        raise argparse.ArgumentTypeError(f"invalid verbosity {text!r}: expected 0..7")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (``prog: error: ...``) and exit 2, never a usage dump
+    or a traceback: a crash-looping pod's log should say exactly what is wrong with its arguments."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+# ---- value types: each one validates and converts, so nothing bad gets past parse_args -----------------
+
+_GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
+_GO_FALSE = ("0", "f", "F", "FALSE", "false", "False")
+
+
+def go_bool(text: str) -> bool:
+    """Go's ``strconv.ParseBool``, which pflag uses for ``--flag=value``."""
+    if text in _GO_TRUE:
+        return True
+    if text in _GO_FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}: expected true or false")
+
+
+def duration(text: str) -> float:
+    """A Go duration (``1h2m3s``, ``500ms``) or a number of seconds; returns seconds."""
+    from ansible_operator.durations import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def bind_address(text: str) -> str:
+    """``HOST:PORT``, ``:PORT`` or ``0`` (disabled); returned unchanged once it parses."""
+    from ansible_operator.metrics import parse_bind_address
+
+    try:
+        parse_bind_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def log_level(text: str) -> str:
+    """A Python logging level name (any case) or number."""
+    value = str(text).strip().upper()
+    if value.isdigit() or value in ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"):
+        return "WARNING" if value == "WARN" else value
+    raise argparse.ArgumentTypeError(f"unknown log level {text!r}: expected DEBUG, INFO, WARNING, ERROR or CRITICAL")
+
+
+ZAP_LEVELS = {"debug": "DEBUG", "info": "INFO", "error": "ERROR"}
+ZAP_STACKTRACE_LEVELS = ("info", "error", "panic")
+ZAP_TIME_ENCODINGS = ("epoch", "millis", "nano", "iso8601", "rfc3339", "rfc3339nano")
+
+
+def zap_level(text: str) -> str:
+    """controller-runtime's ``--zap-log-level``: debug, info, error, or an integer > 0 (more verbose than
+    debug). Returns the Python level name it maps to."""
+    key = text.strip().lower()
+    if key in ZAP_LEVELS:
+        return ZAP_LEVELS[key]
+    try:
+        number = int(key)
+    except ValueError:
+        number = 0
+    if number > 0:
+        return "DEBUG"
+    raise argparse.ArgumentTypeError(f"invalid log level {text!r}: expected debug, info, error or an integer > 0")
+
+
+def _lower_choice(choices: Sequence[str], what: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        key = text.strip().lower()
+        for choice in choices:
+            if choice.lower() == key:
+                return choice
+        raise argparse.ArgumentTypeError(f"invalid {what} {text!r}: expected one of {', '.join(choices)}")
+    return parse
+
+
+def ansible_args(text: str) -> tuple[str, ...]:
+    """``--ansible-args`` split like a shell would (``--tags "a,b" -e @vars.yml``)."""
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"cannot split {text!r}: {exc}") from None
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0..65535 (got {value})")
+    return value
+
+
+def _bool_flag(group: Any, *names: str, default: bool | None, help: str, dest: str | None = None) -> None:
+    """A pflag-style boolean: ``--flag`` means true, ``--flag=false`` / ``--flag false`` set it."""
+    kw: dict[str, Any] = {"dest": dest} if dest else {}
+    group.add_argument(*names, nargs="?", const=True, default=default, type=go_bool, metavar="BOOL", help=help,
+                       **kw)
+
+
+def _add_run(sub: Any) -> None:
+    run = sub.add_parser(
+        "run", help="run the operator for the custom resources listed in watches.yaml",
+        description="Run the operator. Accepts every flag of the Operator SDK's `ansible-operator run` with the"
+                    " same names, defaults and meaning (Go syntax too: --flag=value, --bool-flag=false,"
+                    " durations such as 1h2m3s or 500ms), plus this runner's own flags.")
+    run.set_defaults(module="ansible_operator.manager", run_parser=run)
+
+    ansible = run.add_argument_group("Ansible")
+    ansible.add_argument("--watches-file", default=os.environ.get("WATCHES_FILE", "./watches.yaml"),
+                         help="path to the watches file (default ./watches.yaml, or $WATCHES_FILE)")
+    _bool_flag(ansible, "--inject-owner-ref", default=True,
+               help="add ownerReferences (or primary-resource annotations) to objects roles create"
+                    " (default true; --inject-owner-ref=false turns it off)")
+    ansible.add_argument("--no-inject-owner-ref", dest="inject_owner_ref", action="store_false",
+                         help="same as --inject-owner-ref=false")
+    ansible.add_argument("--ansible-verbosity", type=verbosity_argument, default=None, metavar="N",
+                         help="ansible verbosity 0-7 (default 2; per kind: $ANSIBLE_VERBOSITY_<KIND>_<GROUP>)")
+    ansible.add_argument("--ansible-roles-path", default=None, metavar="PATH",
+                         help="Ansible roles path, exported as $ANSIBLE_ROLES_PATH (default: roles are looked up"
+                              " next to the watches file and in ./roles)")
+    ansible.add_argument("--ansible-collections-path", default=None, metavar="PATH",
+                         help="installed collections: PATH/ansible_collections/... exported as"
+                              " $ANSIBLE_COLLECTIONS_PATH (default ~/.ansible/collections and"
+                              " /usr/share/ansible/collections)")
+    ansible.add_argument("--ansible-args", type=ansible_args, default=(), metavar="ARGS",
+                         help="arguments appended to every ansible-playbook run, split like a shell would, e.g."
+                              " \"--vault-password-file /etc/vault/pass --tags deploy -e @/etc/extra.yml\"")
+    ansible.add_argument("--ansible-log-events", type=_lower_choice(("Nothing", "Tasks", "Everything"),
+                                                                     "log events value"),
+                         default="Tasks", metavar="Nothing|Tasks|Everything",
+                         help="which Ansible events are logged: Nothing, Tasks (task results and the recap;"
+                              " default) or Everything (every event)")
+
+    ctl = run.add_argument_group("Controller")
+    ctl.add_argument("--reconcile-period", type=duration, default=duration("10h"), metavar="DURATION",
+                     help="resync period for watches without reconcilePeriod (default 10h; 0 turns it off)")
+    ctl.add_argument("--max-concurrent-reconciles", type=positive_int, default=None, metavar="N",
+                     help="concurrent runs per watch (default: CPU count; per kind:"
+                          " $MAX_CONCURRENT_RECONCILES_<KIND>_<GROUP>)")
+    ctl.add_argument("--graceful-shutdown-timeout", type=duration, default=duration("30s"), metavar="DURATION",
+                     help="on SIGTERM/SIGINT stop starting runs and let the ones in flight finish for up to this"
+                          " long, then stop them (default 30s)")
+    ctl.add_argument("--proxy-port", type=port, default=None, metavar="PORT",
+                     help="port of the loopback API proxy the roles talk to (SDK default 8888; default here:"
+                          " a free port)")
+
+    mon = run.add_argument_group("Metrics and health probes")
+    mon.add_argument("--metrics-bind-address", type=bind_address, default=None, metavar="ADDRESS",
+                     help="where /metrics is served (default :8443; 0 disables)")
+    mon.add_argument("--metrics-addr", type=bind_address, default=None, metavar="ADDRESS",
+                     help="deprecated: use --metrics-bind-address")
+    _bool_flag(mon, "--metrics-secure", default=False,
+               help="serve /metrics over HTTPS (certificate from --metrics-cert-path, else self-signed)")
+    _bool_flag(mon, "--metrics-require-rbac", default=False,
+               help="authenticate /metrics callers with a TokenReview and authorize them with a"
+                    " SubjectAccessReview (get on the path), like controller-runtime's"
+                    " WithAuthenticationAndAuthorization filter; needs --metrics-secure")
+    mon.add_argument("--metrics-cert-path", default=os.path.join(tempfile.gettempdir(), "k8s-metrics-server",
+                                                                 "serving-certs"), metavar="DIR",
+                     help="directory holding the metrics server certificate (default: controller-runtime's,"
+                          " <tmp>/k8s-metrics-server/serving-certs); a self-signed one is made if absent")
+    mon.add_argument("--metrics-cert-name", default="tls.crt", metavar="FILE",
+                     help="certificate file name in --metrics-cert-path (default tls.crt)")
+    mon.add_argument("--metrics-cert-key", default="tls.key", metavar="FILE",
+                     help="private key file name in --metrics-cert-path (default tls.key)")
+    _bool_flag(mon, "--enable-http2", default=False,
+               help="enable HTTP/2 on the metrics server (default false: HTTP/1.1 only, as the SDK)")
+    mon.add_argument("--health-probe-bind-address", type=bind_address, default=":6789", metavar="ADDRESS",
+                     help="where /healthz and /readyz are served (default :6789; 0 disables)")
+    mon.add_argument("--api-unreachable-timeout", type=duration, default=duration("60s"), metavar="DURATION",
+                     help="/readyz fails once the API server has not answered for this long (/healthz stays"
+                          " up); 0 turns the check off (default 60s)")
+    mon.add_argument("--osdk-metric-bind-address", type=bind_address, default="localhost:5050",
+                     metavar="ADDRESS",
+                     help="where operator_sdk.util.osdk_metric posts custom metrics (default localhost:5050,"
+                          " the address the SDK serves and the collection posts to; 0 disables)")
+
+    le = run.add_argument_group("Leader election")
+    _bool_flag(le, "--leader-elect", default=None,
+               help="use a coordination.k8s.io Lease so only one replica reconciles")
+    _bool_flag(le, "--enable-leader-election", default=None, help="deprecated: use --leader-elect")
+    le.add_argument("--leader-election-id", default=None, metavar="NAME",
+                    help="Lease name (default: $OPERATOR_NAME, else <directory of the watches file>-lock)")
+    le.add_argument("--leader-election-namespace", default=None, metavar="NS",
+                    help="Lease namespace (default: the pod's namespace, else 'default')")
+    le.add_argument("--leader-elect-resource-lock", type=_lower_choice(
+        ("leases", "endpointsleases", "configmapsleases", "endpoints", "configmaps"), "resource lock"),
+                    default=None, metavar="TYPE",
+                    help="deprecated; a Lease is always used (client-go supports nothing else)")
+    le.add_argument("--leader-elect-lease-duration", type=duration, default=duration("15s"), metavar="DURATION",
+                    help="how long standbys wait after the last renewal before taking over (default 15s)")
+    le.add_argument("--leader-elect-renew-deadline", type=duration, default=duration("10s"),
+                    metavar="DURATION",
+                    help="the leader stops leading if it could not renew for this long (default 10s)")
+    le.add_argument("--leader-elect-retry-period", type=duration, default=duration("2s"), metavar="DURATION",
+                    help="how often candidates try to acquire or renew the Lease (default 2s)")
+
+    zap = run.add_argument_group("Logging (controller-runtime zap flags, mapped onto this runner's logging)")
+    _bool_flag(zap, "--zap-devel", default=False,
+               help="development mode: debug level and text (console) output unless set otherwise")
+    zap.add_argument("--zap-encoder", type=_lower_choice(("json", "console"), "encoder"), default=None,
+                     metavar="json|console", help="json = --log-format json, console = --log-format text")
+    zap.add_argument("--zap-log-level", type=zap_level, default=None, metavar="LEVEL",
+                     help="debug, info, error, or an integer > 0 (debug and more)")
+    zap.add_argument("--zap-stacktrace-level", type=_lower_choice(ZAP_STACKTRACE_LEVELS, "level"), default=None,
+                     metavar="info|error|panic",
+                     help="accepted; tracebacks are logged with the errors that have one")
+    zap.add_argument("--zap-time-encoding", type=_lower_choice(ZAP_TIME_ENCODINGS, "time encoding"),
+                     default=None, metavar="ENCODING",
+                     help="accepted (epoch, millis, nano, iso8601, rfc3339, rfc3339nano); timestamps are"
+                          " always RFC 3339 UTC")
+    zap.add_argument("--log-format", type=_lower_choice(("text", "json"), "log format"), default=None,
+                     help="text (default) or json: one JSON object per line and nothing else ($LOG_FORMAT)")
+    zap.add_argument("--log-level", type=log_level, default=None,
+                     help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL ($LOG_LEVEL)")
+
+    ours = run.add_argument_group("This runner (not in the Operator SDK)")
+    ours.add_argument("--kubeconfig", default=None,
+                      help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, then in-cluster config)")
+    ours.add_argument("--namespace", action="append", default=None, metavar="NS",
+                      help="watch only this namespace (repeatable; default: $WATCH_NAMESPACE, comma-separated;"
+                           " empty means all namespaces)")
+    ours.add_argument("--artifacts-dir", default=os.environ.get("ANSIBLE_OPERATOR_ARTIFACTS", None),
+                      help="where run artifacts are kept (default: $XDG_STATE_HOME/ansible-operator/runs"
+                           " or ~/.local/state/ansible-operator/runs)")
+    ours.add_argument("--executor", choices=("warm", "runner"),
+                      default=os.environ.get("ANSIBLE_OPERATOR_EXECUTOR", "warm"),
+                      help="how playbooks run: 'warm' (default) = a pre-imported Ansible process forking one"
+                           " child per run (see docs/warm-executor.md); 'runner' = a fresh ansible-runner"
+                           " process per run, the fallback (env: ANSIBLE_OPERATOR_EXECUTOR)")
+    ours.add_argument("--warm-idle-timeout", type=duration,
+                      default=os.environ.get("ANSIBLE_OPERATOR_WARM_IDLE_TIMEOUT", "5m"), metavar="DURATION",
+                      help="with --executor warm: stop the pre-imported Ansible process after this long without"
+                           " runs and restart it (~1 s) on the next one; '0' keeps it"
+                           " (default 5m, env ANSIBLE_OPERATOR_WARM_IDLE_TIMEOUT)")
+    ours.add_argument("--run-timeout", type=duration, default="1h", metavar="DURATION",
+                      help="stop a run that takes longer than this (default 1h; 0 = no limit)")
+    ours.add_argument("--max-artifacts-size", type=size_argument, default=size_argument("1Gi"), metavar="SIZE",
+                      help="bound the whole run-artifacts tree to this size, oldest runs removed first"
+                           " (e.g. 500M, 2Gi; default 1Gi)")
+    ours.add_argument("--max-annotation-verbosity", type=verbosity_argument, default=None, metavar="N",
+                      help="highest verbosity a CR's ansible.sdk.operatorframework.io/verbosity annotation may"
+                           " ask for (0-7, default 2; at 3 and above the log shows whole task results)")
+    ours.add_argument("--sandbox", action="store_true",
+                      help="start the embedded sandbox API server, install crds/, and run against it (demo)")
+    ours.add_argument("--sandbox-crds", action="append", default=None, metavar="PATH",
+                      help="with --sandbox: CRD files or directories to install (default: ./crds)")
+    ours.add_argument("--sandbox-kubeconfig", default=None, metavar="PATH",
+                      help="with --sandbox: where to write its kubeconfig (default:"
+                           " ~/.local/state/ansible-operator/sandbox.kubeconfig)")
+
+
+def finish_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Resolve aliases, environment defaults and flag combinations of ``run``; ``parser.error`` (one line,
+    exit 2) on a contradiction. Sets ``args.warnings``: one line per flag accepted but not honoured."""
+    warnings: list[str] = []
+
+    def env_value(name: str, convert: Callable[[str], Any], flag: str) -> Any:
+        value = os.environ.get(name)
+        if value is None or value == "":
+            return None
+        try:
+            return convert(value)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"environment variable {name} (for {flag}): {exc}")
+
+    if args.metrics_addr is not None:
+        if args.metrics_bind_address is not None and args.metrics_addr != args.metrics_bind_address:
+            parser.error("--metrics-addr and --metrics-bind-address disagree; use --metrics-bind-address only")
+        warnings.append("--metrics-addr is deprecated: use --metrics-bind-address")
+        args.metrics_bind_address = args.metrics_addr
+    if args.metrics_bind_address is None:
+        args.metrics_bind_address = ":8443"
+
+    if args.enable_leader_election is not None:
+        if args.leader_elect is not None:
+            parser.error("only one of --leader-elect and --enable-leader-election may be set")
+        warnings.append("--enable-leader-election is deprecated: use --leader-elect")
+        args.leader_elect = args.enable_leader_election
+    args.leader_elect = bool(args.leader_elect)
+    if args.leader_elect_resource_lock is not None:
+        note = "--leader-elect-resource-lock is deprecated"
+        if args.leader_elect_resource_lock != "leases":
+            note += (f": it would have used {args.leader_elect_resource_lock} for the lock; a coordination.k8s.io"
+                     " Lease is used (the only lock client-go still supports)")
+        warnings.append(note)
+    if args.leader_election_id is None and os.environ.get("OPERATOR_NAME"):
+        warnings.append("environment variable OPERATOR_NAME is deprecated: use --leader-election-id")
+        args.leader_election_id = os.environ["OPERATOR_NAME"]
+    if args.leader_elect and args.leader_elect_renew_deadline >= args.leader_elect_lease_duration:
+        parser.error("--leader-elect-renew-deadline must be shorter than --leader-elect-lease-duration")
+
+    if args.metrics_require_rbac and not args.metrics_secure:
+        parser.error("--metrics-secure flag is required when --metrics-require-rbac is present")
+    if args.enable_http2:
+        warnings.append("--enable-http2: would allow HTTP/2 on the metrics server; it speaks HTTP/1.1 only")
+
+    # Logging: this runner's --log-level/--log-format (or $LOG_LEVEL/$LOG_FORMAT) > the zap flags > defaults.
+    if args.log_level is not None and args.zap_log_level is not None:
+        parser.error("--log-level and --zap-log-level both given; use one")
+    if args.log_format is not None and args.zap_encoder is not None:
+        parser.error("--log-format and --zap-encoder both given; use one")
+    if args.log_level is None:
+        args.log_level = args.zap_log_level or ("DEBUG" if args.zap_devel else None) \
+            or env_value("LOG_LEVEL", log_level, "--log-level") or "INFO"
+    if args.log_format is None:
+        zap_format = {"json": "json", "console": "text"}.get(args.zap_encoder or "")
+        args.log_format = zap_format or ("text" if args.zap_devel else None) \
+            or env_value("LOG_FORMAT", _lower_choice(("text", "json"), "log format"), "--log-format") or "text"
+    if args.zap_stacktrace_level is not None:
+        warnings.append(f"--zap-stacktrace-level={args.zap_stacktrace_level}: would add a stack trace to every"
+                        f" record at {args.zap_stacktrace_level} and above; tracebacks are logged only with"
+                        " the errors that carry one")
+    if args.zap_time_encoding not in (None, "rfc3339", "iso8601"):
+        warnings.append(f"--zap-time-encoding={args.zap_time_encoding}: would write {args.zap_time_encoding}"
+                        " timestamps; they are always RFC 3339 UTC")
+
+    if args.proxy_port is not None and not args.inject_owner_ref:
+        warnings.append("--proxy-port: the API proxy only runs with --inject-owner-ref; roles talk to the API"
+                        " server directly")
+    if args.sandbox_crds and not args.sandbox:
+        parser.error("--sandbox-crds needs --sandbox")
+    args.warnings = warnings
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ansible-operator",
         description="Run Ansible roles as Kubernetes operators (Operator SDK watches.yaml compatible).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
     # ---- run -------------------------------------------------------------------------------------
-    run = sub.add_parser("run", help="run the operator for the custom resources listed in watches.yaml")
-    run.set_defaults(module="ansible_operator.manager")
-    run.add_argument("--watches-file", default=os.environ.get("WATCHES_FILE", "watches.yaml"),
-                     help="path to watches.yaml (default: ./watches.yaml, or $WATCHES_FILE)")
-    run.add_argument("--kubeconfig", default=None,
-                     help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, then in-cluster config)")
-    run.add_argument("--namespace", action="append", default=None, metavar="NS",
-                     help="watch only this namespace (repeatable; default: $WATCH_NAMESPACE, comma-separated;"
-                          " empty means all namespaces)")
-    run.add_argument("--max-concurrent-reconciles", type=int, default=None, metavar="N",
-                     help="concurrent runs per watch (default: CPU count; per kind:"
-                          " $MAX_CONCURRENT_RECONCILES_<KIND>_<GROUP>)")
-    run.add_argument("--ansible-verbosity", type=int, default=None, metavar="N",
-                     help="ansible verbosity 0-7 (default 2; per kind: $ANSIBLE_VERBOSITY_<KIND>_<GROUP>)")
-    run.add_argument("--reconcile-period", default=None, metavar="DURATION",
-                     help="default resync period for watches without one, e.g. 10m, 1h30m (default: none)")
-    run.add_argument("--artifacts-dir", default=os.environ.get("ANSIBLE_OPERATOR_ARTIFACTS", None),
-                     help="where run artifacts are kept (default: $XDG_STATE_HOME/ansible-operator/runs"
-                          " or ~/.local/state/ansible-operator/runs)")
-    run.add_argument("--executor", choices=("warm", "runner"),
-                     default=os.environ.get("ANSIBLE_OPERATOR_EXECUTOR", "warm"),
-                     help="how playbooks run: 'warm' (default) = a pre-imported Ansible process forking one"
-                          " child per run (see docs/warm-executor.md); 'runner' = a fresh ansible-runner"
-                          " process per run, the fallback (env: ANSIBLE_OPERATOR_EXECUTOR)")
-    run.add_argument("--warm-idle-timeout", default=os.environ.get("ANSIBLE_OPERATOR_WARM_IDLE_TIMEOUT", "5m"),
-                     metavar="DURATION",
-                     help="with --executor warm: stop the pre-imported Ansible process after this long without"
-                          " runs and restart it (~1 s) on the next one; '0' keeps it"
-                          " (default 5m, env ANSIBLE_OPERATOR_WARM_IDLE_TIMEOUT)")
-    run.add_argument("--run-timeout", default="1h", metavar="DURATION",
-                     help="stop a run that takes longer than this (default 1h)")
-    run.add_argument("--sandbox", action="store_true",
-                     help="start the embedded sandbox API server, install crds/, and run against it (demo)")
-    run.add_argument("--sandbox-crds", action="append", default=None, metavar="PATH",
-                     help="with --sandbox: CRD files or directories to install (default: ./crds)")
-    run.add_argument("--sandbox-kubeconfig", default=None, metavar="PATH",
-                     help="with --sandbox: where to write its kubeconfig (default:"
-                          " ~/.local/state/ansible-operator/sandbox.kubeconfig)")
-    run.add_argument("--inject-owner-ref", action=argparse.BooleanOptionalAction, default=True,
-                     help="add ownerReferences (or primary-resource annotations) to objects roles create")
-    run.add_argument("--metrics-bind-address", default=":8080",
-                     help="Prometheus /metrics address (default :8080; '0' disables)")
-    run.add_argument("--health-probe-bind-address", default=":6789",
-                     help="/healthz and /readyz address (default :6789; '0' disables)")
-    run.add_argument("--leader-elect", action="store_true", help="use a coordination.k8s.io Lease so only one"
-                     " replica reconciles")
-    run.add_argument("--leader-election-id", default=None, help="Lease name (default: <operator name>-lock)")
-    run.add_argument("--leader-election-namespace", default=None,
-                     help="Lease namespace (default: the pod's namespace, else 'default')")
-    run.add_argument("--leader-elect-lease-duration", default="15s", metavar="DURATION")
-    run.add_argument("--leader-elect-renew-deadline", default="10s", metavar="DURATION")
-    run.add_argument("--leader-elect-retry-period", default="2s", metavar="DURATION")
-    run.add_argument("--log-format", choices=("text", "json"), default=os.environ.get("LOG_FORMAT", "text"))
-    run.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
+    _add_run(sub)
 
     # ---- sandbox ---------------------------------------------------------------------------------
     sb = sub.add_parser("sandbox", help="serve a sandbox Kubernetes API on loopback (tests, demo, molecule)")
@@ -129,6 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "run":
+        finish_run_args(args.run_parser, args)
     module = importlib.import_module(args.module)
     result = module.main(args)
     return int(result or 0)

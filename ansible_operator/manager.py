@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import socket
-import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,15 +44,9 @@ def _namespaces(args: argparse.Namespace) -> list[str]:
     return [ns.strip() for item in raw for ns in item.split(",") if ns.strip()]
 
 
-def _duration(text: str | None, flag: str) -> float | None:
-    from ansible_operator.watches import parse_duration
-
-    if text is None or text == "":
-        return None
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise SystemExit(f"ansible-operator: {flag}: {exc}") from None
+def _seconds(value: float | None) -> float | None:
+    """A parsed duration flag; 0 means "none" (no period, no limit)."""
+    return value or None
 
 
 def _artifacts_root(args: argparse.Namespace) -> Path:
@@ -67,26 +61,32 @@ def main(args: argparse.Namespace) -> int:
     from ansible_operator.logs import setup_logging
 
     setup_logging(level=args.log_level, fmt=args.log_format)
+    for warning in getattr(args, "warnings", ()):
+        log.warning("%s", warning)
     try:
         watches = load_watches(
             args.watches_file,
             max_concurrent_reconciles=args.max_concurrent_reconciles,
             ansible_verbosity=args.ansible_verbosity,
-            reconcile_period=_duration(args.reconcile_period, "--reconcile-period"),
+            reconcile_period=_seconds(args.reconcile_period),
+            max_annotation_verbosity=getattr(args, "max_annotation_verbosity", None),
         )
     except WatchesError as exc:
-        print(f"ansible-operator: {exc}", file=sys.stderr)
+        log.error("%s", exc)
         return 2
     if not watches:
-        print(f"ansible-operator: {args.watches_file}: no watches defined", file=sys.stderr)
+        log.error("%s: no watches defined", args.watches_file)
         return 2
     try:
         return asyncio.run(run_operator(args, watches))
     except KeyboardInterrupt:
         return 130
     except kube_mod.ConfigError as exc:
-        print(f"ansible-operator: {exc}", file=sys.stderr)
+        log.error("%s", exc)
         return 2
+    except OSError as exc:  # a listener could not bind: say which, no traceback
+        log.error("%s", exc)
+        return 1
 
 
 def _kopf_login(configuration: Any) -> Any:
@@ -147,9 +147,12 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         cleanups.append(kube.close)
 
         metrics = Metrics()
-        executor_options: dict[str, Any] = {}
+        # Before the executor starts: its processes inherit the environment (as the SDK's os.Setenv).
+        _export_ansible_paths(args)
+        await _start_osdk_metric(args, metrics, cleanups)
+        executor_options: dict[str, Any] = {"ansible_args": tuple(args.ansible_args)}
         if args.executor == "warm":
-            executor_options["idle_timeout"] = _duration(args.warm_idle_timeout, "--warm-idle-timeout") or None
+            executor_options["idle_timeout"] = _seconds(args.warm_idle_timeout)
         executor = make_executor(args.executor, **executor_options)
         await executor.start()
         cleanups.append(executor.close)
@@ -158,15 +161,20 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         credentials: Any = PassThroughCredentials(kubeconfig or os.environ.get("KUBECONFIG"))
         if args.inject_owner_ref:
             dependents = _dependent_watcher(kube, watches, controllers_by_gk, namespaces, cleanups)
-            credentials = await _start_owner_proxy(configuration, dependents, watches, cleanups)
+            credentials = await _start_owner_proxy(configuration, dependents, watches, cleanups,
+                                                   port=args.proxy_port or 0)
 
-        artifacts_root = _artifacts_root(args)
-        artifacts_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        from ansible_operator import artifacts
+
+        artifacts_root = artifacts.ensure_root(_artifacts_root(args))
+        janitor = artifacts.Janitor(artifacts_root, getattr(args, "max_artifacts_size", artifacts.DEFAULT_MAX_BYTES))
+        cleanups.append(janitor.close)
         runtime = Runtime(
-            kube=kube, executor=executor, artifacts_root=artifacts_root, credentials=credentials,
-            run_timeout=_duration(args.run_timeout, "--run-timeout"),
+            kube=kube, executor=executor, artifacts_root=artifacts_root, credentials=credentials, janitor=janitor,
+            run_timeout=_seconds(args.run_timeout),
             collections_paths=tuple(collection_paths()), hooks=[metrics],
-            event_loggers=ansible_event_logger, executor_name=args.executor,
+            event_loggers=_event_loggers(args.ansible_log_events, ansible_event_logger),
+            executor_name=args.executor,
         )
 
         registry = kopf.OperatorRegistry()
@@ -191,17 +199,23 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             cleanups.append(c.queue.stop)
 
         ready = {"kopf": False}
+        api = ApiReachability(kube, args.api_unreachable_timeout)
+        if args.api_unreachable_timeout:
+            api_task = asyncio.create_task(api.watch(), name="api-reachability")
+            cleanups.append(api_task.cancel)
 
-        def is_ready() -> bool:
+        def is_ready() -> bool | tuple[bool, str]:
             # A stand-by replica (not the leader) is ready too: it watches and would take over at once.
-            return ready["kopf"]
+            if not ready["kopf"]:
+                return False, "watches not started yet"
+            return api.check()
 
         elector_state = {"leading": not args.leader_elect}
         metrics.set_leader(not args.leader_elect)
         for c in controllers:
             metrics.register_watch(c.watch.key, c.watch.group, c.watch.version, c.watch.kind)
         servers = await serve_endpoints(args.metrics_bind_address, args.health_probe_bind_address,
-                                        metrics=metrics, ready=is_ready)
+                                        metrics=metrics, ready=is_ready, **_metrics_security(args, kube))
         cleanups.append(lambda: close_all(servers))
         gauges = asyncio.create_task(_refresh_gauges(metrics, controllers), name="gauges")
         cleanups.append(gauges.cancel)
@@ -243,6 +257,9 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
                 exit_code = 1
         if elector_task is not None and elector_task in done and elector_state.get("lost"):
             exit_code = 1
+        else:
+            # Stop taking work, let runs in flight finish (still leading: the Lease is released after).
+            await _drain(controllers, args.graceful_shutdown_timeout)
         stop.set()
         ready_task.cancel()
         for w in waiters:
@@ -275,8 +292,8 @@ async def _start_sandbox(args: argparse.Namespace, cleanups: list[Any]) -> str:
         target = state / "sandbox.kubeconfig"
     target.parent.mkdir(parents=True, exist_ok=True)
     kubeconfig = sandbox.write_kubeconfig(target)
-    print(f"sandbox API server: {sandbox.url}", flush=True)
-    print(f"kubeconfig: {kubeconfig}    (try: kubectl --kubeconfig {kubeconfig} get all -A)", flush=True)
+    log.info("sandbox API server: %s", sandbox.url)
+    log.info("kubeconfig: %s    (try: kubectl --kubeconfig %s get all -A)", kubeconfig, kubeconfig)
     return str(kubeconfig)
 
 
@@ -302,7 +319,7 @@ def _dependent_watcher(kube: Any, watches: list[Watch], controllers: dict[tuple[
 
 
 async def _start_owner_proxy(configuration: Any, dependents: Any, watches: list[Watch],
-                             cleanups: list[Any]) -> "_ProxyCredentials":
+                             cleanups: list[Any], port: int = 0) -> "_ProxyCredentials":
     from ansible_operator.owners import DependentKind, OwnerProxy
 
     # blacklist: kinds never watched as dependents (Operator SDK's per-watch list, applied to all watches)
@@ -312,7 +329,7 @@ async def _start_owner_proxy(configuration: Any, dependents: Any, watches: list[
         if (kind.group, kind.kind) not in blacklisted:
             dependents.on_dependent(kind)  # starts the kind's watch once; the watcher owns the task
 
-    proxy = OwnerProxy(configuration, on_dependent=on_dependent)
+    proxy = OwnerProxy(configuration, on_dependent=on_dependent, port=port)
     await proxy.start()
     cleanups.append(proxy.close)
     return _ProxyCredentials(proxy)
@@ -374,9 +391,9 @@ async def _start_leader_election(args: argparse.Namespace, kube: Any, controller
 
     elector = LeaderElector(
         kube.api_client, name=name, namespace=namespace, identity=identity,
-        lease_duration=_duration(args.leader_elect_lease_duration, "--leader-elect-lease-duration") or 15,
-        renew_deadline=_duration(args.leader_elect_renew_deadline, "--leader-elect-renew-deadline") or 10,
-        retry_period=_duration(args.leader_elect_retry_period, "--leader-elect-retry-period") or 2,
+        lease_duration=args.leader_elect_lease_duration or 15,
+        renew_deadline=args.leader_elect_renew_deadline or 10,
+        retry_period=args.leader_elect_retry_period or 2,
         on_started_leading=started, on_stopped_leading=stopped,
     )
     return asyncio.create_task(elector.run(), name="leader-election")
@@ -389,3 +406,138 @@ def _pod_namespace() -> str | None:
     except OSError:
         return None
 
+
+
+# ---- SDK flags: ansible paths, log events, osdk_metric, metrics security, readiness, shutdown ---------
+
+def _export_ansible_paths(args: argparse.Namespace) -> None:
+    """``--ansible-roles-path`` / ``--ansible-collections-path`` become ``$ANSIBLE_ROLES_PATH`` /
+    ``$ANSIBLE_COLLECTIONS_PATH`` for every run, exactly as the SDK's ``os.Setenv``."""
+    if args.ansible_roles_path:
+        os.environ["ANSIBLE_ROLES_PATH"] = args.ansible_roles_path
+    if args.ansible_collections_path:
+        os.environ["ANSIBLE_COLLECTIONS_PATH"] = args.ansible_collections_path
+
+
+async def _start_osdk_metric(args: argparse.Namespace, metrics: Any, cleanups: list[Any]) -> None:
+    """The endpoint ``osdk_metric`` posts to (the SDK's fixed ``localhost:5050``). If that port is taken
+    (another operator on this host), a free port still serves our bundled module, which finds it through
+    ``$ANSIBLE_OPERATOR_OSDK_METRIC_URL``."""
+    from ansible_operator.metrics import OSDK_METRIC_ENV, parse_bind_address, serve_osdk_metric
+
+    try:
+        handle = await serve_osdk_metric(args.osdk_metric_bind_address, metrics.user)
+    except OSError as exc:
+        parsed = parse_bind_address(args.osdk_metric_bind_address)
+        host = (parsed[0] if parsed else None) or "127.0.0.1"
+        handle = await serve_osdk_metric(f"{'127.0.0.1' if host == 'localhost' else host}:0", metrics.user)
+        assert handle is not None
+        log.warning("%s; osdk_metric served on %s/metrics instead: the bundled operator_sdk.util finds it, an"
+                    " installed upstream collection posting to its default address does not", exc, handle.url)
+    if handle is None:
+        os.environ.pop(OSDK_METRIC_ENV, None)
+        return
+    cleanups.append(handle.close)
+    os.environ[OSDK_METRIC_ENV] = f"{handle.url}/metrics"
+
+
+def _event_loggers(mode: str, tasks_logger: Any) -> Any:
+    """``--ansible-log-events``: Nothing = no Ansible events in the log, Tasks = task results and the recap
+    (the verbosity decides which), Everything = that plus one line for every other event."""
+    if mode == "Nothing":
+        return None
+    if mode == "Tasks":
+        return tasks_logger
+    events_log = logging.getLogger("ansible_operator.ansible")
+
+    def factory(verbosity: int) -> Any:
+        tasks = tasks_logger(verbosity)
+
+        def on_event(event: dict[str, Any]) -> None:
+            tasks(event)
+            kind = event.get("event", "")
+            if kind.startswith(("runner_on_", "runner_item_on_")) or kind == "playbook_on_stats":
+                return  # the tasks logger's lines
+            data = event.get("event_data") or {}
+            what = data.get("task") or data.get("play") or data.get("playbook") or ""
+            events_log.info("%s%s", kind or "event", f" [{what}]" if what else "",
+                            extra={"ansible_event": kind})
+
+        return on_event
+
+    return factory
+
+
+def _metrics_security(args: argparse.Namespace, kube: Any) -> dict[str, Any]:
+    """``--metrics-secure`` (HTTPS) and ``--metrics-require-rbac`` (TokenReview + SubjectAccessReview)."""
+    from ansible_operator.metrics import RbacFilter, tls_context
+
+    out: dict[str, Any] = {}
+    if args.metrics_secure and args.metrics_bind_address not in ("0", ""):
+        out["tls"] = tls_context(args.metrics_cert_path, args.metrics_cert_name, args.metrics_cert_key)
+    if args.metrics_require_rbac:
+        async def post(path: str, body: dict[str, Any]) -> Any:
+            return await kube.request("POST", path, body=body, content_type="application/json")
+
+        out["metrics_filter"] = RbacFilter(post)
+    return out
+
+
+class ApiReachability:
+    """Whether the API server answered recently: ``/readyz`` fails once it has not for ``timeout`` seconds
+    (``--api-unreachable-timeout``), while ``/healthz`` stays up (the process is fine; restarting it would
+    not bring the API server back). One ``GET /version`` at a time, every few seconds."""
+
+    def __init__(self, kube: Any, timeout: float, *, clock: Any = time.monotonic) -> None:
+        self.kube = kube
+        self.timeout = timeout
+        self.period = max(0.5, min(5.0, timeout / 3)) if timeout else 5.0
+        self._clock = clock
+        self.last_ok = clock()
+        self.error = ""
+
+    def check(self) -> bool | tuple[bool, str]:
+        if not self.timeout:
+            return True
+        silent = self._clock() - self.last_ok
+        if silent <= self.timeout:
+            return True
+        return False, f"API server unreachable for {silent:.0f}s" + (f": {self.error}" if self.error else "")
+
+    async def watch(self) -> None:
+        pending: asyncio.Future[Any] | None = None
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(self.kube.request("GET", "/version"))
+            done, _ = await asyncio.wait({pending}, timeout=self.period)
+            if not done:
+                self.error = "no answer"
+                continue  # still waiting for the same request: never more than one in flight
+            try:
+                pending.result()
+            except Exception as exc:
+                self.error = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            else:
+                self.last_ok = self._clock()
+                self.error = ""
+            pending = None
+            await asyncio.sleep(self.period)
+
+
+async def _drain(controllers: list[Controller], timeout: float) -> None:
+    """Graceful shutdown: no new runs; runs in flight may finish for ``timeout`` seconds, then are stopped."""
+    for c in controllers:
+        c.queue.pause()
+    busy = sum(c.queue.in_flight for c in controllers)
+    if busy:
+        log.info("shutting down: waiting up to %gs for %d run(s) in flight", timeout, busy)
+    stops = [asyncio.create_task(c.queue.stop(cancel_running=False)) for c in controllers]
+    if not stops:
+        return
+    _, pending = await asyncio.wait(stops, timeout=timeout)
+    if pending:
+        left = sum(c.queue.in_flight for c in controllers)
+        log.warning("graceful shutdown timeout (%gs) reached: stopping %d run(s) still in flight", timeout, left)
+        for task in pending:
+            task.cancel()  # cancels the queue's workers, which cancels their runs
+        await asyncio.gather(*pending, return_exceptions=True)

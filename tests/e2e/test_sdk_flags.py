@@ -1,0 +1,113 @@
+"""The Operator SDK's `ansible-operator run` flags end to end: the scaffold's manager args (HTTPS metrics,
+leader election) with a role using ``osdk_metric``; graceful shutdown on SIGTERM; /readyz when the API
+server goes away. One executor (warm, unless E2E_EXECUTORS leaves it out) here: both executors' handling of --ansible-args is in
+tests/unit/test_ansible_args.py."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from .conftest import EXECUTORS, HERE, Cluster, default_watch, wait_for
+
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.parametrize("executor", ["warm" if "warm" in EXECUTORS else EXECUTORS[0]],
+                                      indirect=True)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get(url: str) -> tuple[int, str]:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(url, timeout=5, context=context) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def test_scaffold_args_and_osdk_metric(cluster: Cluster, start_operator) -> None:
+    metrics, health = free_port(), free_port()
+    # config/default + config/manager of a current `operator-sdk init --plugins ansible` project.
+    op = start_operator([default_watch(role=str(HERE / "roles" / "sdk_metrics"), finalizer=None)],
+                        "--metrics-require-rbac=false", "--metrics-secure", f"--metrics-bind-address=127.0.0.1:{metrics}",
+                        "--leader-elect", "--leader-election-id=widget-operator", "--leader-election-namespace=e2e",
+                        f"--health-probe-bind-address=127.0.0.1:{health}", "--zap-log-level=info",
+                        "--reconcile-period=10h", "--inject-owner-ref=true")
+    cluster.create_widget("counted", {"size": 3})
+    cluster.wait_condition("counted", "Successful")
+
+    def scraped() -> str | None:
+        status, text = get(f"https://127.0.0.1:{metrics}/metrics")
+        return text if status == 200 and "widget_reconciles" in text else None
+
+    text = wait_for(scraped, 30, what="custom metrics on /metrics")
+    assert "# TYPE widget_reconciles counter\nwidget_reconciles 1.0\n" in text
+    assert "widget_size 3.0\n" in text
+    assert get(f"http://127.0.0.1:{metrics}/metrics")[0] != 200  # HTTPS only
+    assert get(f"http://127.0.0.1:{health}/readyz")[0] == 200
+    assert "Traceback" not in op.logs()
+
+
+def test_sigterm_lets_the_run_in_flight_finish_and_exits_0(cluster: Cluster, start_operator,
+                                                           tmp_path: Path) -> None:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    op = start_operator([default_watch(role=str(HERE / "roles" / "gated"), finalizer=None)],
+                        "--graceful-shutdown-timeout=5m", "--log-format=json")
+    cluster.create_widget("slow", {"markerDir": str(markers)})
+    wait_for(lambda: (markers / "started").exists(), 60, what="run started")
+    op.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: "waiting up to 300s for 1 run(s) in flight" in op.logs(), 30, what="drain begins")
+    assert op.proc.poll() is None  # still finishing the run
+    (markers / "release").write_text("go")
+    assert op.proc.wait(60) == 0
+    assert (markers / "finished").exists()
+    (run,) = op.runs("slow")
+    assert run["result"] == "successful"
+    for line in op.logs().splitlines():  # --log-format json: nothing but JSON objects
+        assert isinstance(json.loads(line), dict), line
+
+
+def test_graceful_shutdown_timeout_stops_the_run(cluster: Cluster, start_operator, tmp_path: Path) -> None:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    op = start_operator([default_watch(role=str(HERE / "roles" / "gated"), finalizer=None)],
+                        "--graceful-shutdown-timeout=1s")
+    cluster.create_widget("stuck", {"markerDir": str(markers)})
+    wait_for(lambda: (markers / "started").exists(), 60, what="run started")
+    op.proc.send_signal(signal.SIGTERM)
+    assert op.proc.wait(60) == 0
+    assert "graceful shutdown timeout (1s) reached: stopping 1 run(s)" in op.logs()
+    assert not (markers / "finished").exists()
+
+
+def test_readyz_fails_when_the_api_server_is_gone_healthz_stays(cluster: Cluster, start_operator) -> None:
+    health = free_port()
+    start_operator([default_watch(finalizer=None)], f"--health-probe-bind-address=127.0.0.1:{health}",
+                   "--api-unreachable-timeout=2s")
+    wait_for(lambda: get(f"http://127.0.0.1:{health}/readyz")[0] == 200, 60, what="ready")
+    cluster.sandbox.stop_thread()
+
+    def not_ready() -> str | None:
+        status, text = get(f"http://127.0.0.1:{health}/readyz")
+        return text if status == 500 else None
+
+    text = wait_for(not_ready, 60, what="/readyz failing")
+    assert "API server unreachable" in text
+    assert get(f"http://127.0.0.1:{health}/healthz") == (200, "ok")
