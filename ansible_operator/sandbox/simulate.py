@@ -30,6 +30,8 @@ from typing import Any, Callable
 from croniter import croniter
 
 from ansible_operator.sandbox.api import Api
+from ansible_operator.sandbox.cluster import (DEFAULT_SERVICE_ACCOUNT, NODE_IP, NODE_NAME, ROOT_CA_CONFIGMAP,
+                                              ClusterObjects)
 from ansible_operator.sandbox.errors import ApiError
 from ansible_operator.sandbox.rollout import DeploymentRollout, RevisionHistory
 from ansible_operator.sandbox.resources import ResourceType
@@ -54,8 +56,9 @@ def _omit_zero(d: dict[str, Any]) -> dict[str, Any]:
 class Simulator:
     """Subscribes to store events and schedules per-object status updates on the sandbox loop."""
 
-    def __init__(self, api: Api) -> None:
+    def __init__(self, api: Api, root_ca_pem: str | None = None) -> None:
         self.api = api
+        self.cluster = ClusterObjects(api, root_ca_pem)
         self.store = api.store
         self.registry = api.registry
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -69,6 +72,7 @@ class Simulator:
         self._loop = asyncio.get_running_loop()
         self._running = True
         self.store.add_listener(self._on_event)
+        self.cluster.ensure_all()
         # objects that existed before (persistence) or were created before start get reconciled too
         for gr in _SIMULATED:
             for key, _ in list(self.store.items(gr)):
@@ -90,11 +94,42 @@ class Simulator:
 
     # ---- scheduling ------------------------------------------------------------------------------
     def _on_event(self, ev: Event) -> None:
-        if not self._running or ev.type == "DELETED":
+        if not self._running:
+            return
+        self._cluster_event(ev)
+        if ev.type == "DELETED":
             return
         if ev.group_resource in _SIMULATED:
             meta = ev.obj.get("metadata") or {}
             self._schedule((ev.group_resource, ev.namespace, meta.get("name", "")))
+
+    def _cluster_event(self, ev: Event) -> None:
+        """Namespaces get their ``default`` ServiceAccount and root-CA ConfigMap; deleted ones come back."""
+        name = (ev.obj.get("metadata") or {}).get("name", "")
+        step: Callable[[], None] | None = None
+        if ev.group_resource == "/namespaces" and ev.type != "DELETED":
+            step = lambda: self.cluster.ensure_namespace(name)  # noqa: E731
+        elif (ev.group_resource, name) in (("/serviceaccounts", DEFAULT_SERVICE_ACCOUNT),
+                                           ("/configmaps", ROOT_CA_CONFIGMAP)):
+            if ev.type == "DELETED" or ev.group_resource == "/configmaps":
+                namespace = ev.namespace
+                step = lambda: self.cluster.ensure_namespace(namespace)  # noqa: E731
+        elif ev.type == "DELETED" and (ev.group_resource, ev.namespace, name) in (
+                ("/services", "default", "kubernetes"), ("/nodes", "", NODE_NAME)):
+            step = self.cluster.ensure_all
+        if step is None or self._loop is None:
+            return
+
+        def run() -> None:
+            if not self._running:
+                return
+            try:
+                step()
+            except ApiError as e:
+                log.debug("simulated cluster objects: %s", e.message)
+            except Exception:
+                log.exception("simulated cluster objects failed")
+        self._loop.call_soon(run)
 
     def _schedule(self, key: Key, delay: float = DELAY) -> None:
         if self._loop is None or key in self._pending:
@@ -261,8 +296,9 @@ class Simulator:
             "conditions": [{"type": t, "status": "True" if t in ("PodScheduled", "Initialized") else ready,
                             "lastProbeTime": None, "lastTransitionTime": now_s}
                            for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
-            "hostIP": "10.0.0.1", "podIP": f"10.244.{int(octets[:2], 16)}.{int(octets[2:], 16) or 1}",
-            "startTime": now_s, "qosClass": "BestEffort",
+            "hostIP": NODE_IP, "hostIPs": [{"ip": NODE_IP}],
+            "podIP": f"10.244.{int(octets[:2], 16)}.{int(octets[2:], 16) or 1}",
+            "startTime": now_s, "qosClass": status.get("qosClass", "BestEffort"),
             "containerStatuses": [{
                 "name": c.get("name", ""), "image": c.get("image", ""), "imageID": "", "ready": not failed,
                 "restartCount": 0, "started": not failed,
@@ -270,7 +306,7 @@ class Simulator:
                           if failed else {"running": {"startedAt": now_s}})} for c in containers]}
         if not spec.get("nodeName"):
             body = copy.deepcopy(obj)
-            body["spec"]["nodeName"] = "sandbox-node"
+            body["spec"]["nodeName"] = NODE_NAME
             obj = self.api.update(rtype, obj["metadata"].get("namespace"), obj["metadata"]["name"], body)
         self._write_status(rtype, obj, new_status)
 

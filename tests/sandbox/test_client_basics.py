@@ -171,8 +171,8 @@ def test_generate_name_dry_run_selectors_and_secrets(api):
     core.create_namespaced_config_map("default", {"metadata": {"name": "c"}})
     names = lambda **kw: [i.metadata.name for i in core.list_namespaced_config_map("default", **kw).items]  # noqa
     assert names(label_selector="t") == sorted([a.metadata.name, "b"])
-    assert names(label_selector="!t") == ["c"]
-    assert names(label_selector="t!=a") == ["b", "c"]
+    assert names(label_selector="!t") == ["c", "kube-root-ca.crt"]  # the root-CA publisher's ConfigMap too
+    assert names(label_selector="t!=a") == ["b", "c", "kube-root-ca.crt"]
     assert names(label_selector="t in (a,b)") == sorted([a.metadata.name, "b"])
     assert names(field_selector="metadata.name=c") == ["c"]
     all_ns = core.list_config_map_for_all_namespaces()
@@ -180,7 +180,7 @@ def test_generate_name_dry_run_selectors_and_secrets(api):
     s = core.create_namespaced_secret("default", {"metadata": {"name": "s"}, "stringData": {"p": "hunter2"}})
     assert s.data == {"p": "aHVudGVyMg=="} and s.type == "Opaque"
     core.delete_collection_namespaced_config_map("default", label_selector="t")
-    assert names() == ["c"]
+    assert names() == ["c", "kube-root-ca.crt"]
 
 
 def test_server_side_apply_create_then_merge(api):
@@ -229,13 +229,14 @@ def test_partial_object_metadata_and_table(api):
     with urllib.request.urlopen(req, timeout=10) as resp:
         doc = json.loads(resp.read())
     assert doc["kind"] == "PartialObjectMetadataList"
-    assert doc["items"][0]["metadata"]["labels"] == {"a": "b"} and "data" not in doc["items"][0]
+    item = next(i for i in doc["items"] if i["metadata"]["name"] == "m")  # besides kube-root-ca.crt
+    assert item["metadata"]["labels"] == {"a": "b"} and "data" not in item
     req = urllib.request.Request(url, headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
     with urllib.request.urlopen(req, timeout=10) as resp:
         table = json.loads(resp.read())
     assert table["kind"] == "Table"
     assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Data", "Age"]
-    assert table["rows"][0]["cells"][:2] == ["m", 1]
+    assert [r["cells"][:2] for r in table["rows"]] == [["kube-root-ca.crt", 1], ["m", 1]]
 
 
 def test_list_paging_with_limit_and_continue(api):
@@ -250,8 +251,9 @@ def test_list_paging_with_limit_and_continue(api):
         token = page.metadata._continue
         if not token:
             break
-        assert page.metadata.remaining_item_count == 7 - len(seen)
-    assert seen == [f"p{i}" for i in range(7)] and pages == 3
+        assert page.metadata.remaining_item_count == 8 - len(seen)
+    # 8 with the root-CA publisher's kube-root-ca.crt, which every namespace has
+    assert seen == ["kube-root-ca.crt"] + [f"p{i}" for i in range(7)] and pages == 3
 
 
 def test_wrong_json_types_in_builtins_are_400(api):

@@ -168,7 +168,7 @@ def test_labels_selectors_and_namespaces(kubectl: Kubectl):
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"tier": tier}}}))
     names = kubectl.run("get", "cm", "-n", "team", "-l", "tier=web", "-o", "name").stdout.split()
     assert names == ["configmap/a", "configmap/c"]
-    names = kubectl.run("get", "cm", "-n", "team", "-l", "tier notin (web)", "-o", "name").stdout.split()
+    names = kubectl.run("get", "cm", "-n", "team", "-l", "tier,tier notin (web)", "-o", "name").stdout.split()
     assert names == ["configmap/b"]
     proc = kubectl.run("get", "cm", "-l", "tier in (", check=False)
     assert proc.returncode != 0

@@ -269,3 +269,30 @@ def test_replication_controller_is_simulated_like_a_replicaset(api):
     core.patch_namespaced_replication_controller_scale("rc", "default", {"spec": {"replicas": 0}})
     wait_for(lambda: not core.read_namespaced_replication_controller("rc", "default").status.replicas)
     assert core.read_namespaced_replication_controller_scale("rc", "default").status.selector == "app=x"
+
+
+def test_cluster_objects_namespaces_node_and_kubernetes_service(api):
+    core = kubernetes.client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": "fresh"}})
+    sa = wait_for(lambda: [s for s in core.list_namespaced_service_account("fresh").items
+                           if s.metadata.name == "default"])
+    assert sa
+    cm = wait_for(lambda: [c for c in core.list_namespaced_config_map("fresh").items
+                           if c.metadata.name == "kube-root-ca.crt"])[0]
+    assert cm.data["ca.crt"].startswith("-----BEGIN CERTIFICATE-----")
+    # the controllers put back what is deleted or changed
+    core.delete_namespaced_service_account("default", "fresh")
+    wait_for(lambda: core.read_namespaced_service_account("default", "fresh"))
+    core.patch_namespaced_config_map("kube-root-ca.crt", "fresh", {"data": {"ca.crt": "tampered"}})
+    wait_for(lambda: core.read_namespaced_config_map("kube-root-ca.crt", "fresh").data == cm.data)
+    svc = core.read_namespaced_service("kubernetes", "default")
+    assert svc.spec.cluster_ip == "10.96.0.1" and svc.spec.ports[0].port == 443
+    node = core.read_node("sandbox-node")
+    assert {c.type: c.status for c in node.status.conditions}["Ready"] == "True"
+    core.create_namespaced_pod("default", {"metadata": {"name": "p"}, "spec": TEMPLATE["spec"]})
+    pod = wait_for(lambda: (p := core.read_namespaced_pod("p", "default")).status.phase == "Running" and p)
+    assert pod.spec.node_name == node.metadata.name
+    assert pod.status.host_ip == next(a.address for a in node.status.addresses if a.type == "InternalIP")
+    # a terminating namespace gets nothing new, and goes away
+    core.delete_namespace("fresh")
+    wait_for(lambda: "fresh" not in [n.metadata.name for n in core.list_namespace().items])
