@@ -387,25 +387,30 @@ def build_parser() -> argparse.ArgumentParser:
     # ---- sandbox ---------------------------------------------------------------------------------
     sb = sub.add_parser("sandbox", help="serve a sandbox Kubernetes API on loopback (tests, demo, molecule)")
     sb.set_defaults(module="ansible_operator.sandbox.cli")
-    sb.add_argument("--host", default="127.0.0.1")
-    sb.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    sb.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    sb.add_argument("--port", type=port, default=0, help="port to listen on; 0 picks a free port (default)")
     sb.add_argument("--kubeconfig", default=None, help="write a kubeconfig here (default: a file it prints)")
     sb.add_argument("--crds", action="append", default=[], metavar="DIR_OR_FILE",
                     help="CustomResourceDefinition YAML files or directories to install at start (repeatable)")
     sb.add_argument("--data-dir", default=None, help="persist objects here (SQLite) across restarts")
     sb.add_argument("--no-simulate", dest="simulate", action="store_false",
                     help="turn off the simulated controllers (Deployment/StatefulSet/Job/PVC/CronJob status)")
-    sb.add_argument("--log-level", default="INFO")
+    sb.add_argument("--log-level", type=log_level, default="INFO",
+                    help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL")
 
     # ---- runs ------------------------------------------------------------------------------------
     runs = sub.add_parser("runs", help="list recent runs per custom resource, or show one run's tasks")
     runs.set_defaults(module="ansible_operator.runs")
-    runs.add_argument("target", nargs="?", default=None, metavar="KIND/NAME")
-    runs.add_argument("--namespace", "-n", default=None)
+    runs.add_argument("target", nargs="?", default=None, metavar="KIND/NAME",
+                      help="only this custom resource's runs (default: every resource's latest runs)")
+    runs.add_argument("--namespace", "-n", default=None, help="namespace of KIND/NAME")
     runs.add_argument("--show", default=None, metavar="RUN", help="print a run's task-by-task output")
-    runs.add_argument("--artifacts-dir", default=os.environ.get("ANSIBLE_OPERATOR_ARTIFACTS", None))
-    runs.add_argument("--limit", type=int, default=20)
-    runs.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    runs.add_argument("--artifacts-dir", default=os.environ.get("ANSIBLE_OPERATOR_ARTIFACTS", None),
+                      help="the operator's --artifacts-dir (default: the same default, or"
+                           " $ANSIBLE_OPERATOR_ARTIFACTS)")
+    runs.add_argument("--limit", type=positive_int, default=20, help="at most this many runs (default 20)")
+    runs.add_argument("-o", "--output", choices=("table", "json"), default="table",
+                      help="table (default) or json")
 
     # ---- generate --------------------------------------------------------------------------------
     gen = sub.add_parser("generate", help="generate deployment material")
@@ -413,9 +418,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen_sub = gen.add_subparsers(dest="what", metavar="WHAT")
     gen_sub.required = True
     rbac = gen_sub.add_parser("rbac", help="ClusterRole derived from watches.yaml and what the roles touch")
-    rbac.add_argument("--watches-file", default="watches.yaml")
-    rbac.add_argument("--roles-dir", action="append", default=None)
-    rbac.add_argument("--name", default="ansible-operator-manager-role")
+    rbac.add_argument("--watches-file", default="watches.yaml", help="path to watches.yaml (default ./watches.yaml)")
+    rbac.add_argument("--roles-dir", action="append", default=None,
+                      help="where the roles live (repeatable; default: resolved like the operator does)")
+    rbac.add_argument("--name", default="ansible-operator-manager-role",
+                      help="the ClusterRole's name (default ansible-operator-manager-role)")
 
     return parser
 

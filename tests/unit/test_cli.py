@@ -7,9 +7,11 @@ plus controller-runtime's zap flags (``internal/cmd/ansible-operator/run/cmd.go`
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
+from typing import Iterator
 
 import pytest
 
@@ -152,10 +154,19 @@ def test_bad_environment_value_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
     assert err.count("\n") == 1 and "environment variable LOG_LEVEL" in err
 
 
-def test_every_run_flag_has_help() -> None:
-    run = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
-    missing = [a.option_strings for a in run._actions if a.option_strings and not a.help]
+def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+def test_every_flag_of_every_command_has_help() -> None:
+    missing = [(p.prog, a.option_strings or a.dest) for p in _parsers(build_parser()) for a in p._actions
+               if not a.help and not isinstance(a, argparse._SubParsersAction)]
     assert missing == []
+    run = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
     groups = [g.title for g in run._action_groups]
     for title in ("Ansible", "Controller", "Metrics and health probes", "Leader election"):
         assert title in groups
