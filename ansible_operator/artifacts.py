@@ -337,6 +337,14 @@ class Janitor:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    async def settle(self) -> None:
+        """Wait for the scheduled pass and the background removals (tests, shutdown)."""
+        while True:
+            tasks = list(self._background) + ([self._task] if self._task and not self._task.done() else [])
+            if not tasks:
+                return
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     async def close(self) -> None:
         tasks = list(self._background) + ([self._task] if self._task else [])
         if self._task is not None:

@@ -6,6 +6,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from ansible_operator import artifacts
 from ansible_operator.executors.base import RunOutcome, RunRequest
 from ansible_operator.intake import ObjectCache, fingerprint
 from ansible_operator.kube import ApiError, ResourceRef
@@ -78,7 +79,8 @@ def make(tmp_path: Path) -> tuple[Reconciler, FakeKube, EditingExecutor]:
     kube = FakeKube(obj)
     executor = EditingExecutor(kube, cache)
     runtime = Runtime(kube=kube, executor=executor, artifacts_root=tmp_path,  # type: ignore[arg-type]
-                      credentials=PassThroughCredentials(None))
+                      credentials=PassThroughCredentials(None),
+                      janitor=artifacts.Janitor(tmp_path, artifacts.DEFAULT_MAX_BYTES, interval=0))
     return Reconciler(watch, cache, runtime, resource=REF), kube, executor
 
 
@@ -96,3 +98,55 @@ async def test_observed_generation_is_the_generation_the_run_used(tmp_path: Path
     assert executor.seen_generations == [1, 2]
     assert kube.status_patches[-1]["status"]["observedGeneration"] == 2
     assert outcome.requeue_after is None
+
+
+async def test_artifacts_of_a_deleted_object_are_removed(tmp_path: Path) -> None:
+    reconciler, kube, executor = make(tmp_path)
+    await reconciler(KEY)
+    await reconciler(KEY)
+    obj_dir = tmp_path / "cache.example.com" / "v1alpha1" / "Memcached" / "ns" / "a"
+    assert len(list(obj_dir.iterdir())) == 2
+    # a re-created object with the same name keeps its own runs
+    other = artifacts.new_run_dir(tmp_path, artifacts.ObjectPath("cache.example.com", "v1alpha1", "Memcached",
+                                                                  "ns", "a"), "29991231T000000Z-abcdef")
+    artifacts.write_summary(other, {"uid": "u2"})
+    reconciler.forget(KEY, kube.obj)
+    janitor = reconciler.rt.janitor
+    assert janitor is not None
+    await janitor.settle()  # waits for the background removal
+    assert [p.name for p in obj_dir.iterdir()] == [other.name]
+    reconciler.forget(KEY, dict(kube.obj, metadata=dict(kube.obj["metadata"], uid="u2")))
+    await janitor.settle()
+    assert not obj_dir.exists() and not obj_dir.parent.exists()
+
+
+async def test_a_run_in_progress_when_its_object_goes_removes_its_artifacts_when_it_ends(tmp_path: Path) -> None:
+    reconciler, kube, executor = make(tmp_path)
+    kube.obj["metadata"]["generation"] = 2  # no mid-run edit this time
+    store(reconciler.cache, kube.obj)
+    obj_dir = tmp_path / "cache.example.com" / "v1alpha1" / "Memcached" / "ns" / "a"
+    original_run = executor.run
+
+    async def run_while_deleted(request: RunRequest, on_event: Any) -> RunOutcome:
+        reconciler.forget(KEY, kube.obj)  # the DELETED event arrives while the run is going
+        janitor = reconciler.rt.janitor
+        assert janitor is not None
+        await janitor.settle()
+        assert request.private_data_dir.is_dir()  # not pulled from under the running executor
+        return await original_run(request, on_event)
+
+    executor.run = run_while_deleted  # type: ignore[method-assign]
+    await reconciler(KEY)
+    janitor = reconciler.rt.janitor
+    assert janitor is not None
+    await janitor.settle()
+    assert not obj_dir.exists()
+
+
+async def test_janitor_caps_the_tree_after_runs(tmp_path: Path) -> None:
+    reconciler, kube, executor = make(tmp_path)
+    reconciler.rt.janitor = artifacts.Janitor(tmp_path, 1, interval=0)
+    await reconciler(KEY)  # generation 1 -> 2 during the run
+    await reconciler(KEY)
+    await reconciler.rt.janitor.settle()
+    assert list(artifacts.iter_run_dirs(tmp_path)) == []
