@@ -1,9 +1,9 @@
 """A network cut between the operator and the API server (a TCP proxy in between resets every connection,
 open and new, until restored), with a run possibly in flight, an edit and a create made during the cut.
 
-Pass: the operator notices (its reconnects are refused), ``/healthz`` stays up, and after the network is
-restored the operator is still running and every CR converges at its current generation with its latest
-spec."""
+Pass: the operator notices (its reconnects are refused), ``/readyz`` fails while ``/healthz`` stays up
+(``--api-unreachable-timeout``, issue 11 defect 8), and after the network is restored the operator is
+still running, ``/readyz`` recovers and every CR converges at its current generation with its latest spec."""
 
 from __future__ import annotations
 
@@ -40,9 +40,10 @@ def test_network_cut_and_restore(cluster: Cluster, operators, tmp_path: Path, fi
         health = free_port()
         op = operators(proxy.write_kubeconfig(tmp_path / "via-proxy.kubeconfig"), [widget_watch()],
                        "--namespace", NS, "--health-probe-bind-address", f"127.0.0.1:{health}",
-                       name="netcut")
+                       "--api-unreachable-timeout", "2s", name="netcut")
         cluster.create(NS, "steady", {"color": "one"})
         cluster.wait_converged(NS, ["steady"])
+        wait_for(lambda: probe(health, "/readyz") == 200, 60, what="/readyz 200 before the cut")
         lists_before = proxy.relists()
 
         cluster.create(NS, "inflight", {"color": "two"})
@@ -50,6 +51,7 @@ def test_network_cut_and_restore(cluster: Cluster, operators, tmp_path: Path, fi
         cluster.patch(NS, "steady", {"spec": {"color": "edited"}})
         cluster.create(NS, "during", {"color": "three"})
         wait_for(lambda: proxy.refused >= 3, 120, what="the operator's reconnects refused")
+        wait_for(lambda: probe(health, "/readyz") not in (0, 200), 60, what="/readyz failing during the cut")
         assert probe(health, "/healthz") == 200
         assert op.alive()
         proxy.restore()
@@ -58,6 +60,7 @@ def test_network_cut_and_restore(cluster: Cluster, operators, tmp_path: Path, fi
         assert objs[0]["metadata"]["generation"] == 2
         wait_for(lambda: (cluster.configmap(NS, "steady-out") or {}).get("color") == "edited", 60,
                  what="steady-out shows the edit made during the cut")
+        wait_for(lambda: probe(health, "/readyz") == 200, 60, what="/readyz 200 after the restore")
         assert op.alive()
         figures.update(cuts=1, refused_connections=proxy.refused, relists=proxy.relists() - lists_before,
                        stuck_crs=0, crs=3)
