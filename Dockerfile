@@ -1,71 +1,89 @@
 # syntax=docker/dockerfile:1
 #
-# The example operators as one image: the ansible-operator runner plus watches.yaml, roles/ and
-# playbooks/ of this repository.
+# The ansible-operator base image, used exactly like Operator SDK's quay.io/operator-framework/ansible-operator
+# (mirrors images/ansible-operator/Dockerfile of operator-framework/ansible-operator-plugins). An Operator SDK
+# project's own Dockerfile works unchanged with only its FROM line pointing here:
 #
-#   docker build -t ghcr.io/example/ansible-operator-examples:0.1.0 .
+#   FROM ghcr.io/example/ansible-operator:0.1.0
+#   COPY requirements.yml ${HOME}/requirements.yml
+#   RUN ansible-galaxy collection install -r ${HOME}/requirements.yml \
+#    && chmod -R ug+rwx ${HOME}/.ansible
+#   COPY watches.yaml ${HOME}/watches.yaml
+#   COPY roles/ ${HOME}/roles/
+#   COPY playbooks/ ${HOME}/playbooks/
 #
-# Stage 1 installs the package and its pinned dependencies (pyproject.toml) into a virtualenv;
-# stage 2 copies only that virtualenv, so no compiler, pip cache or source tree ends up in the image.
+# Build it:   docker build -t ghcr.io/example/ansible-operator:0.1.0 .
+# The SDK image's Ansible (ansible-core 2.18):   add --build-arg ANSIBLE_CORE_VERSION=2.18.19
+#
+# Stage 1 installs the runner, its pinned dependencies (pyproject.toml), the chosen ansible-core, dumb-init and
+# the kubernetes.core collection into a virtualenv; stage 2 copies only that virtualenv. Collections: only
+# kubernetes.core (taken from the pinned `ansible` wheel on PyPI, ~5 MB, not the ~470 MB bundle) and the ones
+# the runner ships in its package (ansible_operator.util, operator_sdk.util); anything else comes from the
+# project's requirements.yml, as with the SDK image. tests/image/ builds this file's filesystem without an
+# engine and starts its ENTRYPOINT against the sandbox API server.
 
-ARG PYTHON_IMAGE=python:3.11-slim
+ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
 # ---- build ---------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS build
+
+# ansible-core for the runs; the runner supports 2.16 through 2.19 (pyproject.toml). Default: the newest
+# supported, what the development venv pins. Operator SDK's image ships 2.18.
+ARG ANSIBLE_CORE_VERSION=2.19.14
+# The `ansible` release on PyPI that kubernetes.core is extracted from (12.3.0 carries kubernetes.core 6.2.0).
+ARG KUBERNETES_CORE_FROM_ANSIBLE=12.3.0
+ARG DUMB_INIT_VERSION=1.2.5.post1
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
 
 WORKDIR /src
-# Only the package is built here; roles are copied in the runtime stage, so editing a role reuses
-# this (slow) stage from the build cache.
 COPY pyproject.toml README.md ./
 COPY ansible_operator/ ansible_operator/
+COPY scripts/install_kubernetes_core.py scripts/
 RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir . \
+    && /opt/venv/bin/pip install --no-cache-dir . "ansible-core==${ANSIBLE_CORE_VERSION}" \
+        "dumb-init==${DUMB_INIT_VERSION}" \
+    && /opt/venv/bin/python scripts/install_kubernetes_core.py --bundle "${KUBERNETES_CORE_FROM_ANSIBLE}" \
     && /opt/venv/bin/ansible-operator --version \
-    && /opt/venv/bin/python -c "import ansible_collections.kubernetes.core"
+    && /opt/venv/bin/ansible-galaxy collection list kubernetes.core
 
 # ---- runtime -------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
 
-# Operator SDK's conventions: the operator's home is /opt/ansible, roles live in /opt/ansible/roles,
-# and it runs as uid 1001 with group 0, so it also works with OpenShift's arbitrary user ids.
-# ANSIBLE_GATHERING=explicit: the example roles use no facts, so runs skip fact gathering (~1 s each);
-# remove it if your roles read ansible_facts.
-ARG USER_UID=1001
+# Operator SDK's layout: HOME=/opt/ansible (watches.yaml, roles/, playbooks/, requirements.yml), user 1001 in
+# group 0 with group-writable home (OpenShift's arbitrary uids), /etc/ansible/ansible.cfg with the roles path.
+# DUMB_INIT_SETSID=0: the init forwards signals to the operator only, never straight to in-flight
+# ansible-playbook processes, so SIGTERM gets --graceful-shutdown-timeout (runs finish, then stop).
+# USER: the login name getpass.getuser() (kopf's peering identity, Ansible's local connection) reads before
+# /etc/passwd, so an arbitrary uid without a passwd entry (OpenShift's restricted SCC) runs too.
 ENV HOME=/opt/ansible \
+    USER_NAME=ansible \
+    USER=ansible \
+    USER_UID=1001 \
     PATH=/opt/venv/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    WATCHES_FILE=/opt/ansible/watches.yaml \
-    ANSIBLE_ROLES_PATH=/opt/ansible/roles \
-    ANSIBLE_LOCAL_TEMP=/tmp/ansible/local \
-    ANSIBLE_REMOTE_TEMP=/tmp/ansible/remote \
-    ANSIBLE_FORCE_COLOR=0 \
-    ANSIBLE_GATHERING=explicit
+    DUMB_INIT_SETSID=0
 
-RUN useradd --uid "${USER_UID}" --gid 0 --home-dir /opt/ansible --no-create-home \
-        --shell /usr/sbin/nologin ansible-operator \
-    && mkdir -p /opt/ansible/.ansible /etc/ansible \
-    && printf '[defaults]\nroles_path = /opt/ansible/roles\nlocal_tmp = /tmp/ansible/local\nretry_files_enabled = False\n' \
-        > /etc/ansible/ansible.cfg \
-    && chown -R "${USER_UID}:0" /opt/ansible \
-    && chmod -R g=u /opt/ansible
+RUN mkdir -p /etc/ansible "${HOME}/.ansible/tmp" "${HOME}/roles" "${HOME}/playbooks" \
+    && echo "localhost ansible_connection=local" > /etc/ansible/hosts \
+    && printf '[defaults]\nroles_path = /opt/ansible/roles\n' > /etc/ansible/ansible.cfg \
+    && echo "${USER_NAME}:x:${USER_UID}:0:${USER_NAME} user:${HOME}:/sbin/nologin" >> /etc/passwd \
+    && chown -R "${USER_UID}:0" "${HOME}" \
+    && chmod -R ug+rwx "${HOME}"
 
 COPY --from=build /opt/venv /opt/venv
-COPY --chown=${USER_UID}:0 watches.yaml /opt/ansible/watches.yaml
-COPY --chown=${USER_UID}:0 roles/ /opt/ansible/roles/
-COPY --chown=${USER_UID}:0 playbooks/ /opt/ansible/playbooks/
+# The SDK image's paths, so ENTRYPOINTs and scripts written for it keep working: /tini is the init
+# (dumb-init, reaps orphaned processes as PID 1), /usr/local/bin/ansible-operator the runner.
+RUN ln -s /opt/venv/bin/dumb-init /tini \
+    && ln -s /opt/venv/bin/ansible-operator /usr/local/bin/ansible-operator
 
-USER ${USER_UID}
-WORKDIR /opt/ansible
+WORKDIR ${HOME}
+USER 1001
 
-# 6789: /healthz and /readyz (Kubernetes probes);  8080: /metrics (Prometheus).
-EXPOSE 6789 8080
-# For plain `docker run`; in Kubernetes the Deployment's probes (config/manager) do this job.
-HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:6789/healthz', timeout=4)"]
+# 6789: /healthz and /readyz; 8443: /metrics (the SDK's default --metrics-bind-address).
+EXPOSE 6789 8443
 
-ENTRYPOINT ["ansible-operator", "run", "--watches-file", "/opt/ansible/watches.yaml"]
+ENTRYPOINT ["/tini", "--", "/usr/local/bin/ansible-operator", "run", "--watches-file=./watches.yaml"]
