@@ -12,7 +12,8 @@ import os
 import shlex
 import sys
 import tempfile
-from typing import Any, Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from ansible_operator import __version__
 from ansible_operator.artifacts import size_argument

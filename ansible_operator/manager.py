@@ -319,7 +319,7 @@ def _dependent_watcher(kube: Any, watches: list[Watch], controllers: dict[tuple[
 
 
 async def _start_owner_proxy(configuration: Any, dependents: Any, watches: list[Watch],
-                             cleanups: list[Any], port: int = 0) -> "_ProxyCredentials":
+                             cleanups: list[Any], port: int = 0) -> _ProxyCredentials:
     from ansible_operator.owners import DependentKind, OwnerProxy
 
     # blacklist: kinds never watched as dependents (Operator SDK's per-watch list, applied to all watches)
@@ -515,7 +515,7 @@ class ApiReachability:
                 continue  # still waiting for the same request: never more than one in flight
             try:
                 pending.result()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure means "no answer"
                 self.error = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
             else:
                 self.last_ok = self._clock()

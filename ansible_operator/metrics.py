@@ -29,9 +29,10 @@ import re
 import socket
 import ssl
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -40,18 +41,18 @@ from prometheus_client.utils import floatToGoString
 from ansible_operator import __version__
 
 __all__ = [
+    "RUN_DURATION_BUCKETS",
     "Metrics",
     "RbacFilter",
-    "RUN_DURATION_BUCKETS",
-    "UserMetricError",
-    "UserMetrics",
     "ReadyCheck",
     "ServerHandle",
+    "UserMetricError",
+    "UserMetrics",
+    "close_all",
     "parse_bind_address",
     "serve",
     "serve_endpoints",
     "serve_osdk_metric",
-    "close_all",
     "tls_context",
 ]
 
@@ -170,7 +171,7 @@ class Metrics:
 
     def exposition(self) -> bytes:
         """The registry and the roles' custom metrics in Prometheus text format (what ``/metrics`` returns)."""
-        return generate_latest(self.registry) + self.user.exposition()
+        return bytes(generate_latest(self.registry)) + self.user.exposition()
 
 
 # ---- custom metrics from roles (operator_sdk.util.osdk_metric) ------------------------------------
@@ -390,7 +391,7 @@ class ServerHandle:
 def _evaluate(check: ReadyCheck) -> tuple[bool, str]:
     try:
         value = check()
-    except Exception as exc:  # a probe must answer, not crash the server
+    except Exception as exc:  # noqa: BLE001 - a probe must answer, not crash the server
         return False, f"check raised {type(exc).__name__}: {exc}"
     if isinstance(value, tuple):
         ok, reason = bool(value[0]), str(value[1])
@@ -406,7 +407,7 @@ async def serve(
     live: ReadyCheck | None = None,
     health: bool = True,
     tls: ssl.SSLContext | None = None,
-    metrics_filter: "RbacFilter | None" = None,
+    metrics_filter: RbacFilter | None = None,
 ) -> ServerHandle | None:
     """Start an HTTP listener on ``bind_address``; return None when the address disables it (``"0"``).
 
@@ -437,7 +438,7 @@ async def serve(
         paths.append("/metrics")
 
     if health:
-        def probe(check: ReadyCheck | None, failing: str) -> Callable[[web.Request], object]:
+        def probe(check: ReadyCheck | None, failing: str) -> Callable[[web.Request], Awaitable[web.Response]]:
             async def handler(_request: web.Request) -> web.Response:
                 ok, reason = (True, "") if check is None else _evaluate(check)
                 if ok:
@@ -445,8 +446,8 @@ async def serve(
                 return web.Response(status=500, text=f"{failing}: {reason}" if reason else failing)
             return handler
 
-        app.router.add_get("/healthz", probe(live, "not alive"))  # type: ignore[arg-type]
-        app.router.add_get("/readyz", probe(ready, "not ready"))  # type: ignore[arg-type]
+        app.router.add_get("/healthz", probe(live, "not alive"))
+        app.router.add_get("/readyz", probe(ready, "not ready"))
         paths += ["/healthz", "/readyz"]
 
     runner = web.AppRunner(app, access_log=None)
@@ -477,7 +478,7 @@ async def serve_endpoints(
     ready: ReadyCheck | None = None,
     live: ReadyCheck | None = None,
     tls: ssl.SSLContext | None = None,
-    metrics_filter: "RbacFilter | None" = None,
+    metrics_filter: RbacFilter | None = None,
 ) -> list[ServerHandle]:
     """Start what ``run --metrics-bind-address/--health-probe-bind-address`` ask for: one listener when
     both addresses are the same, two when they differ, fewer when one is ``"0"``. ``tls`` and
@@ -549,7 +550,7 @@ def _self_signed() -> tuple[bytes, bytes]:
     key = ec.generate_private_key(ec.SECP256R1())
     host = socket.gethostname()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{host}@{int(time.time())}")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -603,7 +604,7 @@ class RbacFilter:
             verb = method.lower() if method.upper() != "HEAD" else "get"
             if not await self._authorize(user, path, verb):
                 return 403, f"Forbidden: user {user.get('username', '?')!r} may not {verb} {path}"
-        except Exception as exc:  # the API server failed us: refuse, say why, keep serving
+        except Exception as exc:  # noqa: BLE001 - the API server failed us: refuse, say why, keep serving
             log.warning("metrics authorization failed: %s", exc)
             return 500, f"Authorization failed: {exc}"
         return None

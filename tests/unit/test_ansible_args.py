@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from executor_helpers import started, write
 
 from ansible_operator.executors import make_executor
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
-from executor_helpers import started, write
-
 
 
 def vault(text: str, password: str) -> str:

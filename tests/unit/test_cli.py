@@ -11,7 +11,7 @@ import argparse
 import os
 import subprocess
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -176,6 +176,6 @@ def test_bad_value_fails_before_anything_starts(tmp_path: object) -> None:
     """Through the real entry point: no traceback, nothing but the one line."""
     env = {**os.environ, "LOG_FORMAT": "json"}
     proc = subprocess.run([sys.executable, "-m", "ansible_operator", "run", "--metrics-bind-address", "foo"],
-                          capture_output=True, text=True, env=env, timeout=60)
+                          capture_output=True, text=True, env=env, timeout=60, check=False)
     assert proc.returncode == 2
     assert proc.stdout == "" and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import ssl
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -16,7 +17,13 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from ansible_operator.metrics import (
-    Metrics, RbacFilter, UserMetricError, close_all, serve_endpoints, serve_osdk_metric, tls_context,
+    Metrics,
+    RbacFilter,
+    UserMetricError,
+    close_all,
+    serve_endpoints,
+    serve_osdk_metric,
+    tls_context,
 )
 
 
