@@ -2,23 +2,36 @@
 # The two set-up commands of this project (see README):
 #   ./dev.sh demo   install everything into .venv, start the sandbox API server and the demo operator
 #   ./dev.sh test   install everything into .venv and run the whole test suite
+#   ./dev.sh test-ansible-low   the executor and e2e tests marked `ansible_versions` again, on the lowest
+#                   supported ansible-core (ANSIBLE_CORE_LOW, own venv under .venvs/); .ci/run runs both
 set -euo pipefail
 cd "$(dirname "$0")"
 
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3}
+# The ends of the supported range (pyproject.toml: ansible-core>=2.16,<2.20), exact for reproducible CI.
+ANSIBLE_CORE_HIGH=${ANSIBLE_CORE_HIGH:-2.19.14}
+ANSIBLE_CORE_LOW=${ANSIBLE_CORE_LOW:-2.16.19}
 
-install() {
-  if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV"
+# install_venv DIR ANSIBLE_CORE_VERSION: the project (editable, with test extras), that ansible-core and
+# kubernetes.core (scripts/install_kubernetes_core.py); redone only when pyproject.toml or the version changed.
+install_venv() {
+  local venv=$1 core=$2
+  if [ ! -x "$venv/bin/python" ]; then
+    "$PY" -m venv "$venv"
   fi
-  # Re-install only when pyproject.toml changed since the last install.
-  local stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+  local stamp="$venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)-$core"
   if [ ! -f "$stamp" ]; then
-    "$VENV/bin/pip" install --quiet --upgrade pip
-    "$VENV/bin/pip" install --quiet -e ".[test]"
+    echo "installing into $venv (ansible-core $core)..." >&2
+    "$venv/bin/pip" install --quiet --upgrade pip
+    "$venv/bin/pip" install --quiet -e ".[test]" "ansible-core==$core"
+    "$venv/bin/python" scripts/install_kubernetes_core.py >&2
     touch "$stamp"
   fi
+}
+
+install() {
+  install_venv "$VENV" "$ANSIBLE_CORE_HIGH"
   if ! command -v kubectl >/dev/null 2>&1; then
     echo "kubectl not found: installing Debian's kubernetes-client" >&2
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kubernetes-client;
@@ -43,11 +56,23 @@ case "$cmd" in
     if [ "$rc" = 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi
     exit "$rc"
     ;;
+  test-ansible-low)
+    install
+    low=.venvs/ansible-core-$ANSIBLE_CORE_LOW
+    install_venv "$low" "$ANSIBLE_CORE_LOW"
+    set +e
+    # Executor unit tests and a representative e2e subset (marker `ansible_versions`), both executors.
+    "$low/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" -m ansible_versions "$@"
+    rc=$?
+    set -e
+    if [ "$rc" = 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi
+    exit "$rc"
+    ;;
   install)
     install
     ;;
   *)
-    echo "usage: ./dev.sh demo|test|install [args...]" >&2
+    echo "usage: ./dev.sh demo|test|test-ansible-low|install [args...]" >&2
     exit 2
     ;;
 esac

@@ -7,6 +7,10 @@ event, as it is parsed from the live output), ``cancel_callback`` (polled while 
 are handed to the loop with ``call_soon_threadsafe`` so ``on_event`` always runs on the loop thread, in
 emission order, while the run is still going.
 
+Process lifetime: ansible-playbook runs under :mod:`~ansible_operator.executors.guard`, a sub-reaper that
+kills every process of the run (module processes, ``shell`` children, their daemonised grandchildren) when
+the operator dies, even by SIGKILL.
+
 Cancellation: cancelling the task awaiting :meth:`RunnerExecutor.run` sets a flag that
 ``cancel_callback`` reports to ansible-runner, which SIGKILLs ansible-playbook's process group. The
 awaiting coroutine waits until ``ansible_runner.run`` has returned — so nothing of the run is left
@@ -22,6 +26,7 @@ import os
 import math
 import re
 import shlex
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -169,16 +174,21 @@ class RunnerExecutor:
         import ansible_runner  # noqa: PLC0415 - heavy import, only paid by the thread that runs
 
         timeout = max(1, math.ceil(request.timeout)) if request.timeout else None  # runner truncates to int
+        # ansible-playbook under the guard (executors/guard.py): every process of the run dies with the
+        # operator, even on SIGKILL. With ``binary`` ansible-runner appends no playbook: cmdline carries it.
+        guarded = ["-m", "ansible_operator.executors.guard", str(os.getpid()), "--",
+                   str(Path(sys.executable).with_name("ansible-playbook")), str(prepared.playbook),
+                   *self.ansible_args]
         try:
             r = ansible_runner.run(
                 private_data_dir=str(prepared.private_data_dir),
-                playbook=str(prepared.playbook),
+                binary=sys.executable,
                 inventory=str(prepared.inventory),
                 ident=request.run_id,
                 verbosity=request.verbosity,
                 envvars=dict(prepared.env),
                 settings={"pexpect_timeout": self.poll_interval},
-                cmdline=shlex.join(self.ansible_args) if self.ansible_args else None,
+                cmdline=shlex.join(guarded),
                 timeout=timeout,
                 quiet=True,
                 event_handler=emit,

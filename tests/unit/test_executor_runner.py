@@ -22,6 +22,8 @@ from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.runner import RunnerExecutor
 
+pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
+
 SECRET = "s3cr3t-Value-9f1c"
 
 

@@ -30,6 +30,8 @@ from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.warm import EXECUTOR_RESTARTED, WarmExecutor
 from ansible_operator.extravars import Unsafe
 
+pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
+
 
 @pytest.fixture(params=["runner", "warm"])
 async def executor(request: pytest.FixtureRequest) -> AsyncIterator[Executor]:

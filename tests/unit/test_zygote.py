@@ -12,6 +12,8 @@ import pytest
 from ansible_operator.executors import ansible_compat, warm, zygote, zygote_child
 from ansible_operator.executors.zygote_protocol import encode
 
+pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
+
 
 def test_installed_ansible_core_is_one_whose_internals_the_zygote_knows() -> None:
     """If this fails, ansible-core moved outside the supported range: check zygote_child.py and

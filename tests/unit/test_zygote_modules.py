@@ -25,6 +25,8 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
+pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
+
 
 def main():
     module = AnsibleModule(argument_spec=dict(value=dict(type="str"), fail=dict(type="bool", default=False),

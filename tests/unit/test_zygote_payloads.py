@@ -20,6 +20,8 @@ MODULE = '''
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.testns.pay.plugins.module_utils.answer import ANSWER
 
+pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
+
 
 def main():
     module = AnsibleModule(argument_spec={}, supports_check_mode=True)
