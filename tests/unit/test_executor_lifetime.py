@@ -1,0 +1,122 @@
+"""executors/lifetime.py and executors/guard.py: a run's processes die with the operator, even on SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ansible_operator.executors import guard, lifetime
+
+pytestmark = pytest.mark.ansible_versions
+
+
+def _alive(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(marker in part for part in proc.info["cmdline"] or ()) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _wait(predicate, timeout: float = 30.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+def _tree_command(marker: str, out: Path) -> list[str]:
+    """A shell with a child in its group and a grandchild that escapes into its own session."""
+    return ["sh", "-c", f"setsid sh -c 'sleep 300 # {marker}; touch {out}/grandchild' </dev/null >/dev/null 2>&1 & "
+                        f"sh -c 'sleep 300 # {marker}; touch {out}/child'"]
+
+
+def test_guard_exits_with_the_command_status() -> None:
+    for code in (0, 3):
+        done = subprocess.run([sys.executable, "-m", "ansible_operator.executors.guard", str(os.getpid()), "--",
+                               "sh", "-c", f"exit {code}"], timeout=60)
+        assert done.returncode == code
+    assert guard.main(["1"]) == 2  # usage
+
+
+def test_guard_kills_the_whole_tree_when_its_operator_is_sigkilled(tmp_path: Path) -> None:
+    marker = f"guard-test-{secrets.token_hex(6)}"
+    command = _tree_command(marker, tmp_path)
+    # a stand-in operator: starts the guard as the runner executor does, then waits forever
+    fake_operator = textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        subprocess.Popen([sys.executable, "-m", "ansible_operator.executors.guard", str(os.getpid()), "--",
+                          *{command!r}])
+        time.sleep(600)
+    """)
+    operator = subprocess.Popen([sys.executable, "-c", fake_operator], start_new_session=True)
+    try:
+        assert _wait(lambda: len(_alive(marker)) >= 4), _alive(marker)  # 2 sh -c + 2 sleeps
+        operator.kill()
+        operator.wait(30)
+        assert _wait(lambda: not _alive(marker)), [p.cmdline() for p in _alive(marker)]
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        for proc in _alive(marker):
+            proc.kill()
+        if operator.poll() is None:
+            operator.kill()
+
+
+def test_kill_descendants_reaches_processes_that_left_the_group(tmp_path: Path) -> None:
+    marker = f"lifetime-test-{secrets.token_hex(6)}"
+    script = textwrap.dedent(f"""
+        import subprocess, sys
+        from ansible_operator.executors import lifetime
+        assert lifetime.become_subreaper()
+        shell = subprocess.Popen({_tree_command(marker, tmp_path)!r})
+        sys.stdin.readline()           # the test saw the tree
+        shell.kill()                   # the shell's children are orphans now, re-parented to us
+        shell.wait()
+        print(lifetime.kill_descendants(), flush=True)
+        sys.stdin.readline()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert _wait(lambda: len(_alive(marker)) >= 4), _alive(marker)
+        assert proc.stdin and proc.stdout
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        killed = int(proc.stdout.readline())
+        assert killed >= 3  # the grandchild's sh and both sleeps (the shell itself was killed before)
+        assert [p for p in _alive(marker) if p.pid != proc.pid] == []
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        proc.kill()
+        proc.wait()
+        for left in _alive(marker):
+            if left.pid != proc.pid:
+                left.kill()
+
+
+def test_descendants_lists_parents_before_children() -> None:
+    proc = subprocess.Popen(["sh", "-c", "sleep 60 & wait"])
+    try:
+        assert _wait(lambda: len(lifetime.descendants(proc.pid)) == 1)
+        (sleep,) = lifetime.descendants(proc.pid)
+        order = lifetime.descendants()
+        assert order.index(proc.pid) < order.index(sleep)
+    finally:
+        for pid in lifetime.descendants(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
