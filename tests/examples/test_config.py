@@ -187,25 +187,27 @@ def test_sampledb_schema_rejects_bad_values(crd_sandbox: SandboxHandle, spec: di
     assert re.search(re.escape(field), err.value.body)
 
 
-def test_dockerfile_agrees_with_the_deployment_and_the_repository() -> None:
-    """The image runs what the Deployment expects: entrypoint, user, ports, copied paths that exist."""
-    text = (REPO / "Dockerfile").read_text()
-    instructions = [line for line in re.sub(r"\\\n\s*", " ", text).splitlines()
-                    if line and not line.lstrip().startswith("#")]
-    entrypoint = [i for i in instructions if i.startswith("ENTRYPOINT")]
-    assert entrypoint == ['ENTRYPOINT ["ansible-operator", "run", "--watches-file", "/opt/ansible/watches.yaml"]']
-    assert "ARG USER_UID=1001" in instructions and "USER ${USER_UID}" in instructions
-    assert [i for i in instructions if i.startswith("FROM")][0].endswith("AS build")
-    assert "ARG PYTHON_IMAGE=python:3.11-slim" in instructions
-    exposed = {int(p) for i in instructions if i.startswith("EXPOSE") for p in i.split()[1:]}
+def _instructions(name: str) -> list[str]:
+    text = (REPO / name).read_text()
+    return [line for line in re.sub(r"\\\n\s*", " ", text).splitlines()
+            if line and not line.lstrip().startswith("#")]
+
+
+def test_dockerfiles_agree_with_the_deployment_and_the_repository() -> None:
+    """The base image runs what the Deployment expects (Operator SDK's entrypoint, user, probe port); the
+    examples image copies paths that exist and that its build context lets in."""
+    base = _instructions("Dockerfile")
+    assert [i for i in base if i.startswith("ENTRYPOINT")] == [
+        'ENTRYPOINT ["/tini", "--", "/usr/local/bin/ansible-operator", "run", "--watches-file=./watches.yaml"]']
+    assert "USER 1001" in base and "WORKDIR ${HOME}" in base
+    assert [i for i in base if i.startswith("FROM")][0].endswith("AS build")
+    exposed = {int(p) for i in base if i.startswith("EXPOSE") for p in i.split()[1:]}
     (deploy,) = [d for d in kustomize("config/manager") if d["kind"] == "Deployment"]
-    ports = {p["containerPort"] for p in deploy["spec"]["template"]["spec"]["containers"][0]["ports"]}
-    assert exposed == ports == {6789, 8080}
-    for copy in (i for i in instructions if i.startswith("COPY") and "--from=" not in i):
-        sources = [a for a in copy.split()[1:-1] if not a.startswith("--")]
-        for src in sources:
-            assert (REPO / src).exists(), f"{copy}: {src} does not exist"
-    # .dockerignore lets every copied path into the build context.
-    allowed = {line[1:].rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines()
-               if line.startswith("!")}
-    assert {"pyproject.toml", "README.md", "ansible_operator", "watches.yaml", "roles", "playbooks"} <= allowed
+    ports = {p["name"]: p["containerPort"] for p in deploy["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert ports["health"] in exposed
+    for name, ignore in (("Dockerfile", ".dockerignore"), ("examples.Dockerfile", "examples.Dockerfile.dockerignore")):
+        allowed = {line[1:].rstrip("/") for line in (REPO / ignore).read_text().splitlines() if line.startswith("!")}
+        for copy in (i for i in _instructions(name) if i.startswith("COPY") and "--from=" not in i):
+            for src in [a for a in copy.split()[1:-1] if not a.startswith("--")]:
+                assert (REPO / src).exists(), f"{name}: {copy}: {src} does not exist"
+                assert src.rstrip("/") in allowed, f"{ignore} keeps {src} out of the build context"
