@@ -79,7 +79,8 @@ def log_level(text: str) -> str:
     value = str(text).strip().upper()
     if value.isdigit() or value in ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL"):
         return "WARNING" if value == "WARN" else value
-    raise argparse.ArgumentTypeError(f"unknown log level {text!r}: expected DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    raise argparse.ArgumentTypeError(
+        f"unknown log level {text!r}: expected DEBUG, INFO, WARNING, ERROR or CRITICAL")
 
 
 ZAP_LEVELS = {"debug": "DEBUG", "info": "INFO", "error": "ERROR"}
@@ -99,7 +100,8 @@ def zap_level(text: str) -> str:
         number = 0
     if number > 0:
         return "DEBUG"
-    raise argparse.ArgumentTypeError(f"invalid log level {text!r}: expected debug, info, error or an integer > 0")
+    raise argparse.ArgumentTypeError(
+        f"invalid log level {text!r}: expected debug, info, error or an integer > 0")
 
 
 def _lower_choice(choices: Sequence[str], what: str) -> Callable[[str], str]:
@@ -143,15 +145,15 @@ def port(text: str) -> int:
 def _bool_flag(group: Any, *names: str, default: bool | None, help: str, dest: str | None = None) -> None:
     """A pflag-style boolean: ``--flag`` means true, ``--flag=false`` / ``--flag false`` set it."""
     kw: dict[str, Any] = {"dest": dest} if dest else {}
-    group.add_argument(*names, nargs="?", const=True, default=default, type=go_bool, metavar="BOOL", help=help,
-                       **kw)
+    group.add_argument(*names, nargs="?", const=True, default=default, type=go_bool, metavar="BOOL",
+                       help=help, **kw)
 
 
 def _add_run(sub: Any) -> None:
     run = sub.add_parser(
         "run", help="run the operator for the custom resources listed in watches.yaml",
-        description="Run the operator. Accepts every flag of the Operator SDK's `ansible-operator run` with the"
-                    " same names, defaults and meaning (Go syntax too: --flag=value, --bool-flag=false,"
+        description="Run the operator. Accepts every flag of the Operator SDK's `ansible-operator run` with"
+                    " the same names, defaults and meaning (Go syntax too: --flag=value, --bool-flag=false,"
                     " durations such as 1h2m3s or 500ms), plus this runner's own flags.")
     run.set_defaults(module="ansible_operator.manager", run_parser=run)
 
@@ -164,17 +166,19 @@ def _add_run(sub: Any) -> None:
     ansible.add_argument("--no-inject-owner-ref", dest="inject_owner_ref", action="store_false",
                          help="same as --inject-owner-ref=false")
     ansible.add_argument("--ansible-verbosity", type=verbosity_argument, default=None, metavar="N",
-                         help="ansible verbosity 0-7 (default 2; per kind: $ANSIBLE_VERBOSITY_<KIND>_<GROUP>)")
+                         help="ansible verbosity 0-7 (default 2; per kind:"
+                              " $ANSIBLE_VERBOSITY_<KIND>_<GROUP>)")
     ansible.add_argument("--ansible-roles-path", default=None, metavar="PATH",
-                         help="Ansible roles path, exported as $ANSIBLE_ROLES_PATH (default: roles are looked up"
-                              " next to the watches file and in ./roles)")
+                         help="Ansible roles path, exported as $ANSIBLE_ROLES_PATH (default: roles are"
+                              " looked up next to the watches file and in ./roles)")
     ansible.add_argument("--ansible-collections-path", default=None, metavar="PATH",
                          help="installed collections: PATH/ansible_collections/... exported as"
                               " $ANSIBLE_COLLECTIONS_PATH (default ~/.ansible/collections and"
                               " /usr/share/ansible/collections)")
     ansible.add_argument("--ansible-args", type=ansible_args, default=(), metavar="ARGS",
-                         help="arguments appended to every ansible-playbook run, split like a shell would, e.g."
-                              " \"--vault-password-file /etc/vault/pass --tags deploy -e @/etc/extra.yml\"")
+                         help="arguments appended to every ansible-playbook run, split like a shell would,"
+                              " e.g. \"--vault-password-file /etc/vault/pass --tags deploy"
+                              " -e @/etc/extra.yml\"")
     ansible.add_argument("--ansible-log-events", type=_lower_choice(("Nothing", "Tasks", "Everything"),
                                                                      "log events value"),
                          default="Tasks", metavar="Nothing|Tasks|Everything",
@@ -187,9 +191,10 @@ def _add_run(sub: Any) -> None:
     ctl.add_argument("--max-concurrent-reconciles", type=positive_int, default=None, metavar="N",
                      help="concurrent runs per watch (default: CPU count; per kind:"
                           " $MAX_CONCURRENT_RECONCILES_<KIND>_<GROUP>)")
-    ctl.add_argument("--graceful-shutdown-timeout", type=duration, default=duration("30s"), metavar="DURATION",
-                     help="on SIGTERM/SIGINT stop starting runs and let the ones in flight finish for up to this"
-                          " long, then stop them (default 30s)")
+    ctl.add_argument("--graceful-shutdown-timeout", type=duration, default=duration("30s"),
+                     metavar="DURATION",
+                     help="on SIGTERM/SIGINT stop starting runs and let the ones in flight finish for up to"
+                          " this long, then stop them (default 30s)")
     ctl.add_argument("--proxy-port", type=port, default=None, metavar="PORT",
                      help="port of the loopback API proxy the roles talk to (SDK default 8888; default here:"
                           " a free port)")
@@ -237,7 +242,8 @@ def _add_run(sub: Any) -> None:
         ("leases", "endpointsleases", "configmapsleases", "endpoints", "configmaps"), "resource lock"),
                     default=None, metavar="TYPE",
                     help="deprecated; a Lease is always used (client-go supports nothing else)")
-    le.add_argument("--leader-elect-lease-duration", type=duration, default=duration("15s"), metavar="DURATION",
+    le.add_argument("--leader-elect-lease-duration", type=duration, default=duration("15s"),
+                    metavar="DURATION",
                     help="how long standbys wait after the last renewal before taking over (default 15s)")
     le.add_argument("--leader-elect-renew-deadline", type=duration, default=duration("10s"),
                     metavar="DURATION",
@@ -252,8 +258,8 @@ def _add_run(sub: Any) -> None:
                      metavar="json|console", help="json = --log-format json, console = --log-format text")
     zap.add_argument("--zap-log-level", type=zap_level, default=None, metavar="LEVEL",
                      help="debug, info, error, or an integer > 0 (debug and more)")
-    zap.add_argument("--zap-stacktrace-level", type=_lower_choice(ZAP_STACKTRACE_LEVELS, "level"), default=None,
-                     metavar="info|error|panic",
+    zap.add_argument("--zap-stacktrace-level", type=_lower_choice(ZAP_STACKTRACE_LEVELS, "level"),
+                     default=None, metavar="info|error|panic",
                      help="accepted; tracebacks are logged with the errors that have one")
     zap.add_argument("--zap-time-encoding", type=_lower_choice(ZAP_TIME_ENCODINGS, "time encoding"),
                      default=None, metavar="ENCODING",
@@ -268,8 +274,8 @@ def _add_run(sub: Any) -> None:
     ours.add_argument("--kubeconfig", default=None,
                       help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, then in-cluster config)")
     ours.add_argument("--namespace", action="append", default=None, metavar="NS",
-                      help="watch only this namespace (repeatable; default: $WATCH_NAMESPACE, comma-separated;"
-                           " empty means all namespaces)")
+                      help="watch only this namespace (repeatable; default: $WATCH_NAMESPACE,"
+                           " comma-separated; empty means all namespaces)")
     ours.add_argument("--artifacts-dir", default=os.environ.get("ANSIBLE_OPERATOR_ARTIFACTS", None),
                       help="where run artifacts are kept (default: $XDG_STATE_HOME/ansible-operator/runs"
                            " or ~/.local/state/ansible-operator/runs)")
@@ -280,17 +286,18 @@ def _add_run(sub: Any) -> None:
                            " process per run, the fallback (env: ANSIBLE_OPERATOR_EXECUTOR)")
     ours.add_argument("--warm-idle-timeout", type=duration,
                       default=os.environ.get("ANSIBLE_OPERATOR_WARM_IDLE_TIMEOUT", "5m"), metavar="DURATION",
-                      help="with --executor warm: stop the pre-imported Ansible process after this long without"
-                           " runs and restart it (~1 s) on the next one; '0' keeps it"
+                      help="with --executor warm: stop the pre-imported Ansible process after this long"
+                           " without runs and restart it (~1 s) on the next one; '0' keeps it"
                            " (default 5m, env ANSIBLE_OPERATOR_WARM_IDLE_TIMEOUT)")
     ours.add_argument("--run-timeout", type=duration, default="1h", metavar="DURATION",
                       help="stop a run that takes longer than this (default 1h; 0 = no limit)")
-    ours.add_argument("--max-artifacts-size", type=size_argument, default=size_argument("1Gi"), metavar="SIZE",
+    ours.add_argument("--max-artifacts-size", type=size_argument, default=size_argument("1Gi"),
+                      metavar="SIZE",
                       help="bound the whole run-artifacts tree to this size, oldest runs removed first"
                            " (e.g. 500M, 2Gi; default 1Gi)")
     ours.add_argument("--max-annotation-verbosity", type=verbosity_argument, default=None, metavar="N",
-                      help="highest verbosity a CR's ansible.sdk.operatorframework.io/verbosity annotation may"
-                           " ask for (0-7, default 2; at 3 and above the log shows whole task results)")
+                      help="highest verbosity a CR's ansible.sdk.operatorframework.io/verbosity annotation"
+                           " may ask for (0-7, default 2; at 3 and above the log shows whole task results)")
     ours.add_argument("--sandbox", action="store_true",
                       help="start the embedded sandbox API server, install crds/, and run against it (demo)")
     ours.add_argument("--sandbox-crds", action="append", default=None, metavar="PATH",
@@ -316,7 +323,8 @@ def finish_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
     if args.metrics_addr is not None:
         if args.metrics_bind_address is not None and args.metrics_addr != args.metrics_bind_address:
-            parser.error("--metrics-addr and --metrics-bind-address disagree; use --metrics-bind-address only")
+            parser.error("--metrics-addr and --metrics-bind-address disagree;"
+                         " use --metrics-bind-address only")
         warnings.append("--metrics-addr is deprecated: use --metrics-bind-address")
         args.metrics_bind_address = args.metrics_addr
     if args.metrics_bind_address is None:
@@ -331,8 +339,8 @@ def finish_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if args.leader_elect_resource_lock is not None:
         note = "--leader-elect-resource-lock is deprecated"
         if args.leader_elect_resource_lock != "leases":
-            note += (f": it would have used {args.leader_elect_resource_lock} for the lock; a coordination.k8s.io"
-                     " Lease is used (the only lock client-go still supports)")
+            note += (f": it would have used {args.leader_elect_resource_lock} for the lock; a"
+                     " coordination.k8s.io Lease is used (the only lock client-go still supports)")
         warnings.append(note)
     if args.leader_election_id is None and os.environ.get("OPERATOR_NAME"):
         warnings.append("environment variable OPERATOR_NAME is deprecated: use --leader-election-id")
@@ -356,11 +364,12 @@ def finish_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if args.log_format is None:
         zap_format = {"json": "json", "console": "text"}.get(args.zap_encoder or "")
         args.log_format = zap_format or ("text" if args.zap_devel else None) \
-            or env_value("LOG_FORMAT", _lower_choice(("text", "json"), "log format"), "--log-format") or "text"
+            or env_value("LOG_FORMAT", _lower_choice(("text", "json"), "log format"), "--log-format") \
+            or "text"
     if args.zap_stacktrace_level is not None:
-        warnings.append(f"--zap-stacktrace-level={args.zap_stacktrace_level}: would add a stack trace to every"
-                        f" record at {args.zap_stacktrace_level} and above; tracebacks are logged only with"
-                        " the errors that carry one")
+        warnings.append(f"--zap-stacktrace-level={args.zap_stacktrace_level}: would add a stack trace to"
+                        f" every record at {args.zap_stacktrace_level} and above; tracebacks are logged only"
+                        " with the errors that carry one")
     if args.zap_time_encoding not in (None, "rfc3339", "iso8601"):
         warnings.append(f"--zap-time-encoding={args.zap_time_encoding}: would write {args.zap_time_encoding}"
                         " timestamps; they are always RFC 3339 UTC")
@@ -392,7 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--port", type=port, default=0, help="port to listen on; 0 picks a free port (default)")
     sb.add_argument("--kubeconfig", default=None, help="write a kubeconfig here (default: a file it prints)")
     sb.add_argument("--crds", action="append", default=[], metavar="DIR_OR_FILE",
-                    help="CustomResourceDefinition YAML files or directories to install at start (repeatable)")
+                    help="CustomResourceDefinition YAML files or directories to install at start"
+                         " (repeatable)")
     sb.add_argument("--data-dir", default=None, help="persist objects here (SQLite) across restarts")
     sb.add_argument("--no-simulate", dest="simulate", action="store_false",
                     help="turn off the simulated controllers (Deployment/StatefulSet/Job/PVC/CronJob status)")
@@ -419,7 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen_sub = gen.add_subparsers(dest="what", metavar="WHAT")
     gen_sub.required = True
     rbac = gen_sub.add_parser("rbac", help="ClusterRole derived from watches.yaml and what the roles touch")
-    rbac.add_argument("--watches-file", default="watches.yaml", help="path to watches.yaml (default ./watches.yaml)")
+    rbac.add_argument("--watches-file", default="watches.yaml",
+                      help="path to watches.yaml (default ./watches.yaml)")
     rbac.add_argument("--roles-dir", action="append", default=None,
                       help="where the roles live (repeatable; default: resolved like the operator does)")
     rbac.add_argument("--name", default="ansible-operator-manager-role",

@@ -44,7 +44,7 @@ JITTER_FACTOR = 1.2
 
 
 def default_identity() -> str:
-    """``<hostname>_<uuid4>``: the pod name is the hostname in Kubernetes, the uuid makes restarts distinct."""
+    """``<hostname>_<uuid4>``: the pod name is the hostname in Kubernetes; the uuid tells restarts apart."""
     return f"{socket.gethostname()}_{uuid.uuid4()}"
 
 

@@ -167,10 +167,13 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         from ansible_operator import artifacts
 
         artifacts_root = artifacts.ensure_root(_artifacts_root(args))
-        janitor = artifacts.Janitor(artifacts_root, getattr(args, "max_artifacts_size", artifacts.DEFAULT_MAX_BYTES))
+        artifacts.recover_interrupted(artifacts_root)  # runs a killed predecessor left "running"
+        janitor = artifacts.Janitor(artifacts_root,
+                                    getattr(args, "max_artifacts_size", artifacts.DEFAULT_MAX_BYTES))
         cleanups.append(janitor.close)
         runtime = Runtime(
-            kube=kube, executor=executor, artifacts_root=artifacts_root, credentials=credentials, janitor=janitor,
+            kube=kube, executor=executor, artifacts_root=artifacts_root, credentials=credentials,
+            janitor=janitor,
             run_timeout=_seconds(args.run_timeout),
             collections_paths=tuple(collection_paths()), hooks=[metrics],
             event_loggers=_event_loggers(args.ansible_log_events, ansible_event_logger),
@@ -240,7 +243,8 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             await kopf_ready.wait()
             ready["kopf"] = True
             log.info("operator ready: %d watch(es) [%s], executor=%s, namespaces=%s", len(controllers),
-                     ", ".join(c.watch.key for c in controllers), args.executor, ",".join(namespaces) or "all")
+                     ", ".join(c.watch.key for c in controllers), args.executor,
+                     ",".join(namespaces) or "all")
 
         ready_task = asyncio.create_task(mark_ready())
         elector_task = None
@@ -250,7 +254,8 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         waiters = [asyncio.create_task(stop.wait()), kopf_task] + ([elector_task] if elector_task else [])
         done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         if kopf_task in done and not stop.is_set():
-            # kopf installs its own SIGINT/SIGTERM handlers and ends cleanly on them; anything else is a crash.
+            # kopf installs its own SIGINT/SIGTERM handlers and ends cleanly on them; anything else is a
+            # crash.
             exc = kopf_task.exception()
             if exc is not None:
                 log.error("watch streams stopped: %s", exc)
@@ -288,7 +293,8 @@ async def _start_sandbox(args: argparse.Namespace, cleanups: list[Any]) -> str:
     if args.sandbox_kubeconfig:
         target = Path(args.sandbox_kubeconfig).expanduser()
     else:
-        state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "ansible-operator"
+        state_home = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+        state = state_home / "ansible-operator"
         target = state / "sandbox.kubeconfig"
     target.parent.mkdir(parents=True, exist_ok=True)
     kubeconfig = sandbox.write_kubeconfig(target)
@@ -359,11 +365,13 @@ async def _refresh_gauges(metrics: Any, controllers: list[Controller], period: f
 
 
 async def _start_leader_election(args: argparse.Namespace, kube: Any, controllers: list[Controller],
-                                 state: dict[str, Any], metrics: Any, stop: asyncio.Event) -> asyncio.Task[Any]:
+                                 state: dict[str, Any], metrics: Any,
+                                 stop: asyncio.Event) -> asyncio.Task[Any]:
     from ansible_operator.leader import LeaderElector
 
     namespace = args.leader_election_namespace or _pod_namespace() or "default"
-    name = args.leader_election_id or f"{Path(args.watches_file).resolve().parent.name or 'ansible-operator'}-lock"
+    project = Path(args.watches_file).resolve().parent.name or "ansible-operator"
+    name = args.leader_election_id or f"{project}-lock"
     identity = f"{socket.gethostname()}_{os.getpid()}"
 
     async def started() -> None:
@@ -386,7 +394,8 @@ async def _start_leader_election(args: argparse.Namespace, kube: Any, controller
         log.error("lost leadership of lease %s/%s: stopping all runs", namespace, name)
         for c in controllers:
             c.queue.pause()
-        await asyncio.gather(*(c.queue.stop(cancel_running=True) for c in controllers), return_exceptions=True)
+        await asyncio.gather(*(c.queue.stop(cancel_running=True) for c in controllers),
+                             return_exceptions=True)
         stop.set()
 
     elector = LeaderElector(
@@ -537,7 +546,8 @@ async def _drain(controllers: list[Controller], timeout: float) -> None:
     _, pending = await asyncio.wait(stops, timeout=timeout)
     if pending:
         left = sum(c.queue.in_flight for c in controllers)
-        log.warning("graceful shutdown timeout (%gs) reached: stopping %d run(s) still in flight", timeout, left)
+        log.warning("graceful shutdown timeout (%gs) reached: stopping %d run(s) still in flight",
+                    timeout, left)
         for task in pending:
             task.cancel()  # cancels the queue's workers, which cancels their runs
         await asyncio.gather(*pending, return_exceptions=True)

@@ -170,7 +170,7 @@ class Metrics:
         self.leader.set(1 if leading else 0)
 
     def exposition(self) -> bytes:
-        """The registry and the roles' custom metrics in Prometheus text format (what ``/metrics`` returns)."""
+        """The registry and the roles' custom metrics in Prometheus text format (``/metrics``)."""
         return bytes(generate_latest(self.registry)) + self.user.exposition()
 
 
@@ -253,7 +253,8 @@ class UserMetrics:
         metric = self._metrics.get(name)
         if metric is None:
             taken = self._reserved()
-            if name in taken or any(name == f"{t}{suffix}" for t in taken for suffix in ("_total", "_created")):
+            suffixed = {f"{t}{suffix}" for t in taken for suffix in ("_total", "_created")}
+            if name in taken or name in suffixed:
                 raise UserMetricError(f"metric {name} is already exported by the operator itself")
             help_text = request.get("description")
             metric = _UserMetric(name=name, help=str(help_text) if help_text is not None else "", type=kind)
@@ -457,8 +458,8 @@ async def serve(
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        raise OSError(exc.errno, f"cannot listen on {bind_address!r} for {', '.join(paths)}: {exc.strerror}") \
-            from exc
+        what = ", ".join(paths)
+        raise OSError(exc.errno, f"cannot listen on {bind_address!r} for {what}: {exc.strerror}") from exc
     server = getattr(site, "_server", None)
     sockets = getattr(server, "sockets", None) or []
     # With port 0 on all interfaces each address family gets its own port: report the IPv4 one, which
@@ -494,7 +495,8 @@ async def serve_endpoints(
             if h:
                 handles.append(h)
             return handles
-        h = await serve(metrics_address, metrics=metrics, health=False, tls=tls, metrics_filter=metrics_filter)
+        h = await serve(metrics_address, metrics=metrics, health=False, tls=tls,
+                        metrics_filter=metrics_filter)
         if h:
             handles.append(h)
         h = await serve(health_address, ready=ready, live=live)
@@ -513,7 +515,8 @@ async def close_all(handles: Iterable[ServerHandle]) -> None:
 
 # ---- HTTPS for /metrics (--metrics-secure) -----------------------------------------------------------
 
-def tls_context(cert_dir: str | Path, cert_name: str = "tls.crt", key_name: str = "tls.key") -> ssl.SSLContext:
+def tls_context(cert_dir: str | Path, cert_name: str = "tls.crt",
+                key_name: str = "tls.key") -> ssl.SSLContext:
     """A server context from ``cert_dir/cert_name`` + ``cert_dir/key_name`` when both exist (a mounted
     Secret, as controller-runtime's metrics server reads them), else from a fresh self-signed certificate
     for ``localhost``, this host name and 127.0.0.1 (controller-runtime does the same). HTTP/1.1 only."""
@@ -554,9 +557,11 @@ def _self_signed() -> tuple[bytes, bytes]:
     cert = (
         x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=365))
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=365))
         .add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"), x509.DNSName(host), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            x509.DNSName("localhost"), x509.DNSName(host),
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
             critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
@@ -685,7 +690,8 @@ async def serve_osdk_metric(bind_address: str, user: UserMetrics) -> ServerHandl
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        raise OSError(exc.errno, f"cannot listen on {bind_address!r} for osdk_metric: {exc.strerror}") from exc
+        raise OSError(exc.errno,
+                      f"cannot listen on {bind_address!r} for osdk_metric: {exc.strerror}") from exc
     sockets = getattr(getattr(site, "_server", None), "sockets", None) or []
     ipv4 = [s for s in sockets if s.family == socket.AF_INET]
     real_port = (ipv4 or sockets)[0].getsockname()[1] if sockets else port

@@ -1,7 +1,7 @@
 """The Operator SDK's `ansible-operator run` flags end to end: the scaffold's manager args (HTTPS metrics,
 leader election) with a role using ``osdk_metric``; graceful shutdown on SIGTERM; /readyz when the API
-server goes away. One executor (warm, unless E2E_EXECUTORS leaves it out) here: both executors' handling of --ansible-args is in
-tests/unit/test_ansible_args.py."""
+server goes away. One executor (warm, unless E2E_EXECUTORS leaves it out) here: both executors' handling
+of --ansible-args is in tests/unit/test_ansible_args.py."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ import pytest
 
 from .conftest import EXECUTORS, HERE, Cluster, default_watch, wait_for
 
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.parametrize("executor", ["warm" if "warm" in EXECUTORS else EXECUTORS[0]],
-                                      indirect=True)]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.parametrize("executor", ["warm" if "warm" in EXECUTORS else EXECUTORS[0]], indirect=True),
+]
 
 
 def free_port() -> int:
@@ -44,11 +45,19 @@ def get(url: str) -> tuple[int, str]:
 def test_scaffold_args_and_osdk_metric(cluster: Cluster, start_operator) -> None:
     metrics, health = free_port(), free_port()
     # config/default + config/manager of a current `operator-sdk init --plugins ansible` project.
-    op = start_operator([default_watch(role=str(HERE / "roles" / "sdk_metrics"), finalizer=None)],
-                        "--metrics-require-rbac=false", "--metrics-secure", f"--metrics-bind-address=127.0.0.1:{metrics}",
-                        "--leader-elect", "--leader-election-id=widget-operator", "--leader-election-namespace=e2e",
-                        f"--health-probe-bind-address=127.0.0.1:{health}", "--zap-log-level=info",
-                        "--reconcile-period=10h", "--inject-owner-ref=true")
+    op = start_operator(
+        [default_watch(role=str(HERE / "roles" / "sdk_metrics"), finalizer=None)],
+        "--metrics-require-rbac=false",
+        "--metrics-secure",
+        f"--metrics-bind-address=127.0.0.1:{metrics}",
+        "--leader-elect",
+        "--leader-election-id=widget-operator",
+        "--leader-election-namespace=e2e",
+        f"--health-probe-bind-address=127.0.0.1:{health}",
+        "--zap-log-level=info",
+        "--reconcile-period=10h",
+        "--inject-owner-ref=true",
+    )
     cluster.create_widget("counted", {"size": 3})
     cluster.wait_condition("counted", "Successful")
 
@@ -64,12 +73,16 @@ def test_scaffold_args_and_osdk_metric(cluster: Cluster, start_operator) -> None
     assert "Traceback" not in op.logs()
 
 
-def test_sigterm_lets_the_run_in_flight_finish_and_exits_0(cluster: Cluster, start_operator,
-                                                           tmp_path: Path) -> None:
+def test_sigterm_lets_the_run_in_flight_finish_and_exits_0(
+    cluster: Cluster, start_operator, tmp_path: Path
+) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()
-    op = start_operator([default_watch(role=str(HERE / "roles" / "gated"), finalizer=None)],
-                        "--graceful-shutdown-timeout=5m", "--log-format=json")
+    op = start_operator(
+        [default_watch(role=str(HERE / "roles" / "gated"), finalizer=None)],
+        "--graceful-shutdown-timeout=5m",
+        "--log-format=json",
+    )
     cluster.create_widget("slow", {"markerDir": str(markers)})
     wait_for(lambda: (markers / "started").exists(), 60, what="run started")
     op.proc.send_signal(signal.SIGTERM)
@@ -87,8 +100,9 @@ def test_sigterm_lets_the_run_in_flight_finish_and_exits_0(cluster: Cluster, sta
 def test_graceful_shutdown_timeout_stops_the_run(cluster: Cluster, start_operator, tmp_path: Path) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()
-    op = start_operator([default_watch(role=str(HERE / "roles" / "gated"), finalizer=None)],
-                        "--graceful-shutdown-timeout=1s")
+    op = start_operator(
+        [default_watch(role=str(HERE / "roles" / "gated"), finalizer=None)], "--graceful-shutdown-timeout=1s"
+    )
     cluster.create_widget("stuck", {"markerDir": str(markers)})
     wait_for(lambda: (markers / "started").exists(), 60, what="run started")
     op.proc.send_signal(signal.SIGTERM)
@@ -99,8 +113,11 @@ def test_graceful_shutdown_timeout_stops_the_run(cluster: Cluster, start_operato
 
 def test_readyz_fails_when_the_api_server_is_gone_healthz_stays(cluster: Cluster, start_operator) -> None:
     health = free_port()
-    start_operator([default_watch(finalizer=None)], f"--health-probe-bind-address=127.0.0.1:{health}",
-                   "--api-unreachable-timeout=2s")
+    start_operator(
+        [default_watch(finalizer=None)],
+        f"--health-probe-bind-address=127.0.0.1:{health}",
+        "--api-unreachable-timeout=2s",
+    )
     wait_for(lambda: get(f"http://127.0.0.1:{health}/readyz")[0] == 200, 60, what="ready")
     cluster.sandbox.stop_thread()
 

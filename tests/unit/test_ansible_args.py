@@ -26,10 +26,16 @@ def vault(text: str, password: str) -> str:
 async def test_ansible_args_apply_to_every_run(executor_name: str, tmp_path: Path) -> None:
     pw = write(tmp_path / "vault-pass", "pw\n")
     secret = vault("from-the-vault", "pw")
-    extra = write(tmp_path / "extra.yml", "secret: !vault |\n" + "".join(f"  {line}\n" for line in secret.splitlines())
-                  + "from_file: file-value\n")
+    extra = write(
+        tmp_path / "extra.yml",
+        "secret: !vault |\n"
+        + "".join(f"  {line}\n" for line in secret.splitlines())
+        + "from_file: file-value\n",
+    )
     out = tmp_path / "out.json"
-    playbook = write(tmp_path / "play.yml", f"""
+    playbook = write(
+        tmp_path / "play.yml",
+        f"""
 - hosts: localhost
   gather_facts: false
   tasks:
@@ -42,7 +48,8 @@ async def test_ansible_args_apply_to_every_run(executor_name: str, tmp_path: Pat
       tags: [other]
       fail:
         msg: --tags did not reach ansible-playbook
-""")
+""",
+    )
     args = ("--vault-password-file", str(pw), "--tags", "wanted", "-e", f"@{extra}")
     kw: dict[str, Any] = {"ansible_args": args}
     if executor_name == "warm":
@@ -51,8 +58,16 @@ async def test_ansible_args_apply_to_every_run(executor_name: str, tmp_path: Pat
         for _ in range(2):
             out.unlink(missing_ok=True)
             rid = new_run_id()
-            outcome = await ex.run(RunRequest(run_id=rid, private_data_dir=tmp_path / "runs" / rid, extra_vars={},
-                                              playbook=playbook, verbosity=0,
-                                              envvars={"ANSIBLE_GATHERING": "explicit"}), lambda _e: None)
+            outcome = await ex.run(
+                RunRequest(
+                    run_id=rid,
+                    private_data_dir=tmp_path / "runs" / rid,
+                    extra_vars={},
+                    playbook=playbook,
+                    verbosity=0,
+                    envvars={"ANSIBLE_GATHERING": "explicit"},
+                ),
+                lambda _e: None,
+            )
             assert outcome.status == "successful", outcome
             assert json.loads(out.read_text()) == {"secret": "from-the-vault", "from_file": "file-value"}

@@ -41,16 +41,31 @@ def test_sdk_defaults() -> None:
 
 # Every flag of the SDK's `ansible-operator run`, in the forms the scaffold and users write them.
 SDK_ARGS = [
-    "--watches-file=./watches.yaml", "--inject-owner-ref=false", "--ansible-verbosity=3",
-    "--ansible-roles-path=/opt/ansible/roles", "--ansible-collections-path=/opt/ansible/.ansible/collections",
+    "--watches-file=./watches.yaml",
+    "--inject-owner-ref=false",
+    "--ansible-verbosity=3",
+    "--ansible-roles-path=/opt/ansible/roles",
+    "--ansible-collections-path=/opt/ansible/.ansible/collections",
     "--ansible-args=--vault-password-file /etc/vault/pass --tags 'a b' -e @/etc/extra.yml",
-    "--ansible-log-events=Everything", "--reconcile-period=1h2m3s", "--max-concurrent-reconciles=4",
-    "--metrics-bind-address=:8443", "--health-probe-bind-address=:6789", "--leader-elect",
-    "--leader-election-id=memcached-operator", "--leader-election-namespace=ns",
-    "--leader-elect-resource-lock=leases", "--leader-elect-lease-duration=30s",
-    "--leader-elect-renew-deadline=20s", "--graceful-shutdown-timeout=500ms", "--proxy-port=8888",
-    "--enable-http2=false", "--metrics-secure", "--metrics-require-rbac",
-    "--zap-encoder=json", "--zap-log-level=debug", "--zap-stacktrace-level=error",
+    "--ansible-log-events=Everything",
+    "--reconcile-period=1h2m3s",
+    "--max-concurrent-reconciles=4",
+    "--metrics-bind-address=:8443",
+    "--health-probe-bind-address=:6789",
+    "--leader-elect",
+    "--leader-election-id=memcached-operator",
+    "--leader-election-namespace=ns",
+    "--leader-elect-resource-lock=leases",
+    "--leader-elect-lease-duration=30s",
+    "--leader-elect-renew-deadline=20s",
+    "--graceful-shutdown-timeout=500ms",
+    "--proxy-port=8888",
+    "--enable-http2=false",
+    "--metrics-secure",
+    "--metrics-require-rbac",
+    "--zap-encoder=json",
+    "--zap-log-level=debug",
+    "--zap-stacktrace-level=error",
     "--zap-time-encoding=rfc3339",
 ]
 
@@ -58,7 +73,14 @@ SDK_ARGS = [
 def test_every_sdk_flag_is_accepted_with_its_meaning() -> None:
     a = parse(*SDK_ARGS)
     assert a.inject_owner_ref is False and a.ansible_verbosity == 3
-    assert a.ansible_args == ("--vault-password-file", "/etc/vault/pass", "--tags", "a b", "-e", "@/etc/extra.yml")
+    assert a.ansible_args == (
+        "--vault-password-file",
+        "/etc/vault/pass",
+        "--tags",
+        "a b",
+        "-e",
+        "@/etc/extra.yml",
+    )
     assert a.ansible_log_events == "Everything"
     assert a.reconcile_period == 3723 and a.graceful_shutdown_timeout == 0.5
     assert a.leader_elect is True and a.leader_election_id == "memcached-operator"
@@ -68,19 +90,31 @@ def test_every_sdk_flag_is_accepted_with_its_meaning() -> None:
     assert a.log_level == "DEBUG" and a.log_format == "json"
     # Honoured, apart from three that say so in one line each.
     assert [w.split(":")[0].split(" ")[0] for w in a.warnings] == [
-        "--leader-elect-resource-lock", "--zap-stacktrace-level=error", "--proxy-port"]
+        "--leader-elect-resource-lock",
+        "--zap-stacktrace-level=error",
+        "--proxy-port",
+    ]
 
 
 def test_space_separated_values_and_go_bools() -> None:
-    a = parse("--reconcile-period", "500ms", "--inject-owner-ref", "false", "--leader-elect=true",
-              "--metrics-secure=1", "--enable-http2=F")
+    a = parse(
+        "--reconcile-period",
+        "500ms",
+        "--inject-owner-ref",
+        "false",
+        "--leader-elect=true",
+        "--metrics-secure=1",
+        "--enable-http2=F",
+    )
     assert a.reconcile_period == 0.5 and a.inject_owner_ref is False and a.leader_elect is True
     assert a.metrics_secure is True and a.enable_http2 is False
     assert parse("--no-inject-owner-ref").inject_owner_ref is False
 
 
 def test_deprecated_aliases_map_and_warn() -> None:
-    a = parse("--metrics-addr=:9090", "--enable-leader-election", "--leader-elect-resource-lock=configmapsleases")
+    a = parse(
+        "--metrics-addr=:9090", "--enable-leader-election", "--leader-elect-resource-lock=configmapsleases"
+    )
     assert a.metrics_bind_address == ":9090" and a.leader_elect is True
     text = "\n".join(a.warnings)
     assert "--metrics-addr is deprecated" in text and "--enable-leader-election is deprecated" in text
@@ -125,16 +159,23 @@ BAD = [
     (["--ansible-verbosity=9"], "--ansible-verbosity"),
     (["--proxy-port=http"], "invalid port 'http'"),
     (["--metrics-require-rbac"], "--metrics-secure flag is required when --metrics-require-rbac is present"),
-    (["--leader-elect", "--enable-leader-election"], "only one of --leader-elect and --enable-leader-election"),
+    (
+        ["--leader-elect", "--enable-leader-election"],
+        "only one of --leader-elect and --enable-leader-election",
+    ),
     (["--log-level=info", "--zap-log-level=debug"], "--log-level and --zap-log-level both given"),
-    (["--leader-elect", "--leader-elect-renew-deadline=20s"], "must be shorter than --leader-elect-lease-duration"),
+    (
+        ["--leader-elect", "--leader-elect-renew-deadline=20s"],
+        "must be shorter than --leader-elect-lease-duration",
+    ),
     (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
 ]
 
 
 @pytest.mark.parametrize(("argv", "message"), BAD, ids=[" ".join(a) for a, _ in BAD])
-def test_malformed_values_exit_2_with_one_line(argv: list[str], message: str,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_malformed_values_exit_2_with_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["run", *argv])
     assert exc.value.code == 2
@@ -144,8 +185,9 @@ def test_malformed_values_exit_2_with_one_line(argv: list[str], message: str,
     assert message in err
 
 
-def test_bad_environment_value_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_environment_value_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("LOG_LEVEL", "loud")
     with pytest.raises(SystemExit) as exc:
         main(["run"])
@@ -163,8 +205,12 @@ def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParse
 
 
 def test_every_flag_of_every_command_has_help() -> None:
-    missing = [(p.prog, a.option_strings or a.dest) for p in _parsers(build_parser()) for a in p._actions
-               if not a.help and not isinstance(a, argparse._SubParsersAction)]
+    missing = [
+        (p.prog, a.option_strings or a.dest)
+        for p in _parsers(build_parser())
+        for a in p._actions
+        if not a.help and not isinstance(a, argparse._SubParsersAction)
+    ]
     assert missing == []
     run = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
     groups = [g.title for g in run._action_groups]
@@ -175,7 +221,13 @@ def test_every_flag_of_every_command_has_help() -> None:
 def test_bad_value_fails_before_anything_starts(tmp_path: object) -> None:
     """Through the real entry point: no traceback, nothing but the one line."""
     env = {**os.environ, "LOG_FORMAT": "json"}
-    proc = subprocess.run([sys.executable, "-m", "ansible_operator", "run", "--metrics-bind-address", "foo"],
-                          capture_output=True, text=True, env=env, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ansible_operator", "run", "--metrics-bind-address", "foo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 2
     assert proc.stdout == "" and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -58,16 +58,28 @@ async def test_readiness_follows_the_last_answer_from_the_api_server() -> None:
 EVENTS = [
     {"event": "playbook_on_play_start", "event_data": {"play": "reconcile"}},
     {"event": "playbook_on_task_start", "event_data": {"task": "make it"}},
-    {"event": "runner_on_ok", "event_data": {"task": "make it", "host": "localhost", "res": {"changed": True}}},
+    {
+        "event": "runner_on_ok",
+        "event_data": {"task": "make it", "host": "localhost", "res": {"changed": True}},
+    },
 ]
 
 
-@pytest.mark.parametrize(("mode", "lines"), [
-    ("Nothing", []),
-    ("Tasks", ["TASK [make it] changed: localhost"]),
-    ("Everything", ["playbook_on_play_start [reconcile]", "playbook_on_task_start [make it]",
-                    "TASK [make it] changed: localhost"]),
-])
+@pytest.mark.parametrize(
+    ("mode", "lines"),
+    [
+        ("Nothing", []),
+        ("Tasks", ["TASK [make it] changed: localhost"]),
+        (
+            "Everything",
+            [
+                "playbook_on_play_start [reconcile]",
+                "playbook_on_task_start [make it]",
+                "TASK [make it] changed: localhost",
+            ],
+        ),
+    ],
+)
 def test_ansible_log_events(mode: str, lines: list[str], caplog: pytest.LogCaptureFixture) -> None:
     factory = _event_loggers(mode, ansible_event_logger)
     caplog.set_level(logging.INFO, logger="ansible_operator.ansible")

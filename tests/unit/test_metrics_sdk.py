@@ -38,7 +38,8 @@ def real_module_payload(name: str, description: str, **metric: dict[str, Any]) -
     options = {
         "counter": ("increment", "add"),
         "gauge": ("set", "increment", "decrement", "add", "subtract", "set_to_current_time"),
-        "histogram": ("observe",), "summary": ("observe",),
+        "histogram": ("observe",),
+        "summary": ("observe",),
     }
     payload: dict[str, Any] = {"name": name, "description": description}
     for kind, given in metric.items():
@@ -64,7 +65,9 @@ def test_counter_gauge_histogram_summary_with_sdk_names() -> None:
     for v in (0.003, 0.3, 30):
         apply(real_module_payload("my_histogram", "sizes", histogram={"observe": v}))
     apply(real_module_payload("my_summary", "lat", summary={"observe": 2}))
-    apply(real_module_payload("my_summary", "lat", histogram={"observe": 4}))  # interchangeable, as in the SDK
+    apply(
+        real_module_payload("my_summary", "lat", histogram={"observe": 4})
+    )  # interchangeable, as in the SDK
 
     text = m.exposition().decode()
     assert "# TYPE my_counter counter\nmy_counter 3.5\n" in text  # the name as given, no _total suffix
@@ -78,15 +81,18 @@ def test_counter_gauge_histogram_summary_with_sdk_names() -> None:
     assert fams["my_time"].samples[0].value >= before
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ({"name": "x", "description": "d"}, "at least one metric"),
-    ({"name": "x", "description": "d", "counter": {}, "gauge": {}}, "only one metric"),
-    ({"name": "x", "description": "d", "counter": {"add": -1}}, "cannot decrease"),
-    ({"name": "bad-name", "description": "d", "counter": {}}, "invalid metric name"),
-    ({"name": "ansible_operator_runs", "description": "d", "counter": {}}, "exported by the operator"),
-    ({"name": "x", "description": "d", "gauge": {"set": "high"}}, "must be a finite number"),
-    ([1, 2], "JSON object"),
-])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"name": "x", "description": "d"}, "at least one metric"),
+        ({"name": "x", "description": "d", "counter": {}, "gauge": {}}, "only one metric"),
+        ({"name": "x", "description": "d", "counter": {"add": -1}}, "cannot decrease"),
+        ({"name": "bad-name", "description": "d", "counter": {}}, "invalid metric name"),
+        ({"name": "ansible_operator_runs", "description": "d", "counter": {}}, "exported by the operator"),
+        ({"name": "x", "description": "d", "gauge": {"set": "high"}}, "must be a finite number"),
+        ([1, 2], "JSON object"),
+    ],
+)
 def test_invalid_requests_are_refused_and_change_nothing(body: Any, message: str) -> None:
     m = Metrics()
     before = m.exposition()
@@ -111,11 +117,14 @@ async def test_endpoint_answers_the_real_collections_request() -> None:
     try:
         async with aiohttp.ClientSession() as s:
             url = f"{handle.url}/metrics"
-            body = real_module_payload("my_thing_counter", "This metric counts things", counter={"increment": True})
+            body = real_module_payload(
+                "my_thing_counter", "This metric counts things", counter={"increment": True}
+            )
             async with s.post(url, json=body) as r:
                 assert r.status == 200
-            async with s.post(url, json={"name": "my_thing_counter", "description": "x",
-                                         "gauge": {"set": 1}}) as r:
+            async with s.post(
+                url, json={"name": "my_thing_counter", "description": "x", "gauge": {"set": 1}}
+            ) as r:
                 assert r.status == 400 and "cannot change metric type" in await r.text()
             async with s.post(url, data=b"{not json") as r:
                 assert r.status == 400
@@ -142,9 +151,14 @@ def test_tls_context_uses_a_mounted_certificate_or_makes_one(tmp_path: Path) -> 
 
 # ---- --metrics-require-rbac against a stub API server -------------------------------------------------
 
-TOKENS = {"reader-token": {"username": "system:serviceaccount:monitoring:prometheus", "uid": "u1",
-                           "groups": ["system:serviceaccounts"]},
-          "nobody-token": {"username": "system:serviceaccount:default:nobody", "groups": []}}
+TOKENS = {
+    "reader-token": {
+        "username": "system:serviceaccount:monitoring:prometheus",
+        "uid": "u1",
+        "groups": ["system:serviceaccounts"],
+    },
+    "nobody-token": {"username": "system:serviceaccount:default:nobody", "groups": []},
+}
 
 
 @pytest.fixture
@@ -154,7 +168,9 @@ async def stub_api() -> AsyncIterator[dict[str, Any]]:
     async def token_review(request: web.Request) -> web.Response:
         calls["tokenreviews"] += 1
         if calls["fail"]:
-            return web.json_response({"kind": "Status", "reason": "InternalError", "message": "boom"}, status=500)
+            return web.json_response(
+                {"kind": "Status", "reason": "InternalError", "message": "boom"}, status=500
+            )
         review = await request.json()
         user = TOKENS.get(review["spec"]["token"])
         review["status"] = {"authenticated": True, "user": user} if user else {"authenticated": False}
@@ -163,8 +179,9 @@ async def stub_api() -> AsyncIterator[dict[str, Any]]:
     async def sar(request: web.Request) -> web.Response:
         review = await request.json()
         calls["sars"].append(review["spec"])
-        allowed = review["spec"]["user"].endswith(":prometheus") and \
-            review["spec"]["nonResourceAttributes"] == {"path": "/metrics", "verb": "get"}
+        allowed = review["spec"]["user"].endswith(":prometheus") and review["spec"][
+            "nonResourceAttributes"
+        ] == {"path": "/metrics", "verb": "get"}
         review["status"] = {"allowed": allowed}
         return web.json_response(review, status=201)
 
@@ -194,12 +211,14 @@ async def test_metrics_require_a_token_and_rbac_over_https(stub_api: dict[str, A
         return await kube.request("POST", path, body=body, content_type="application/json")
 
     m = Metrics()
-    handles = await serve_endpoints("127.0.0.1:0", "0", metrics=m, tls=tls_context(tmp_path),
-                                    metrics_filter=RbacFilter(post))
+    handles = await serve_endpoints(
+        "127.0.0.1:0", "0", metrics=m, tls=tls_context(tmp_path), metrics_filter=RbacFilter(post)
+    )
     try:
         url = f"{handles[0].url}/metrics"
         assert url.startswith("https://")
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as s:
+
             async def get(token: str | None) -> tuple[int, str]:
                 headers = {"Authorization": f"Bearer {token}"} if token else {}
                 async with s.get(url, headers=headers) as r:
@@ -214,7 +233,9 @@ async def test_metrics_require_a_token_and_rbac_over_https(stub_api: dict[str, A
             reviews = stub_api["tokenreviews"]
             assert (await get("reader-token"))[0] == 200  # cached: no second TokenReview or SAR
             assert stub_api["tokenreviews"] == reviews
-            assert [s["user"] for s in stub_api["sars"]].count("system:serviceaccount:monitoring:prometheus") == 1
+            assert [s["user"] for s in stub_api["sars"]].count(
+                "system:serviceaccount:monitoring:prometheus"
+            ) == 1
             sar = next(s for s in stub_api["sars"] if s["user"].endswith(":prometheus"))
             assert sar["groups"] == ["system:serviceaccounts"] and sar["uid"] == "u1"
             stub_api["fail"] = True

@@ -56,13 +56,28 @@ async def test_bundled_module_posts_to_the_operator(tmp_path: Path) -> None:
     play = tmp_path / "play.yml"
     play.write_text(PLAY)
     out = tmp_path / "refused.json"
-    env = {**os.environ, OSDK_METRIC_ENV: f"{handle.url}/metrics", "ANSIBLE_GATHERING": "explicit",
-           "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(str(p) for p in aocollections.paths())}
+    env = {
+        **os.environ,
+        OSDK_METRIC_ENV: f"{handle.url}/metrics",
+        "ANSIBLE_GATHERING": "explicit",
+        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(str(p) for p in aocollections.paths()),
+    }
     try:
         proc = await asyncio.create_subprocess_exec(
-            str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-            "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"out={out}", str(play),
-            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-e",
+            f"out={out}",
+            str(play),
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
         stdout, _ = await proc.communicate()
     finally:
         await handle.close()

@@ -26,8 +26,8 @@ options:
     required: true
   address:
     description:
-      - Where to post. Default, the endpoint the running operator serves (C($ANSIBLE_OPERATOR_OSDK_METRIC_URL)),
-        else C(http://localhost:5050/metrics), the SDK's address.
+      - Where to post. Default, the endpoint the running operator serves
+        (C($ANSIBLE_OPERATOR_OSDK_METRIC_URL)), else C(http://localhost:5050/metrics), the SDK's address.
     type: str
   counter:
     description: A counter; I(increment) adds 1, I(add) adds a value >= 0.
