@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import yaml
 
-from ansible_operator.sandbox import crdcheck, kinds, patching, protobuf, schema, selectors
+from ansible_operator.sandbox import builtin_schemas, crdcheck, kinds, patching, protobuf, schema, selectors
 from ansible_operator.sandbox.errors import (ApiError, already_exists, bad_request, conflict, forbidden, invalid,
                                              namespace_not_found, no_containers, not_found, path_not_found, request_entity_too_large, success_status,
                                              unsupported_media_type)
@@ -233,8 +233,12 @@ class Api:
 
     def _crd_schema_pipeline(self, rtype: ResourceType, obj: dict[str, Any], opts: WriteOptions,
                              warnings: list[str]) -> dict[str, Any]:
-        """Prune, default, validate a custom resource against its version's schema."""
-        if rtype.builtin or not rtype.schema:
+        """Prune, default, validate a custom resource against its version's schema; prune a built-in kind."""
+        if rtype.builtin:
+            pruned, unknown = builtin_schemas.prune(rtype.group, rtype.version, rtype.kind, obj)
+            self._unknown_fields(rtype, unknown, opts, warnings)
+            return pruned
+        if not rtype.schema:
             return obj
         try:
             return self._schema_steps(rtype, obj, opts, warnings)
@@ -249,19 +253,23 @@ class Api:
                       warnings: list[str]) -> dict[str, Any]:
         assert rtype.schema is not None
         pruned = schema.prune(rtype.schema, obj)
-        if opts.field_validation in ("Strict", "Warn"):
-            unknown = _unknown_fields(obj, pruned)
-            if unknown:
-                if opts.field_validation == "Strict":
-                    raise bad_request(f'{rtype.kind} in version "{rtype.version}" cannot be handled as a '
-                                      f'{rtype.kind}: strict decoding error: '
-                                      + ", ".join(f'unknown field "{u}"' for u in unknown))
-                warnings.extend(f'unknown field "{u}"' for u in unknown)
+        self._unknown_fields(rtype, _unknown_fields(obj, pruned), opts, warnings)
         obj = schema.apply_defaults(rtype.schema, pruned)
         errors = schema.validate(rtype.schema, obj)
         if errors:
             raise self._invalid(rtype, (obj.get("metadata") or {}).get("name", ""), errors)
         return obj
+
+    @staticmethod
+    def _unknown_fields(rtype: ResourceType, unknown: list[str], opts: WriteOptions, warnings: list[str]) -> None:
+        """fieldValidation: Strict → 400, Warn (the apiserver's default when unset) → warnings, Ignore → nothing."""
+        if not unknown or opts.field_validation == "Ignore":
+            return
+        if opts.field_validation == "Strict":
+            raise bad_request(f'{rtype.kind} in version "{rtype.version}" cannot be handled as a '
+                              f'{rtype.kind}: strict decoding error: '
+                              + ", ".join(f'unknown field "{u}"' for u in unknown))
+        warnings.extend(f'unknown field "{u}"' for u in unknown)
 
     def _check_crd(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
         if rtype.group_resource != CRD_GROUP_RESOURCE:

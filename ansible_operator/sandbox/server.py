@@ -161,7 +161,7 @@ class ApiServer:
         if head == "version" and len(parts) == 1:
             return _json(discovery.version())
         if head == "openapi":
-            return _json(openapi.document(self.registry, parts[1:], request.query))
+            return _json(openapi.document(self.registry, parts[1:], request.query, request.headers.get("Accept", "")))
         if head == "api":
             group = ""
             if len(parts) == 1:
@@ -246,7 +246,9 @@ class ApiServer:
     def _warning_headers(warnings: list[str]) -> dict[str, str] | None:
         if not warnings:
             return None
-        return {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)}
+        # RFC 7234 quoted-string, as k8s.io/apimachinery/pkg/util/net.NewWarningHeader escapes it
+        quoted = ('"' + w.replace("\\", "\\\\").replace('"', '\\"') + '"' for w in warnings)
+        return {"Warning": ", ".join(f"299 - {q}" for q in quoted)}
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()

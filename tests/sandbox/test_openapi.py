@@ -1,0 +1,115 @@
+"""Published OpenAPI v2/v3 documents (built-in schemas from the upstream spec, CRD schemas) and built-in pruning."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+from ansible_operator.sandbox import builtin_schemas
+from ansible_operator.sandbox.testing import SandboxHandle
+from .helpers import install_crd
+
+
+def _call(sandbox: SandboxHandle, method: str, path: str, body: Any = None,
+          headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(sandbox.url + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, dict(resp.headers), json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), json.loads(e.read())
+
+
+def _dangling_refs(doc: dict[str, Any], prefix: str, defs: dict[str, Any]) -> list[str]:
+    refs: list[str] = []
+    stack: list[Any] = [doc]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("$ref"), str):
+                refs.append(item["$ref"])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return [r for r in refs if not r.startswith(prefix) or r[len(prefix):] not in defs]
+
+
+def _with_gvk(schemas: dict[str, Any], group: str, version: str, kind: str) -> dict[str, Any]:
+    found = [s for s in schemas.values()
+             if {"group": group, "version": version, "kind": kind} in (s.get("x-kubernetes-group-version-kind") or [])]
+    assert len(found) == 1, f"{group}/{version} {kind}: {len(found)} schemas"
+    return found[0]
+
+
+def test_pruning_walks_the_upstream_definitions():
+    obj = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "bogus": 1},
+           "spec": {"replicas": 1, "extra": True, "strategy": {"rollingUpdate": {"maxSurge": "25%"}},
+                    "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [
+                        {"name": "c", "image": "i", "resources": {"limits": {"cpu": "1"}}, "typo": 1}]}}}}
+    pruned, unknown = builtin_schemas.prune("apps", "v1", "Deployment", obj)
+    assert unknown == ["metadata.bogus", "spec.extra", "spec.template.spec.containers[0].typo"]
+    assert pruned["spec"]["template"]["spec"]["containers"] == [
+        {"name": "c", "image": "i", "resources": {"limits": {"cpu": "1"}}}]
+    assert "extra" in obj["spec"]  # the input is not modified
+    assert builtin_schemas.prune("example.com", "v1", "Thing", obj) == (obj, [])
+
+
+def test_v3_documents_publish_builtin_and_crd_schemas(sandbox: SandboxHandle):
+    code, _, root = _call(sandbox, "GET", "/openapi/v3")
+    assert code == 200 and "apis/apps/v1" in root["paths"] and "api/v1" in root["paths"]
+    code, _, apps = _call(sandbox, "GET", root["paths"]["apis/apps/v1"]["serverRelativeURL"])
+    schemas = apps["components"]["schemas"]
+    deployment = _with_gvk(schemas, "apps", "v1", "Deployment")
+    spec_ref = deployment["properties"]["spec"]["$ref"]
+    spec = schemas[spec_ref.rsplit("/", 1)[1]]
+    assert "Number of desired pods" in spec["properties"]["replicas"]["description"]
+    assert _dangling_refs(apps, "#/components/schemas/", schemas) == []
+    patch = apps["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"]
+    assert "fieldValidation" in [p["name"] for p in patch["parameters"]]
+    # a CRD's schema is published in its group's document, and the root's hash moves with it
+    old_hash = root["paths"].get("apis/test.example.com/v1")
+    install_crd(sandbox.api_client())
+    _, _, root = _call(sandbox, "GET", "/openapi/v3")
+    assert old_hash is None and "apis/test.example.com/v1" in root["paths"]
+    _, _, doc = _call(sandbox, "GET", root["paths"]["apis/test.example.com/v1"]["serverRelativeURL"])
+    widget = _with_gvk(doc["components"]["schemas"], "test.example.com", "v1", "Widget")
+    assert widget["properties"]["spec"]["required"] == ["size"]
+    assert _dangling_refs(doc, "#/components/schemas/", doc["components"]["schemas"]) == []
+
+
+def test_v2_document_and_its_protobuf_only_request(sandbox: SandboxHandle):
+    install_crd(sandbox.api_client())
+    code, _, v2 = _call(sandbox, "GET", "/openapi/v2")
+    assert code == 200 and v2["swagger"] == "2.0"
+    _with_gvk(v2["definitions"], "", "v1", "ConfigMap")
+    _with_gvk(v2["definitions"], "test.example.com", "v1", "Widget")
+    assert _dangling_refs(v2, "#/definitions/", v2["definitions"]) == []
+    code, _, status = _call(sandbox, "GET", "/openapi/v2",
+                            headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"})
+    assert (code, status["reason"]) == (406, "NotAcceptable")
+
+
+CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}, "bogus": {"x": 1}}
+
+
+@pytest.mark.parametrize("validation, code, warning", [
+    ("Strict", 400, None), ("Warn", 201, '299 - "unknown field \\"bogus\\""'),
+    ("", 201, '299 - "unknown field \\"bogus\\""'), ("Ignore", 201, None)])
+def test_builtin_unknown_fields_per_field_validation(sandbox: SandboxHandle, validation: str, code: int,
+                                                     warning: str | None):
+    query = f"?fieldValidation={validation}" if validation else ""
+    got, headers, body = _call(sandbox, "POST", f"/api/v1/namespaces/default/configmaps{query}", CM)
+    assert got == code
+    assert headers.get("Warning") == warning
+    if code == 400:
+        assert body["message"] == ('ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding '
+                                   'error: unknown field "bogus"')
+        assert _call(sandbox, "GET", "/api/v1/namespaces/default/configmaps/c")[0] == 404
+    else:
+        assert "bogus" not in body and body["data"] == {"a": "b"}
