@@ -20,7 +20,8 @@ from typing import Any, Callable
 
 import yaml
 
-from ansible_operator.sandbox import builtin_schemas, crdcheck, kinds, patching, protobuf, schema, selectors
+from ansible_operator.sandbox import (builtin_schemas, crdcheck, kinds, managedfields, patching, protobuf, schema,
+                                      selectors)
 from ansible_operator.sandbox.errors import (ApiError, already_exists, bad_request, conflict, forbidden, invalid,
                                              namespace_not_found, no_containers, not_found, path_not_found, request_entity_too_large, success_status,
                                              unsupported_media_type)
@@ -72,6 +73,7 @@ PATCH_TYPES = {
 class WriteOptions:
     dry_run: bool = False
     field_manager: str | None = None
+    user_agent: str = ""  # names the manager of a write without fieldManager (as kube-apiserver)
     force: bool = False
     field_validation: str = ""  # "", "Ignore", "Warn", "Strict"
 
@@ -137,6 +139,15 @@ def spec_part(obj: dict[str, Any], with_status: bool = False) -> dict[str, Any]:
     """What a generation bump is decided on: everything but metadata (and status, unless ``with_status``)."""
     skip = ("metadata", "apiVersion", "kind") if with_status else ("metadata", "status", "apiVersion", "kind")
     return {k: v for k, v in obj.items() if k not in skip}
+
+
+def _shape(rtype: ResourceType) -> managedfields.Shape:
+    return managedfields.Shape(rtype.kind, None if rtype.builtin else (rtype.schema or {}), rtype.has_status)
+
+
+def _owners(entries: Any) -> list[Any]:
+    """managedFields without timestamps: what decides whether an apply changed ownership."""
+    return [{k: v for k, v in e.items() if k != "time"} for e in entries or [] if isinstance(e, dict)]
 
 
 class Api:
@@ -326,7 +337,7 @@ class Api:
 
     # ---- create ----------------------------------------------------------------------------------
     def create(self, rtype: ResourceType, namespace: str | None, body: Any, opts: WriteOptions | None = None,
-               warnings: list[str] | None = None) -> dict[str, Any]:
+               warnings: list[str] | None = None, *, applied: bool = False) -> dict[str, Any]:
         opts = opts or WriteOptions()
         warnings = warnings if warnings is not None else []
         obj = self._check_body_identity(rtype, copy.deepcopy(body), namespace)
@@ -366,6 +377,10 @@ class Api:
         obj = self._crd_schema_pipeline(rtype, obj, opts, warnings)
         kinds.normalize(rtype, obj, None)
         self._check_crd(rtype, obj)
+        manager = managedfields.manager_name(opts.field_manager, opts.user_agent)
+        obj["metadata"]["managedFields"] = (
+            managedfields.created_by_apply(obj, manager, rtype.api_version, _shape(rtype)) if applied else
+            managedfields.record_update(None, obj, manager, rtype.api_version, None, _shape(rtype)))
         if self.lifecycle is not None:
             self.lifecycle.on_create(rtype, obj)
         if opts.dry_run:
@@ -386,7 +401,8 @@ class Api:
         return self._write(rtype, old, new, subresource, opts, warnings if warnings is not None else [])
 
     def _write(self, rtype: ResourceType, old: dict[str, Any], new: dict[str, Any], subresource: str | None,
-               opts: WriteOptions, warnings: list[str]) -> dict[str, Any]:
+               opts: WriteOptions, warnings: list[str], managed: list[dict[str, Any]] | None = None
+               ) -> dict[str, Any]:
         """Common tail of update and patch: merge the rules of what may change, then store (or not)."""
         name = old["metadata"]["name"]
         old_meta = old["metadata"]
@@ -451,7 +467,13 @@ class Api:
         with_status = not rtype.builtin and not rtype.has_status
         if kinds.has_generation(rtype) and spec_part(new, with_status) != spec_part(old, with_status):
             meta["generation"] = int(old_meta.get("generation") or 1) + 1
-        if strip_for_compare(new) == strip_for_compare(self.present(rtype, copy.deepcopy(old))):
+        if managed is None:
+            manager = managedfields.manager_name(opts.field_manager, opts.user_agent)
+            managed = managedfields.record_update(old, new, manager, rtype.api_version,
+                                                  "status" if subresource == "status" else None, _shape(rtype))
+        meta["managedFields"] = managed
+        if strip_for_compare(new) == strip_for_compare(self.present(rtype, copy.deepcopy(old))) and \
+                _owners(managed) == _owners(old_meta.get("managedFields")):
             return self.present(rtype, old)  # no-op: same resourceVersion, no event
         if opts.dry_run:
             meta["resourceVersion"] = old_meta.get("resourceVersion")
@@ -491,7 +513,8 @@ class Api:
             if kind == "apply" and subresource is None:
                 kinds.check_metadata(body)
                 return self.create(rtype, namespace, dict(body, metadata=dict(body.get("metadata") or {},
-                                                                              name=name)), opts, warnings)
+                                                                              name=name)), opts, warnings,
+                                   applied=True)
             raise not_found(rtype, name)
         current = self.present(rtype, current)
         try:
@@ -518,8 +541,14 @@ class Api:
                                                                                        dict) else None
         if want_rv not in (None, "") and str(want_rv) != current["metadata"].get("resourceVersion"):
             raise conflict(rtype, name)
+        managed = None
+        if kind == "apply":
+            patched = managedfields.apply(current, patched, body, opts.field_manager or "", opts.force,
+                                          rtype.api_version, "status" if subresource == "status" else None,
+                                          _shape(rtype))
+            managed = patched["metadata"].pop("managedFields")
         patched = self._check_body_identity(rtype, patched, namespace, name)
-        return self._write(rtype, current, patched, subresource, opts, warnings)
+        return self._write(rtype, current, patched, subresource, opts, warnings, managed)
 
     # ---- delete ----------------------------------------------------------------------------------
     def delete(self, rtype: ResourceType, namespace: str | None, name: str, options: dict[str, Any],

@@ -453,7 +453,7 @@ def _normalize_order(merged: list, order: list[Any], original: list, key: str) -
 
 
 def apply_patch(current: dict | None, applied: dict, field_manager: str, schema: dict | None = None) -> dict:
-    """Server-side apply, **simplified to create-or-merge**.
+    """Server-side apply's merge of an applied configuration into the live object.
 
     * ``current is None`` → the applied configuration is the new object.
     * otherwise the applied configuration is merged into ``current``: maps merge recursively,
@@ -464,9 +464,9 @@ def apply_patch(current: dict | None, applied: dict, field_manager: str, schema:
       ``x-kubernetes-list-type: map`` (+ ``x-kubernetes-list-map-keys``) / ``set`` markers decide
       (``metadata.finalizers``/``ownerReferences`` always merge).
 
-    Not modelled: managedFields ownership — so no conflicts (``force`` is irrelevant), and fields
-    or list elements a manager stops applying are *not* removed. ``field_manager`` is required (as
-    the apiserver requires ``fieldManager`` for apply) but only checked, not recorded.
+    This is the merge only: field ownership (managedFields, conflicts, ``force``, removing what a
+    manager stops applying) is :mod:`managedfields`, applied by the verb layer on the merged result.
+    ``field_manager`` is required (as the apiserver requires ``fieldManager`` for apply).
     """
     if not isinstance(applied, dict):
         raise PatchError(f"apply patch must be an object, got {_go_json_type(applied)}")
@@ -481,6 +481,12 @@ def apply_patch(current: dict | None, applied: dict, field_manager: str, schema:
         return _drop_nulls(applied)
     kind = str(applied.get("kind") or current.get("kind") or "")
     return _apply_map(current, applied, (), _ApplyContext(kind, schema is not None), schema)
+
+
+def apply_list_keys(kind: str, path: tuple[str, ...], node: dict | None, schema_driven: bool
+                    ) -> tuple[str, ...] | None:
+    """Key fields of the list at ``path`` for apply and field ownership: () for a set, None when atomic."""
+    return _ApplyContext(kind, schema_driven).list_keys(path, node)
 
 
 @dataclass(frozen=True)

@@ -240,6 +240,7 @@ class ApiServer:
         if fv not in ("", "Ignore", "Warn", "Strict"):
             raise bad_request(f'fieldValidation must be one of "Ignore", "Warn" or "Strict", got {fv!r}')
         return WriteOptions(dry_run="All" in dry, field_manager=q.get("fieldManager"),
+                            user_agent=request.headers.get("User-Agent", ""),
                             force=_flag(q.get("force")), field_validation=fv)
 
     @staticmethod

@@ -191,8 +191,12 @@ def test_server_side_apply_create_then_merge(api):
     assert status == 201 and body["data"] == {"a": "1"}
     status, body = _raw(api, "PATCH", "/api/v1/namespaces/default/configmaps/ssa",
                         body="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ssa}\ndata: {b: '2'}\n",
+                        content_type="application/apply-patch+yaml", query={"fieldManager": "other"})
+    assert status == 200 and body["data"] == {"a": "1", "b": "2"}  # two managers' fields merge
+    status, body = _raw(api, "PATCH", "/api/v1/namespaces/default/configmaps/ssa",
+                        body="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ssa}\ndata: {c: '3'}\n",
                         content_type="application/apply-patch+yaml", query={"fieldManager": "me"})
-    assert status == 200 and body["data"] == {"a": "1", "b": "2"}
+    assert status == 200 and body["data"] == {"b": "2", "c": "3"}  # "me" no longer applies a: removed
     status, body = _raw(api, "PATCH", "/api/v1/namespaces/default/configmaps/ssa", body="data: {}",
                         content_type="application/apply-patch+yaml")
     assert status == 400  # fieldManager is required
