@@ -283,9 +283,12 @@ def _container_defaults(c: dict[str, Any]) -> None:
     for port in c.get("ports") or []:
         if isinstance(port, dict):
             port.setdefault("protocol", "TCP")
+
+
+def _requests_from_limits(c: dict[str, Any]) -> None:
+    """Requests default to limits, per resource: SetDefaults_Pod only (a PodTemplate's containers keep theirs)."""
     resources = c.get("resources")
     if isinstance(resources, dict) and isinstance(resources.get("limits"), dict):
-        # requests default to limits (SetDefaults_Pod), per resource
         requests = resources.setdefault("requests", {})
         if isinstance(requests, dict):
             for k, v in resources["limits"].items():
@@ -331,6 +334,9 @@ def _pod(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -
     if not isinstance(spec, dict):
         return
     _pod_spec_defaults(spec)
+    for c in [c for f in ("containers", "initContainers") for c in spec.get(f) or []]:
+        if isinstance(c, dict):
+            _requests_from_limits(c)
     if old is None:
         # ServiceAccount admission and DefaultTolerationSeconds, then the registry's initial status
         spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
@@ -399,15 +405,13 @@ def _workload(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | No
         spec.setdefault("revisionHistoryLimit", 10)
     if rtype.kind == "Deployment":
         spec.setdefault("progressDeadlineSeconds", 600)
-        spec.setdefault("strategy", {"type": "RollingUpdate",
-                                     "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})
+        _default_strategy(spec, "strategy", {"maxUnavailable": "25%", "maxSurge": "25%"})
     if rtype.kind == "DaemonSet":
         spec.setdefault("revisionHistoryLimit", 10)
-        spec.setdefault("updateStrategy", {"type": "RollingUpdate",
-                                           "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
+        _default_strategy(spec, "updateStrategy", {"maxUnavailable": 1, "maxSurge": 0})
     if rtype.kind == "StatefulSet":
         spec.setdefault("podManagementPolicy", "OrderedReady")
-        spec.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+        _default_strategy(spec, "updateStrategy", {"partition": 0})
     if rtype.kind == "Job":
         spec.setdefault("parallelism", 1)
         spec.setdefault("completions", 1)
@@ -418,6 +422,20 @@ def _workload(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | No
         spec.setdefault("successfulJobsHistoryLimit", 3)
         spec.setdefault("failedJobsHistoryLimit", 1)
     _validate_selector_matches_template(rtype, obj)
+
+
+def _default_strategy(spec: dict[str, Any], key: str, rolling: dict[str, Any]) -> None:
+    """apps/v1 SetDefaults_*: an empty strategy type is RollingUpdate, whose unset fields get their defaults
+    (field by field: protobuf clients such as ``kubectl create deployment`` send an empty ``strategy: {}``)."""
+    strategy = spec.setdefault(key, {})
+    if not isinstance(strategy, dict):
+        return
+    strategy.setdefault("type", "RollingUpdate")
+    if strategy["type"] == "RollingUpdate":
+        update = strategy.setdefault("rollingUpdate", {})
+        if isinstance(update, dict):
+            for k, v in rolling.items():
+                update.setdefault(k, v)
 
 
 def _validate_selector_matches_template(rtype: ResourceType, obj: dict[str, Any]) -> None:

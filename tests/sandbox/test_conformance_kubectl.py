@@ -1,0 +1,253 @@
+"""Conformance: kubectl 1.32's imperative verbs and ``explain`` against the sandbox, with real-server results.
+
+kubectl's typed commands send protobuf bodies; every object they create is read back as JSON and compared
+with what kube-apiserver stores for the same command (kubectl's own fields plus the registry defaults).
+One sandbox for the module; each test works in its own namespace.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from ansible_operator.sandbox.testing import SandboxHandle, start_in_thread
+
+from .helpers import CRD
+
+
+class Kubectl:
+    def __init__(self, sandbox: SandboxHandle, home: Path) -> None:
+        self.env = dict(sandbox.kubectl_env(), HOME=str(home))  # kubectl's discovery/openapi cache per module
+        self.home = home
+
+    def run(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(["kubectl", *args], env=self.env, capture_output=True, text=True, input=input,
+                              timeout=60)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def get(self, *args: str) -> dict[str, Any]:
+        return json.loads(self.run("get", *args, "-o", "json").stdout)  # type: ignore[no-any-return]
+
+    def namespace(self, name: str) -> str:
+        self.run("create", "namespace", name)
+        return name
+
+
+@pytest.fixture(scope="module")
+def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubectl]:
+    tmp = tmp_path_factory.mktemp("conformance")
+    handle = start_in_thread(tmp / "sandbox.kubeconfig")
+    try:
+        yield Kubectl(handle, tmp)
+    finally:
+        handle.sandbox.stop_thread()
+
+
+def test_create_workloads(kubectl: Kubectl):
+    ns = kubectl.namespace("workloads")
+    kubectl.run("create", "deployment", "web", "-n", ns, "--image=nginx:1.27", "--replicas=3", "--port=80")
+    kubectl.run("create", "deployment", "zero", "-n", ns, "--image=nginx", "--replicas=0")
+    kubectl.run("create", "job", "once", "-n", ns, "--image=busybox", "--", "echo", "hi")
+    kubectl.run("create", "cronjob", "tick", "-n", ns, "--image=busybox", "--schedule=*/5 * * * *",
+                "--restart=OnFailure", "--", "date")
+    kubectl.run("create", "job", "manual", "-n", ns, "--from=cronjob/tick")
+    kubectl.run("run", "solo", "-n", ns, "--image=nginx", "--labels=app=solo", "--env=A=B", "--port=8080")
+
+    web = kubectl.get("deployment", "web", "-n", ns)
+    assert web["spec"]["replicas"] == 3
+    assert web["spec"]["selector"] == {"matchLabels": {"app": "web"}}
+    container = web["spec"]["template"]["spec"]["containers"][0]
+    assert (container["name"], container["image"], container["ports"]) == \
+        ("nginx", "nginx:1.27", [{"containerPort": 80, "protocol": "TCP"}])
+    assert web["spec"]["strategy"] == {"type": "RollingUpdate",
+                                       "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}
+    assert (web["spec"]["revisionHistoryLimit"], web["spec"]["progressDeadlineSeconds"]) == (10, 600)
+    # a pointer field sent as 0 stays 0 (not the default 1)
+    assert kubectl.get("deployment", "zero", "-n", ns)["spec"]["replicas"] == 0
+
+    job = kubectl.get("job", "once", "-n", ns)
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["echo", "hi"]
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert (job["spec"]["backoffLimit"], job["spec"]["completions"], job["spec"]["parallelism"]) == (6, 1, 1)
+
+    tick = kubectl.get("cronjob", "tick", "-n", ns)
+    assert tick["spec"]["schedule"] == "*/5 * * * *"
+    assert tick["spec"]["jobTemplate"]["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
+    assert (tick["spec"]["concurrencyPolicy"], tick["spec"]["suspend"], tick["spec"]["successfulJobsHistoryLimit"],
+            tick["spec"]["failedJobsHistoryLimit"]) == ("Allow", False, 3, 1)
+    manual = kubectl.get("job", "manual", "-n", ns)
+    assert manual["metadata"]["annotations"]["cronjob.kubernetes.io/instantiate"] == "manual"
+    assert [(o["kind"], o["name"], o.get("controller")) for o in manual["metadata"]["ownerReferences"]] == \
+        [("CronJob", "tick", True)]
+
+    solo = kubectl.get("pod", "solo", "-n", ns)
+    assert solo["metadata"]["labels"] == {"app": "solo"}
+    assert solo["spec"]["containers"][0]["env"] == [{"name": "A", "value": "B"}]
+    assert solo["spec"]["containers"][0]["ports"] == [{"containerPort": 8080, "protocol": "TCP"}]
+    assert solo["spec"]["serviceAccountName"] == "default"
+
+
+def test_create_services(kubectl: Kubectl):
+    ns = kubectl.namespace("services")
+    kubectl.run("create", "service", "clusterip", "cip", "-n", ns, "--tcp=80:8080")
+    kubectl.run("create", "service", "clusterip", "headless", "-n", ns, "--clusterip=None")
+    kubectl.run("create", "service", "nodeport", "np", "-n", ns, "--tcp=80:8080", "--node-port=30080")
+    kubectl.run("create", "service", "externalname", "ext", "-n", ns, "--external-name=example.com")
+    kubectl.run("create", "deployment", "app", "-n", ns, "--image=nginx")
+    kubectl.run("expose", "deployment", "app", "-n", ns, "--port=80", "--target-port=8080", "--name=app-svc")
+
+    cip = kubectl.get("service", "cip", "-n", ns)["spec"]
+    assert cip["type"] == "ClusterIP" and cip["clusterIP"] not in ("", "None", None)
+    assert cip["ports"] == [{"name": "80-8080", "port": 80, "protocol": "TCP", "targetPort": 8080}]
+    assert cip["selector"] == {"app": "cip"}
+    assert kubectl.get("service", "headless", "-n", ns)["spec"]["clusterIP"] == "None"
+    np = kubectl.get("service", "np", "-n", ns)["spec"]
+    assert np["type"] == "NodePort" and np["ports"][0]["nodePort"] == 30080
+    ext = kubectl.get("service", "ext", "-n", ns)["spec"]
+    assert (ext["type"], ext["externalName"]) == ("ExternalName", "example.com")
+    exposed = kubectl.get("service", "app-svc", "-n", ns)["spec"]
+    assert exposed["selector"] == {"app": "app"}
+    assert exposed["ports"] == [{"port": 80, "protocol": "TCP", "targetPort": 8080}]
+
+
+def test_create_rbac(kubectl: Kubectl):
+    ns = kubectl.namespace("rbac")
+    kubectl.run("create", "role", "reader", "-n", ns, "--verb=get,list", "--resource=pods,deployments.apps",
+                "--resource-name=a")
+    kubectl.run("create", "rolebinding", "read", "-n", ns, "--role=reader", "--user=bob",
+                f"--serviceaccount={ns}:robot", "--group=devs")
+    kubectl.run("create", "clusterrole", "nodes", "--verb=get", "--resource=nodes", "--non-resource-url=/healthz")
+    kubectl.run("create", "clusterrole", "agg", "--aggregation-rule=rbac.example.com/aggregate=true")
+    kubectl.run("create", "clusterrolebinding", "nodes", "--clusterrole=nodes", "--user=alice")
+    kubectl.run("set", "subject", "rolebinding", "read", "-n", ns, "--user=carol")
+
+    rules = kubectl.get("role", "reader", "-n", ns)["rules"]
+    assert rules == [{"apiGroups": [""], "resources": ["pods"], "resourceNames": ["a"], "verbs": ["get", "list"]},
+                     {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["a"],
+                      "verbs": ["get", "list"]}]
+    binding = kubectl.get("rolebinding", "read", "-n", ns)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"}
+    assert sorted((s["kind"], s["name"]) for s in binding["subjects"]) == \
+        [("Group", "devs"), ("ServiceAccount", "robot"), ("User", "bob"), ("User", "carol")]
+    nodes = kubectl.get("clusterrole", "nodes")["rules"]
+    assert {"nonResourceURLs": ["/healthz"], "verbs": ["get"]} in nodes
+    agg = kubectl.get("clusterrole", "agg")
+    assert agg["aggregationRule"] == {"clusterRoleSelectors": [{"matchLabels": {"rbac.example.com/aggregate":
+                                                                                "true"}}]}
+    crb = kubectl.get("clusterrolebinding", "nodes")
+    assert crb["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]
+
+
+def test_create_policy_networking_quota_priority(kubectl: Kubectl):
+    ns = kubectl.namespace("policy")
+    kubectl.run("create", "pdb", "min", "-n", ns, "--selector=app=web", "--min-available=1")
+    kubectl.run("create", "poddisruptionbudget", "max", "-n", ns, "--selector=app=web", "--max-unavailable=50%")
+    kubectl.run("create", "ingress", "web", "-n", ns, "--class=nginx", "--rule=foo.com/bar*=svc:8080",
+                "--rule=foo.com/exact=svc:http,tls=cert")
+    kubectl.run("create", "quota", "q", "-n", ns, "--hard=cpu=1,memory=1Gi,pods=2", "--scopes=NotTerminating")
+    kubectl.run("create", "priorityclass", "high", "--value=1000", "--description=important",
+                "--preemption-policy=Never")
+    kubectl.run("create", "priorityclass", "low", "--value=-5")
+
+    assert kubectl.get("pdb", "min", "-n", ns)["spec"] == {"minAvailable": 1,
+                                                           "selector": {"matchLabels": {"app": "web"}}}
+    assert kubectl.get("pdb", "max", "-n", ns)["spec"]["maxUnavailable"] == "50%"
+    ing = kubectl.get("ingress", "web", "-n", ns)["spec"]
+    assert ing["ingressClassName"] == "nginx"
+    assert ing["rules"] == [{"host": "foo.com", "http": {"paths": [
+        {"path": "/bar", "pathType": "Prefix",
+         "backend": {"service": {"name": "svc", "port": {"number": 8080}}}},
+        {"path": "/exact", "pathType": "Exact", "backend": {"service": {"name": "svc", "port": {"name": "http"}}}},
+    ]}}]
+    assert ing["tls"] == [{"hosts": ["foo.com"], "secretName": "cert"}]
+    quota = kubectl.get("quota", "q", "-n", ns)["spec"]
+    assert quota == {"hard": {"cpu": "1", "memory": "1Gi", "pods": "2"}, "scopes": ["NotTerminating"]}
+    high = kubectl.get("priorityclass", "high")
+    assert (high["value"], high["description"], high["preemptionPolicy"]) == (1000, "important", "Never")
+    low = kubectl.get("priorityclass", "low")
+    assert (low["value"], low["preemptionPolicy"]) == (-5, "PreemptLowerPriority")
+    assert "globalDefault" not in low  # false is omitted, as the real server writes it
+
+
+def test_create_config_objects(kubectl: Kubectl, tmp_path: Path):
+    ns = kubectl.namespace("config")
+    (tmp_path / "app.conf").write_text("x = 1\n")
+    (tmp_path / "blob.bin").write_bytes(b"\x00\xff\x01")
+    kubectl.run("create", "configmap", "cfg", "-n", ns, "--from-literal=a=b", f"--from-file={tmp_path / 'app.conf'}",
+                f"--from-file={tmp_path / 'blob.bin'}")
+    kubectl.run("create", "secret", "generic", "pw", "-n", ns, "--from-literal=password=hunter2", "--type=Opaque")
+    kubectl.run("create", "secret", "docker-registry", "reg", "-n", ns, "--docker-server=r.example.com",
+                "--docker-username=u", "--docker-password=p")
+    kubectl.run("create", "serviceaccount", "robot", "-n", ns)
+
+    cfg = kubectl.get("configmap", "cfg", "-n", ns)
+    assert cfg["data"] == {"a": "b", "app.conf": "x = 1\n"}
+    assert cfg["binaryData"] == {"blob.bin": base64.b64encode(b"\x00\xff\x01").decode()}
+    pw = kubectl.get("secret", "pw", "-n", ns)
+    assert (pw["type"], pw["data"]) == ("Opaque", {"password": base64.b64encode(b"hunter2").decode()})
+    reg = kubectl.get("secret", "reg", "-n", ns)
+    assert reg["type"] == "kubernetes.io/dockerconfigjson"
+    auths = json.loads(base64.b64decode(reg["data"][".dockerconfigjson"]))["auths"]
+    assert auths["r.example.com"]["username"] == "u"
+    assert kubectl.get("serviceaccount", "robot", "-n", ns)["metadata"]["namespace"] == ns
+    assert kubectl.get("namespace", ns)["status"] == {"phase": "Active"}
+    assert kubectl.get("namespace", ns)["spec"] == {"finalizers": ["kubernetes"]}
+
+
+def test_mutating_verbs(kubectl: Kubectl):
+    ns = kubectl.namespace("mutate")
+    kubectl.run("create", "deployment", "web", "-n", ns, "--image=nginx:1.26")
+    kubectl.run("scale", "deployment", "web", "-n", ns, "--replicas=4")
+    kubectl.run("set", "image", "deployment/web", "-n", ns, "nginx=nginx:1.27")
+    kubectl.run("set", "env", "deployment/web", "-n", ns, "MODE=prod")
+    kubectl.run("set", "resources", "deployment", "web", "-n", ns, "--limits=cpu=200m,memory=64Mi")
+    kubectl.run("label", "deployment", "web", "-n", ns, "tier=front")
+    kubectl.run("annotate", "deployment", "web", "-n", ns, "note=hello")
+    web = kubectl.get("deployment", "web", "-n", ns)
+    c = web["spec"]["template"]["spec"]["containers"][0]
+    assert web["spec"]["replicas"] == 4
+    assert (c["image"], c["env"], c["resources"]) == ("nginx:1.27", [{"name": "MODE", "value": "prod"}],
+                                                      {"limits": {"cpu": "200m", "memory": "64Mi"}})
+    assert web["metadata"]["labels"]["tier"] == "front" and web["metadata"]["annotations"]["note"] == "hello"
+    # delete answers as kubectl expects and the object is gone
+    assert kubectl.run("delete", "deployment", "web", "-n", ns).stdout.strip() == 'deployment.apps "web" deleted'
+    assert "NotFound" in kubectl.run("get", "deployment", "web", "-n", ns, check=False).stderr
+
+
+def test_server_dry_run_and_field_validation(kubectl: Kubectl):
+    ns = kubectl.namespace("dryrun")
+    out = json.loads(kubectl.run("create", "deployment", "ghost", "-n", ns, "--image=nginx", "--dry-run=server",
+                                 "-o", "json").stdout)
+    assert out["metadata"]["uid"] and out["spec"]["replicas"] == 1
+    assert "NotFound" in kubectl.run("get", "deployment", "ghost", "-n", ns, check=False).stderr
+    manifest = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "typo", "namespace": ns},
+                           "data": {"a": "b"}, "dta": {"c": "d"}})
+    proc = kubectl.run("apply", "-f", "-", input=manifest, check=False)
+    assert proc.returncode != 0
+    assert 'strict decoding error: unknown field "dta"' in proc.stderr
+    proc = kubectl.run("apply", "--validate=warn", "-f", "-", input=manifest)
+    assert 'Warning: unknown field "dta"' in proc.stderr
+    assert "dta" not in kubectl.get("configmap", "typo", "-n", ns)
+
+
+def test_explain_builtins_and_crds(kubectl: Kubectl):
+    out = kubectl.run("explain", "deployment.spec.replicas").stdout
+    assert "GROUP:      apps" in out and "FIELD: replicas <integer>" in out
+    assert "Number of desired pods" in out
+    out = kubectl.run("explain", "pods.spec.containers").stdout
+    assert "FIELD: containers <[]Container>" in out and "imagePullPolicy\t<string>" in out
+    out = kubectl.run("explain", "services.spec", "--recursive").stdout
+    assert "ports\t<[]ServicePort>" in out and "targetPort\t<IntOrString>" in out or "targetPort\t<string>" in out
+    proc = kubectl.run("explain", "deployment.spec.bogus", check=False)
+    assert proc.returncode != 0 and 'field "bogus" does not exist' in proc.stderr
+    kubectl.run("apply", "-f", "-", input=json.dumps(CRD))
+    kubectl.run("wait", "--for=condition=Established", f"crd/{CRD['metadata']['name']}", "--timeout=20s")
+    out = kubectl.run("explain", "widgets.spec").stdout
+    assert "KIND:       Widget" in out and "size\t<integer> -required-" in out and "color\t<string>" in out
