@@ -40,12 +40,14 @@ _LABEL_NAMED = {("", "Namespace"), ("", "Service")}
 _PATH_NAMED = {("rbac.authorization.k8s.io", "Role"), ("rbac.authorization.k8s.io", "RoleBinding"),
                ("rbac.authorization.k8s.io", "ClusterRole"), ("rbac.authorization.k8s.io", "ClusterRoleBinding")}
 
-#: built-in kinds whose registry sets ``ReturnDeletedObject: true`` (k8s.io/kubernetes pkg/registry/*/storage):
-#: a DELETE that removes one answers the deleted object, every other built-in answers a ``Status``; custom
-#: resources always answer the object (apiextensions-apiserver's customresource store)
+#: built-in kinds whose registry sets ``ReturnDeletedObject: true`` (k8s.io/kubernetes pkg/registry/*/storage;
+#: the published OpenAPI's DELETE responses say the same): a DELETE that removes one answers the deleted object,
+#: every other built-in answers a ``Status``; custom resources always answer the object (apiextensions-apiserver's
+#: customresource store)
 RETURNS_DELETED_OBJECT = frozenset({
     "/pods", "/services", "/serviceaccounts", "/persistentvolumes", "/persistentvolumeclaims",
     "/resourcequotas", "/podtemplates", "storage.k8s.io/storageclasses", "storage.k8s.io/volumeattachments",
+    "storage.k8s.io/csidrivers", "storage.k8s.io/csinodes",
 })
 
 #: subresources that reach a kubelet or a container on a real cluster: (group/resource, subresource)

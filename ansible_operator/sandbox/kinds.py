@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import ipaddress
 import random
 from typing import Any
@@ -382,6 +383,17 @@ def _ingress_class(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any]
     obj.setdefault("spec", {})
 
 
+def _csi_driver(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """SetDefaults_CSIDriverSpec."""
+    spec = obj.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        return
+    for k, v in (("attachRequired", True), ("podInfoOnMount", False), ("requiresRepublish", False),
+                 ("storageCapacity", False), ("seLinuxMount", False), ("fsGroupPolicy", "ReadWriteOnceWithFSType"),
+                 ("volumeLifecycleModes", ["Persistent"])):
+        spec.setdefault(k, copy.deepcopy(v))
+
+
 def _pvc(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
     if old is None:
         obj["status"] = {"phase": "Pending"}
@@ -542,6 +554,9 @@ _INITIAL_STATUS: dict[tuple[str, str], dict[str, Any]] = {
     ("apps", "DaemonSet"): {"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0,
                             "numberReady": 0},
     ("autoscaling", "HorizontalPodAutoscaler"): {"desiredReplicas": 0},
+    ("policy", "PodDisruptionBudget"): {"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0,
+                                        "expectedPods": 0},
+    ("storage.k8s.io", "VolumeAttachment"): {"attached": False},
 }
 
 
@@ -560,6 +575,7 @@ _NORMALIZERS = {
     ("", "ReplicationController"): _replication_controller,
     ("scheduling.k8s.io", "PriorityClass"): _priority_class,
     ("networking.k8s.io", "IngressClass"): _ingress_class,
+    ("storage.k8s.io", "CSIDriver"): _csi_driver,
     ("apps", "Deployment"): _workload,
     ("apps", "StatefulSet"): _workload,
     ("apps", "ReplicaSet"): _workload,
