@@ -1,0 +1,248 @@
+"""An operator laid out exactly like an Operator SDK scaffold, run the way its Deployment runs it (issue 10
+item 6).
+
+``tests/e2e/sdk_project`` is what ``operator-sdk init --plugins ansible --domain example.org`` + ``create
+api --group web --version v1alpha1 --kind Website --generate-role --generate-playbook`` lays out (PROJECT,
+Dockerfile FROM our image, requirements.yml, watches.yaml with a ``finalizer.vars.state: absent``
+finalizer, playbooks/, roles/website with ``meta/main.yml`` collections, molecule/, config/ with kustomize
+default + manager + rbac + samples), written for this test. Its role uses ``osdk_metric`` (counter and
+gauge), ``k8s_status``, ``requeue_after`` while its Deployment rolls out, and a vault-encrypted variable.
+
+The operator is started like the container would be: ``ansible-operator run --watches-file=./watches.yaml``
+(the image's ENTRYPOINT) in a copy of the project (its /opt/ansible), followed by the ``args`` and ``env`` of
+the manager container in ``kubectl kustomize config/default`` -- the scaffold's manager args
+(``--metrics-require-rbac --metrics-secure --metrics-bind-address=:8443 --leader-elect ...``) and ours
+(``--ansible-args=--vault-password-file=...``). Two things stand in for the pod: the ports are moved to
+free ones (a pod has its own network namespace), and the Deployment's volume mounts (the vault password
+Secret) are provided at a temporary path. The rendered manifests are applied to the sandbox as well.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import kubernetes
+import pytest
+import yaml
+from kubernetes.client.rest import ApiException
+
+from ansible_operator.sandbox.testing import start_in_thread, wait_for
+
+pytestmark = pytest.mark.e2e
+
+PROJECT = Path(__file__).parent / "sdk_project"
+GROUP, VERSION, PLURAL = "web.example.org", "v1alpha1", "websites"
+NS = "sites"
+VAULT_PASSWORD = "website-operator-vault-pass"  # what roles/website/vars/main.yml was encrypted with
+ADMIN_TOKEN = "S3cr3t-admin-token"  # ... and what it decrypts to
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, token: str | None = None) -> tuple[int, str]:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=context) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def _serves(api: Any, group_version: str, plural: str) -> bool:
+    try:
+        doc = api.call_api(f"/apis/{group_version}", "GET", response_type="object", _return_http_data_only=True)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return any(r.get("name") == plural for r in doc.get("resources") or [])
+
+
+def _rendered() -> list[dict[str, Any]]:
+    out = subprocess.run(["kubectl", "kustomize", str(PROJECT / "config" / "default")], check=True,
+                         capture_output=True, text=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def _container_command(manager: dict[str, Any], ports: dict[str, int], mounts: dict[str, Path]) -> list[str]:
+    """The image's ENTRYPOINT with the Deployment's args, ports and mount paths moved for this host."""
+    container = manager["spec"]["template"]["spec"]["containers"][0]
+    args = []
+    for arg in container.get("args") or []:
+        for flag, port in ports.items():
+            if arg.startswith(f"{flag}=:"):
+                arg = f"{flag}=127.0.0.1:{port}"
+        for mount_path, host_path in mounts.items():
+            arg = arg.replace(mount_path, str(host_path))
+        args.append(arg)
+    # ENTRYPOINT ["/tini", "--", "/usr/local/bin/ansible-operator", "run", "--watches-file=./watches.yaml"]
+    return [sys.executable, "-m", "ansible_operator", "run", "--watches-file=./watches.yaml", *args]
+
+
+def _container_env(manager: dict[str, Any]) -> dict[str, str]:
+    container = manager["spec"]["template"]["spec"]["containers"][0]
+    env = {}
+    for item in container.get("env") or []:
+        if "value" in item:
+            env[item["name"]] = str(item["value"])
+        elif (item.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
+            env[item["name"]] = manager["metadata"]["namespace"]
+        else:
+            raise AssertionError(f"env {item} is not something this test can provide")
+    return env
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[Any]:
+    handle = start_in_thread(tmp_path / "admin.kubeconfig", crds=[PROJECT / "config" / "crd" / "bases"])
+    try:
+        yield handle
+    finally:
+        handle.sandbox.stop_thread()
+
+
+def test_sdk_scaffolded_project_runs_with_its_manager_args(sandbox: Any, tmp_path: Path) -> None:
+    api = sandbox.api_client()
+    core = kubernetes.client.CoreV1Api(api)
+    custom = kubernetes.client.CustomObjectsApi(api)
+    apps = kubernetes.client.AppsV1Api(api)
+    rendered = _rendered()
+    (manager,) = [d for d in rendered if d["kind"] == "Deployment"]
+    container = manager["spec"]["template"]["spec"]["containers"][0]
+    assert "--metrics-require-rbac" in container["args"] and "--metrics-secure" in container["args"]
+
+    # the whole rendered config/default is valid for the API server (the pod itself never starts here)
+    applied = subprocess.run(["kubectl", "apply", "-f", "-"], input=yaml.safe_dump_all(rendered), text=True,
+                             capture_output=True, env=sandbox.kubectl_env())
+    assert applied.returncode == 0, applied.stderr
+
+    # the pod's filesystem: the project under /opt/ansible, the website-vault Secret at its mount path
+    home = tmp_path / "opt-ansible"
+    shutil.copytree(PROJECT, home, ignore=shutil.ignore_patterns("config", "molecule", "__pycache__"))
+    vault = tmp_path / "website-vault"
+    vault.mkdir()
+    (vault / "password").write_text(VAULT_PASSWORD + "\n")
+    mounts = {m["mountPath"]: vault for m in container["volumeMounts"]}
+    assert list(mounts) == ["/etc/website-vault"]
+    ports = {"--metrics-bind-address": _free_port(), "--health-probe-bind-address": _free_port()}
+    command = _container_command(manager, ports, mounts)
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env.update(_container_env(manager))
+    env["KUBECONFIG"] = str(sandbox.kubeconfig)
+
+    core.create_namespace({"metadata": {"name": NS}})
+    # a ConfigMap of the namespace's users that the finalizer updates (force: true): it must outlive the CR
+    core.create_namespaced_config_map(NS, {"metadata": {"name": "website-audit", "labels": {"team": "web"}},
+                                           "data": {"created-by": "the-users"}})
+    log_path = tmp_path / "operator.log"
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(command, cwd=home, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def logs() -> str:
+        return log_path.read_text(errors="replace")[-5000:]
+
+    try:
+        sample = yaml.safe_load((PROJECT / "config" / "samples" / "web_v1alpha1_website.yaml").read_text())
+        created = custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, sample)
+        name = created["metadata"]["name"]
+
+        def rolled_out() -> dict[str, Any] | None:
+            assert proc.poll() is None, logs()
+            obj = custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+            status = obj.get("status") or {}
+            conds = {c["type"]: c for c in status.get("conditions") or []}
+            if conds.get("Failure", {}).get("status") == "True":
+                raise AssertionError(f"{conds['Failure']}\n{logs()}")
+            done = conds.get("Successful", {}).get("status") == "True" and status.get("readyReplicas") == 2
+            return obj if done else None
+
+        # the first run finds no pod ready and asks to come back (requeue_after); a later one reports 2
+        obj = wait_for(rolled_out, timeout=180, interval=0.5, what="Website Successful with 2 ready replicas")
+        assert obj["status"]["url"] == f"http://{name}.{NS}.svc"
+        runs = [line for line in log_path.read_text(errors="replace").splitlines()
+                if f"[Website {NS}/{name}] reconcile run" in line
+                and line.endswith(")") and "started" in line]
+        assert len(runs) >= 2, logs()  # nobody touched the Website: the later runs are requeue_after's
+        deploy = apps.read_namespaced_deployment(f"{name}-web", NS)
+        assert deploy.spec.replicas == 2
+        assert [r.uid for r in deploy.metadata.owner_references] == [created["metadata"]["uid"]]
+        assert core.read_namespaced_config_map(f"{name}-content", NS).data == {
+            "index.html": "<h1>Hello from an Operator SDK project</h1>"}
+        # --ansible-args=--vault-password-file=...: the vault-encrypted variable was decrypted
+        secret = core.read_namespaced_secret(f"{name}-admin", NS)
+        assert base64.b64decode(secret.data["token"]).decode() == ADMIN_TOKEN
+
+        # osdk_metric on /metrics, over HTTPS, behind the TokenReview + SubjectAccessReview filter
+        metrics = f"https://127.0.0.1:{ports['--metrics-bind-address']}/metrics"
+        assert _get(metrics)[0] == 401  # no bearer token
+        token = "sandbox-admin"
+        if _serves(api, "authentication.k8s.io/v1", "tokenreviews"):
+            def scraped() -> str | None:
+                status, text = _get(metrics, token)
+                return text if status == 200 and "website_ready_replicas" in text else None
+
+            text = wait_for(scraped, timeout=30, interval=0.5, what="custom metrics on /metrics")
+            assert "website_ready_replicas 2.0" in text
+            reconciles = [line for line in text.splitlines() if line.startswith("website_reconciles_total ")]
+            assert reconciles and float(reconciles[0].split()[1]) >= 2  # at least the requeued run too
+        else:
+            # A sandbox without TokenReview: the filter asked the API server, and refuses rather than serve.
+            status, text = _get(metrics, token)
+            assert status == 500 and "Authorization failed" in text, (status, text)
+        health = f"http://127.0.0.1:{ports['--health-probe-bind-address']}"
+        assert _get(f"{health}/readyz")[0] == 200
+
+        # the finalizer (watches.yaml finalizer.vars.state=absent) force-updates the users' ConfigMap
+        custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+
+        def gone() -> bool:
+            try:
+                custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+                return False
+            except ApiException as exc:
+                return exc.status == 404
+
+        wait_for(gone, timeout=120, interval=0.5, what="Website released by its finalizer")
+
+        def collected() -> bool:
+            try:
+                core.read_namespaced_config_map(f"{name}-content", NS)
+                return False
+            except ApiException as exc:
+                return exc.status == 404
+
+        wait_for(collected, timeout=60, interval=0.5, what="the Website's own ConfigMap garbage-collected")
+        audit = core.read_namespaced_config_map("website-audit", NS)  # a 404 here is issue 10's data loss
+        assert audit.data == {"created-by": "the-users", f"deleted-{name}": "true"}
+        assert not audit.metadata.owner_references
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, logs()
+        assert "Traceback" not in logs()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        api.close()
