@@ -191,10 +191,12 @@ class WatchIntake:
     def relisted(self, namespace: str | None, listed: Iterable[tuple[str | None, str, str | None]]) -> int:
         """A listing of ``namespace`` (None: all) ended, holding these (namespace, name, uid). Cached objects
         it does not hold were deleted meanwhile: forget them (informer ``Replace``). Returns how many."""
+        present = {(ObjectKey(namespace=ns or None, name=name), uid) for ns, name, uid in listed}
         if namespace in self._listed_once:
             self.relists += 1
+            log.info("%s: relisted%s after a watch gap (%d objects listed)", self.watch.key,
+                     f" namespace {namespace}" if namespace else "", len(present))
         self._listed_once.add(namespace)
-        present = {(ObjectKey(namespace=ns or None, name=name), uid) for ns, name, uid in listed}
         gone = 0
         for key in self.cache.keys():
             if namespace is not None and key.namespace != namespace:

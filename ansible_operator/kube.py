@@ -79,13 +79,79 @@ class ResourceRef:
 
 
 class ApiError(Exception):
-    """An API call failed; ``status`` is the HTTP code (0 when no answer) and ``reason`` Kubernetes' reason."""
+    """An API call failed; ``status`` is the HTTP code (0 when no answer) and ``reason`` Kubernetes' reason.
+
+    Callers catch the typed subclasses (:class:`NotFound`, :class:`Conflict`, :class:`Gone`,
+    :class:`Forbidden`, ...) rather than comparing ``status`` integers; :func:`api_error` picks the class,
+    like apimachinery's ``errors.IsNotFound`` family."""
+
+    status_code: int | None = None
 
     def __init__(self, status: int, reason: str, message: str) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+
+
+class BadRequest(ApiError):
+    status_code = 400
+
+
+class Unauthorized(ApiError):
+    status_code = 401
+
+
+class Forbidden(ApiError):
+    status_code = 403
+
+
+class NotFound(ApiError):
+    status_code = 404
+
+
+class MethodNotAllowed(ApiError):
+    status_code = 405
+
+
+class Conflict(ApiError):
+    """409: the object changed since it was read (resourceVersion precondition) or already exists."""
+
+    status_code = 409
+
+
+class Gone(ApiError):
+    """410: the requested resourceVersion is too old (watch history compacted); list again."""
+
+    status_code = 410
+
+
+class Invalid(ApiError):
+    status_code = 422
+
+
+class TooManyRequests(ApiError):
+    status_code = 429
+
+
+class ServerError(ApiError):
+    """5xx, or no answer at all (status 0)."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    cls.status_code: cls
+    for cls in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, Gone, Invalid,
+                TooManyRequests)
+    if cls.status_code is not None
+}
+
+
+def api_error(status: int, reason: str, message: str) -> ApiError:
+    """The typed :class:`ApiError` for an HTTP status."""
+    cls = _BY_STATUS.get(status)
+    if cls is None:
+        cls = ServerError if status >= 500 or status == 0 else ApiError
+    return cls(status, reason, message)
 
 
 class Kube:
@@ -120,7 +186,7 @@ class Kube:
                 message = status_obj.get("message") or message
             except (ValueError, TypeError):
                 pass
-            raise ApiError(exc.status or 0, reason, message) from None
+            raise api_error(exc.status or 0, reason, message) from None
         data = response.data
         return json.loads(data) if data else None
 
@@ -129,10 +195,8 @@ class Kube:
     async def get(self, ref: ResourceRef, namespace: str | None, name: str) -> dict[str, Any] | None:
         try:
             return await self.request("GET", ref.path(namespace, name))
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
 
     async def merge_patch(self, ref: ResourceRef, namespace: str | None, name: str, patch: dict[str, Any],
                           *, subresource: str | None = None) -> dict[str, Any]:
@@ -149,4 +213,4 @@ class Kube:
         for resource in doc.get("resources", []):
             if resource.get("kind") == kind and "/" not in resource.get("name", ""):
                 return ResourceRef(group, version, resource["name"], bool(resource.get("namespaced")))
-        raise ApiError(404, "NotFound", f"kind {kind} not served at {path}")
+        raise NotFound(404, "NotFound", f"kind {kind} not served at {path}")

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from ansible_operator import artifacts, extravars, results, status
+from ansible_operator import artifacts, events, extravars, results, status
 from ansible_operator.executors.base import Executor, RunOutcome, RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.intake import ObjectCache
-from ansible_operator.kube import ApiError, Kube, ResourceRef
+from ansible_operator.kube import Conflict, Kube, NotFound, ResourceRef
 from ansible_operator.logs import log_context
 from ansible_operator.queue import ObjectKey, ReconcileOutcome
 from ansible_operator.watches import Watch, annotation_overrides
@@ -91,10 +90,6 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _rfc3339(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class Reconciler:
     """The reconcile function of one watch."""
 
@@ -104,8 +99,7 @@ class Reconciler:
         self.cache = cache
         self.rt = runtime
         self._resource = resource
-        self._last_event: dict[ObjectKey, tuple[tuple[Any, ...], str, int]] = {}
-        """Per object: the last Event recorded (its identity, name and count), to aggregate repeats."""
+        self.events = events.EventRecorder(runtime.kube)
         self._gone: OrderedDict[str, None] = OrderedDict()
         """uids of objects known to be gone: a run of one that ends afterwards removes its artifacts."""
 
@@ -204,7 +198,7 @@ class Reconciler:
 
         result = await self._run(obj, "finalize", variables, role=role, playbook=playbook, overrides=overrides)
         # On success the object is about to go: an Event is worth it, a status write is not.
-        await self._report(obj, result, write_status=not result.succeeded)
+        await self._report(obj, result, phase="finalize", write_status=not result.succeeded)
         if not result.succeeded:
             return ReconcileOutcome(failed=True)
         await self._remove_finalizer(obj, finalizer.name)
@@ -216,15 +210,17 @@ class Reconciler:
         if self.watch.manage_status:
             await self._write_status(obj, lambda cur, gen: status.refused_status(cur, message=str(exc),
                                                                                 generation=gen, now=utcnow()))
-        await self._emit(obj, _warning_event(obj, "Refused", str(exc), self.rt.component))
+        await self.events.record(obj, events.refused(obj, str(exc), now=utcnow(), component=self.rt.component))
         return ReconcileOutcome()
 
-    async def _report(self, obj: dict[str, Any], result: results.RunResult, *, write_status: bool = True) -> None:
+    async def _report(self, obj: dict[str, Any], result: results.RunResult, *, phase: str = "reconcile",
+                      write_status: bool = True) -> None:
         """The outcome of a run: conditions (with manageStatus) and an Event."""
         if write_status and self.watch.manage_status:
             await self._write_status(obj, lambda cur, gen: status.result_status(cur, result, generation=gen,
                                                                                now=utcnow()))
-        await self._emit(obj, status.event_for_result(obj, result, now=utcnow(), component=self.rt.component))
+        await self.events.record(obj, events.for_result(obj, result, now=utcnow(), phase=phase,
+                                                        component=self.rt.component))
 
     async def _add_finalizer(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         name = self.watch.finalizer.name  # type: ignore[union-attr]
@@ -233,10 +229,9 @@ class Reconciler:
         patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}}
         try:
             return await self.rt.kube.merge_patch(self.resource, meta.get("namespace"), meta["name"], patch)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise  # 409: the queue retries with backoff, by then the cache holds the newer object
+        except NotFound:
+            return None
+        # Conflict propagates: the queue retries with backoff, by then the cache holds the newer object
 
     async def _remove_finalizer(self, obj: dict[str, Any], name: str) -> None:
         meta = obj["metadata"]
@@ -252,11 +247,10 @@ class Reconciler:
             try:
                 await self.rt.kube.merge_patch(self.resource, meta.get("namespace"), meta["name"], patch)
                 return
-            except ApiError as exc:
-                if exc.status == 404:
-                    return
-                if exc.status != 409:
-                    raise
+            except NotFound:
+                return
+            except Conflict:
+                continue
         raise RuntimeError(f"could not remove finalizer {name}: the object kept changing")
 
     # -- the run -----------------------------------------------------------------------------------
@@ -305,7 +299,7 @@ class Reconciler:
             "run_id": run_id, "group": self.watch.group, "version": self.watch.version, "kind": self.watch.kind,
             "namespace": meta.get("namespace"), "name": meta["name"], "uid": meta.get("uid"),
             "generation": meta.get("generation"), "phase": phase, "executor": self.rt.executor_name,
-            "started": _rfc3339(started), "finished": None, "duration_s": None, "result": "running",
+            "started": status.format_time(started), "finished": None, "duration_s": None, "result": "running",
             "stats": None, "failed_task": None, "changed_tasks": [], "artifacts_dir": str(run_dir),
         }
         artifacts.write_summary(run_dir, summary)
@@ -338,7 +332,7 @@ class Reconciler:
             with log_context(run_id=run_id):
                 outcome = await self.rt.executor.run(request, on_event)
         except asyncio.CancelledError:
-            summary.update(result="canceled", finished=_rfc3339(utcnow()))
+            summary.update(result="canceled", finished=status.format_time(utcnow()))
             artifacts.write_summary(run_dir, summary)
             raise
         except Exception as exc:  # an executor bug must become a failed run, not a dead worker
@@ -354,7 +348,7 @@ class Reconciler:
             hook.run_finished(self.watch.key, phase, result.status, duration)
         failed = result.failed_task
         summary.update(
-            finished=_rfc3339(finished), duration_s=round(duration, 3), result=result.status,
+            finished=status.format_time(finished), duration_s=round(duration, 3), result=result.status,
             stats={k: getattr(result, k) for k in ("ok", "changed", "skipped", "failures", "unreachable",
                                                    "rescued", "ignored")},
             failed_task=(None if failed is None else {"name": failed.name, "action": failed.action,
@@ -396,55 +390,25 @@ class Reconciler:
             try:
                 await self.rt.kube.merge_patch(self.resource, namespace, name, patch, subresource="status")
                 return
-            except ApiError as exc:
-                if exc.status == 409:
-                    continue
-                if exc.status == 404 and attempt == 0:
-                    # Status subresource not enabled for this CRD: write through the main resource.
-                    try:
-                        await self.rt.kube.merge_patch(self.resource, namespace, name, patch)
-                        return
-                    except ApiError as inner:
-                        if inner.status == 409:
-                            continue
-                        if inner.status == 404:
-                            return
-                        raise
-                raise
+            except Conflict:
+                continue
+            except NotFound:
+                if attempt != 0:
+                    raise
+            # Status subresource not enabled for this CRD: write through the main resource.
+            try:
+                await self.rt.kube.merge_patch(self.resource, namespace, name, patch)
+                return
+            except Conflict:
+                continue
+            except NotFound:
+                return
         log.warning("gave up writing status of %s/%s after %d conflicts", namespace, name, _STATUS_WRITE_ATTEMPTS)
-
-    async def _emit(self, obj: dict[str, Any], event: dict[str, Any] | None) -> None:
-        """Record an Event; a repeat of the last one (same object, type, reason, message) bumps its
-        ``count`` and ``lastTimestamp`` instead of adding another object, as client-go's recorder does."""
-        if event is None:
-            return
-        meta = obj["metadata"]
-        namespace = meta.get("namespace") or "default"
-        object_key = ObjectKey(namespace=meta.get("namespace") or None, name=meta["name"])
-        identity = (meta.get("uid"), event.get("type"), event.get("reason"), event.get("message"))
-        try:
-            previous = self._last_event.get(object_key)
-            if previous is not None and previous[0] == identity:
-                _, name, count = previous
-                try:
-                    await self.rt.kube.request(
-                        "PATCH", f"/api/v1/namespaces/{namespace}/events/{name}",
-                        body={"count": count + 1, "lastTimestamp": event.get("lastTimestamp")},
-                        content_type="application/merge-patch+json")
-                    self._last_event[object_key] = (identity, name, count + 1)
-                    return
-                except ApiError as exc:
-                    if exc.status != 404:  # gone (TTL): record a new one
-                        raise
-            created = await self.rt.kube.create_event(namespace, event)
-            self._last_event[object_key] = (identity, created["metadata"]["name"], int(created.get("count") or 1))
-        except ApiError as exc:  # events are best effort, as in every Kubernetes controller
-            log.warning("could not record event %s: %s", event.get("reason"), exc)
 
     def forget(self, key: ObjectKey, old: dict[str, Any] | None = None) -> None:
         """The object is gone (``old``: its last body): drop what we remember about it, and its run
         artifacts; a run of it still in progress removes its own when it ends."""
-        self._last_event.pop(key, None)
+        self.events.forget(key)
         if old is None:
             return
         uid = (old.get("metadata") or {}).get("uid")
@@ -456,18 +420,3 @@ class Reconciler:
         assert janitor is not None
         janitor.in_background(artifacts.remove_runs_of, self.rt.artifacts_root, self._object_path(old), uid,
                               keep=frozenset(janitor.active))
-
-
-def _warning_event(obj: dict[str, Any], reason: str, message: str, component: str) -> dict[str, Any]:
-    meta = obj["metadata"]
-    now = _rfc3339(utcnow())
-    return {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace") or "default"},
-        "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta["name"],
-                           "namespace": meta.get("namespace"), "uid": meta.get("uid"),
-                           "resourceVersion": meta.get("resourceVersion")},
-        "reason": reason, "message": message[:1024], "type": "Warning", "count": 1,
-        "firstTimestamp": now, "lastTimestamp": now, "source": {"component": component},
-        "reportingComponent": component, "reportingInstance": os.uname().nodename,
-    }

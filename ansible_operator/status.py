@@ -1,4 +1,4 @@
-"""``RunResult`` → status conditions and Kubernetes Events (pure functions; the caller does the HTTP).
+"""``RunResult`` → status conditions (pure functions; the caller does the HTTP). Events: ``events.py``.
 
 The condition shape is Operator SDK's Ansible operator's: ``status.conditions`` holds ``Running``,
 ``Successful`` and ``Failure`` conditions with ``status`` "True"/"False", ``reason``, ``message``,
@@ -35,7 +35,6 @@ __all__ = [
     "refused_status",
     "merge_conditions",
     "ansible_result",
-    "event_for_result",
     "format_time",
 ]
 
@@ -53,7 +52,6 @@ FAILED_MESSAGE = "Last reconciliation failed"
 
 MAX_MESSAGE = 32768
 """Condition messages are kept whole up to this size (an API server limits the object, not the field)."""
-MAX_EVENT_MESSAGE = 1024
 
 
 def format_time(now: datetime) -> str:
@@ -172,59 +170,3 @@ def refused_status(current: Mapping[str, Any] | None, *, message: str, generatio
         _condition("Failure", True, REFUSED_REASON, message, now=now, generation=generation),
     ]
     return _with_conditions(current, updates, generation)
-
-
-def _event_message(text: str) -> str:
-    return text if len(text) <= MAX_EVENT_MESSAGE else text[: MAX_EVENT_MESSAGE - 1] + "…"
-
-
-def event_for_result(obj: Mapping[str, Any], result: RunResult, *, now: datetime,
-                     component: str = "ansible-operator") -> dict | None:
-    """A core/v1 Event about ``obj`` for this run, or None when there is nothing worth telling.
-
-    * failed / timed out / error → ``Warning`` ``ReconcileFailed`` with the failure message;
-    * succeeded with changes → ``Normal`` ``ReconcileChanged`` "N changed: task, task...";
-    * succeeded without changes, or canceled (superseded or shutting down) → None.
-    """
-    if result.status == "canceled":
-        return None
-    if result.succeeded:
-        if result.changed <= 0 and not result.changed_tasks:
-            return None
-        etype, reason = "Normal", "ReconcileChanged"
-        count = result.changed or len(result.changed_tasks)
-        names = ", ".join(result.changed_tasks)
-        message = f"{count} changed: {names}" if names else f"{count} changed"
-    else:
-        etype, reason = "Warning", "ReconcileFailed"
-        message = result.message
-    meta = obj.get("metadata") or {}
-    name = str(meta.get("name", ""))
-    namespace = meta.get("namespace") or "default"  # events of cluster-scoped objects go to "default"
-    involved: dict[str, Any] = {
-        "apiVersion": obj.get("apiVersion", ""),
-        "kind": obj.get("kind", ""),
-        "name": name,
-    }
-    if meta.get("namespace"):
-        involved["namespace"] = meta["namespace"]
-    for src, dst in (("uid", "uid"), ("resourceVersion", "resourceVersion")):
-        if meta.get(src):
-            involved[dst] = meta[src]
-    ts = format_time(now)
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{name}.", "namespace": namespace},
-        "involvedObject": involved,
-        "reason": reason,
-        "message": _event_message(message),
-        "type": etype,
-        "action": "Reconcile",
-        "firstTimestamp": ts,
-        "lastTimestamp": ts,
-        "count": 1,
-        "source": {"component": component},
-        "reportingComponent": component,
-        "reportingInstance": component,
-    }

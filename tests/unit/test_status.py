@@ -7,7 +7,6 @@ from datetime import datetime, timedelta, timezone
 from ansible_operator.results import FailedTask, RunResult
 from ansible_operator.status import (
     CONDITION_TYPES,
-    event_for_result,
     format_time,
     merge_conditions,
     refused_status,
@@ -173,40 +172,3 @@ def test_refused_status() -> None:
     assert st["observedGeneration"] == 5 and st["x"] == 1
 
 
-OBJ = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
-       "metadata": {"name": "m1", "namespace": "ns1", "uid": "u-1", "resourceVersion": "42"}}
-
-
-def test_event_for_failure() -> None:
-    ev = event_for_result(OBJ, result("failed", failed=FAILED), now=T0)
-    assert ev == {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"generateName": "m1.", "namespace": "ns1"},
-        "involvedObject": {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached", "name": "m1",
-                           "namespace": "ns1", "uid": "u-1", "resourceVersion": "42"},
-        "reason": "ReconcileFailed",
-        "message": "memcached : create deployment: Failed to create object: quota exceeded (403 Forbidden)",
-        "type": "Warning", "action": "Reconcile",
-        "firstTimestamp": "2026-11-22T13:45:01Z", "lastTimestamp": "2026-11-22T13:45:01Z", "count": 1,
-        "source": {"component": "ansible-operator"},
-        "reportingComponent": "ansible-operator", "reportingInstance": "ansible-operator",
-    }
-
-
-def test_event_for_changes_and_none_when_nothing_changed() -> None:
-    ev = event_for_result(OBJ, result(changed=2, changed_tasks=("memcached : deployment", "memcached : service")),
-                          now=T0, component="memcached-operator")
-    assert ev["type"] == "Normal" and ev["reason"] == "ReconcileChanged"
-    assert ev["message"] == "2 changed: memcached : deployment, memcached : service"
-    assert ev["source"] == {"component": "memcached-operator"}
-    assert event_for_result(OBJ, result(), now=T0) is None
-    assert event_for_result(OBJ, result("canceled"), now=T0) is None
-
-
-def test_event_for_cluster_scoped_object_and_long_message() -> None:
-    obj = {"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "t"}}
-    long = FailedTask(name="t", action=None, role=None, message="x" * 5000, host=None)
-    ev = event_for_result(obj, result("failed", failed=long), now=T0)
-    assert ev["metadata"]["namespace"] == "default"
-    assert "namespace" not in ev["involvedObject"]
-    assert len(ev["message"]) == 1024 and ev["message"].endswith("…")

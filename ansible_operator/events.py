@@ -1,0 +1,147 @@
+"""Kubernetes Events about custom resources: the one module that builds, records and aggregates them.
+
+Every Event the runner records has the same core/v1 shape (what ``kubectl describe`` and
+``kubectl get events`` show), built by :func:`event`:
+
+* ``involvedObject`` names the object by apiVersion, kind, name, namespace, uid and resourceVersion;
+* ``source.component`` / ``reportingComponent`` are the operator's component name, ``reportingInstance``
+  the host (the pod's name in a cluster), as client-go's recorder fills them;
+* ``action`` says what the operator was doing (``Reconcile``, ``Finalize``);
+* messages are cut at 1024 characters (the API server's limit on ``note`` for events.k8s.io);
+* Events of cluster-scoped objects go to the ``default`` namespace.
+
+:class:`EventRecorder` posts them best effort and, like client-go's ``EventCorrelator``, turns a repeat of
+the last Event of an object (same uid, type, reason and message) into a ``count``/``lastTimestamp``
+update of the existing Event instead of a new object.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from datetime import datetime
+from typing import Any, Mapping, Protocol
+from urllib.parse import quote
+
+from ansible_operator.kube import ApiError, NotFound
+from ansible_operator.queue import ObjectKey
+from ansible_operator.results import RunResult
+from ansible_operator.status import format_time
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MAX_MESSAGE", "event", "for_result", "refused", "EventRecorder"]
+
+MAX_MESSAGE = 1024
+DEFAULT_COMPONENT = "ansible-operator"
+
+
+def _message(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
+
+
+def event(obj: Mapping[str, Any], *, type: str, reason: str, message: str, action: str, now: datetime,
+          component: str = DEFAULT_COMPONENT, instance: str | None = None) -> dict[str, Any]:
+    """A core/v1 Event body about ``obj`` (``type`` is ``Normal`` or ``Warning``)."""
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    involved: dict[str, Any] = {"apiVersion": obj.get("apiVersion", ""), "kind": obj.get("kind", ""), "name": name}
+    if meta.get("namespace"):
+        involved["namespace"] = meta["namespace"]
+    for key in ("uid", "resourceVersion"):
+        if meta.get(key):
+            involved[key] = meta[key]
+    ts = format_time(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": meta.get("namespace") or "default"},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": _message(message),
+        "type": type,
+        "action": action,
+        "firstTimestamp": ts,
+        "lastTimestamp": ts,
+        "count": 1,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": instance or socket.gethostname(),
+    }
+
+
+def for_result(obj: Mapping[str, Any], result: RunResult, *, now: datetime, phase: str = "reconcile",
+               component: str = DEFAULT_COMPONENT, instance: str | None = None) -> dict[str, Any] | None:
+    """The Event for one run, or None when there is nothing worth telling.
+
+    * failed / timed out / error → ``Warning`` ``ReconcileFailed`` with the failure message;
+    * succeeded with changes → ``Normal`` ``ReconcileChanged`` "N changed: task, task...";
+    * succeeded without changes, or canceled (superseded or shutting down) → None.
+    """
+    if result.status == "canceled":
+        return None
+    if result.succeeded:
+        if result.changed <= 0 and not result.changed_tasks:
+            return None
+        etype, reason = "Normal", "ReconcileChanged"
+        count = result.changed or len(result.changed_tasks)
+        names = ", ".join(result.changed_tasks)
+        message = f"{count} changed: {names}" if names else f"{count} changed"
+    else:
+        etype, reason = "Warning", "ReconcileFailed"
+        message = result.message
+    action = "Finalize" if phase == "finalize" else "Reconcile"
+    return event(obj, type=etype, reason=reason, message=message, action=action, now=now, component=component,
+                 instance=instance)
+
+
+def refused(obj: Mapping[str, Any], message: str, *, now: datetime, component: str = DEFAULT_COMPONENT,
+            instance: str | None = None) -> dict[str, Any]:
+    """The Event for input refused before any run (``extravars.RefusedVariable``)."""
+    return event(obj, type="Warning", reason="Refused", message=message, action="Reconcile", now=now,
+                 component=component, instance=instance)
+
+
+class EventApi(Protocol):
+    async def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def request(self, method: str, path: str, *, body: Any = None, content_type: str | None = None,
+                      query: list[tuple[str, str]] | None = None) -> Any: ...
+
+
+class EventRecorder:
+    """Posts Events (best effort: a failure is logged, never raised) and aggregates repeats."""
+
+    def __init__(self, api: EventApi) -> None:
+        self.api = api
+        self._last: dict[ObjectKey, tuple[tuple[Any, ...], str, int]] = {}
+        """Per object: the last Event recorded (its identity, name and count)."""
+
+    async def record(self, obj: Mapping[str, Any], body: dict[str, Any] | None) -> None:
+        if body is None:
+            return
+        meta = obj.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        key = ObjectKey(namespace=meta.get("namespace") or None, name=str(meta.get("name", "")))
+        identity = (meta.get("uid"), body.get("type"), body.get("reason"), body.get("message"))
+        try:
+            previous = self._last.get(key)
+            if previous is not None and previous[0] == identity:
+                _, name, count = previous
+                try:
+                    await self.api.request(
+                        "PATCH", f"/api/v1/namespaces/{quote(namespace, safe='')}/events/{quote(name, safe='')}",
+                        body={"count": count + 1, "lastTimestamp": body.get("lastTimestamp")},
+                        content_type="application/merge-patch+json")
+                    self._last[key] = (identity, name, count + 1)
+                    return
+                except NotFound:  # expired (events have a TTL): record a new one
+                    pass
+            created = await self.api.create_event(namespace, body)
+            self._last[key] = (identity, created["metadata"]["name"], int(created.get("count") or 1))
+        except ApiError as exc:  # events are best effort, as in every Kubernetes controller
+            log.warning("could not record event %s: %s", body.get("reason"), exc)
+
+    def forget(self, key: ObjectKey) -> None:
+        """The object is gone: drop its aggregation state."""
+        self._last.pop(key, None)
