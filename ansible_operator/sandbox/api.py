@@ -93,9 +93,11 @@ def decode_body(raw: bytes, content_type: str = "application/json") -> Any:
     if "protobuf" in ct:
         try:
             return protobuf.decode(raw)
-        except protobuf.ProtobufError as e:
+        except protobuf.UnsupportedKind as e:  # custom resources have no protobuf form
             raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
                            f"accepted media types include: application/json, application/yaml ({e})") from None
+        except protobuf.ProtobufError as e:
+            raise bad_request(f"the body of the request could not be decoded: {e}") from None
     if "cbor" in ct:
         raise unsupported_media_type(ct)
     try:

@@ -45,6 +45,10 @@ class ProtobufError(ValueError):
     """A body that is not a decodable Kubernetes protobuf message, or an object with no protobuf form here."""
 
 
+class UnsupportedKind(ProtobufError):
+    """A well-formed envelope for a kind without a protobuf message (custom resources): 415, not 400."""
+
+
 @functools.cache
 def _pool() -> descriptor_pool.DescriptorPool:
     data = resources.files(__package__).joinpath("k8s.binpb").read_bytes()
@@ -142,6 +146,8 @@ def _value_to_json(field: FieldDescriptor, value: Any) -> Any:
         return _message_value(value)
     if field.type == FieldDescriptor.TYPE_BYTES:
         return base64.b64encode(bytes(value)).decode()  # the JSON form of a Go []byte
+    if isinstance(value, bytes):  # upb hands back proto2 strings that are not UTF-8 as bytes
+        raise ProtobufError(f"{field.full_name}: invalid UTF-8 in a string field")
     return value
 
 
@@ -160,7 +166,8 @@ def to_json(msg: Any) -> dict[str, Any]:
     for field, value in msg.ListFields():
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             value_field = field.message_type.fields_by_name["value"]
-            entries = {k: _value_to_json(value_field, v) for k, v in value.items()}
+            entries = {_value_to_json(field.message_type.fields_by_name["key"], k): _value_to_json(value_field, v)
+                       for k, v in value.items()}
             if entries:
                 out[field.json_name] = entries
         elif field.is_repeated:
@@ -185,14 +192,20 @@ def decode(body: bytes) -> dict[str, Any]:
     try:
         envelope = _cls(_pool().FindMessageTypeByName(f"{_RUNTIME}.Unknown")).FromString(body[len(MAGIC):])
         api_version, kind = envelope.typeMeta.apiVersion, envelope.typeMeta.kind  # type: ignore[attr-defined]
+        if not isinstance(api_version, str) or not isinstance(kind, str):
+            raise ProtobufError("invalid UTF-8 in the envelope's TypeMeta")
         if envelope.contentEncoding:  # type: ignore[attr-defined]
             raise ProtobufError(f"unsupported content encoding {envelope.contentEncoding!r}")  # type: ignore
         desc = message_type(api_version, kind)
         if desc is None:
-            raise ProtobufError(f"no protobuf message for {api_version}/{kind}")
+            raise UnsupportedKind(f"no protobuf message for {api_version}/{kind}")
         obj = to_json(_cls(desc).FromString(envelope.raw))  # type: ignore[attr-defined]
     except DecodeError as e:
         raise ProtobufError(f"malformed protobuf body: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ProtobufError(f"invalid UTF-8 in a string field: {e}") from None
+    except (OverflowError, OSError, RecursionError) as e:  # e.g. a Time beyond year 9999
+        raise ProtobufError(f"a value out of range: {e}") from None
     return {"kind": kind, "apiVersion": api_version, **obj}
 
 
@@ -302,13 +315,17 @@ def from_json(msg: Any, obj: dict[str, Any]) -> Any:
             continue
         target = getattr(msg, field.name)
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            if not isinstance(value, dict):
+                raise ProtobufError(f"{field.full_name}: expected an object, got {type(value).__name__}")
             value_field = field.message_type.fields_by_name["value"]
-            for k, v in (value or {}).items():
+            for k, v in value.items():
                 if value_field.message_type is not None:
                     _fill(target[k], value_field, v)
                 else:
                     target[k] = _scalar_from_json(value_field, v)
         elif field.is_repeated:
+            if not isinstance(value, list):
+                raise ProtobufError(f"{field.full_name}: expected an array, got {type(value).__name__}")
             for v in value:
                 if field.message_type is not None:
                     _fill(target.add(), field, v)
@@ -327,10 +344,10 @@ def encode(obj: dict[str, Any]) -> bytes:
     api_version, kind = str(obj.get("apiVersion") or ""), str(obj.get("kind") or "")
     desc = message_type(api_version, kind)
     if desc is None:
-        raise ProtobufError(f"no protobuf message for {api_version}/{kind}")
+        raise UnsupportedKind(f"no protobuf message for {api_version}/{kind}")
     try:
         raw = from_json(_cls(desc)(), obj).SerializeToString()
-    except (TypeError, ValueError, EncodeError) as e:
+    except (TypeError, ValueError, AttributeError, EncodeError) as e:
         raise ProtobufError(f"{kind} has no protobuf form: {e}") from None
     envelope = _cls(_pool().FindMessageTypeByName(f"{_RUNTIME}.Unknown"))()
     envelope.typeMeta.apiVersion = api_version  # type: ignore[attr-defined]

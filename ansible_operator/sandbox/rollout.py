@@ -84,9 +84,16 @@ class DeploymentRollout:
         assert rs is not None
         self.rs_type: ResourceType = rs
 
-    def sync(self, dtype: ResourceType, deploy: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    def replica_sets(self, deploy: dict[str, Any]) -> list[dict[str, Any]]:
+        """The ReplicaSets the Deployment controls."""
+        return _owned(self.api, "apps/replicasets", deploy)
+
+    def sync(self, dtype: ResourceType, deploy: dict[str, Any], scale_down_old: bool = True
+             ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """Bring the Deployment's ReplicaSets in line; returns the (possibly updated) Deployment and the new
-        ReplicaSet (None while a paused Deployment's template has no ReplicaSet yet)."""
+        ReplicaSet (None while a paused Deployment's template has no ReplicaSet yet). ``scale_down_old=False``
+        while the new template's pods cannot be created: the old ReplicaSets keep serving, as in a stuck
+        rolling update."""
         spec = deploy.get("spec") or {}
         template = spec.get("template") or {}
         replicas = int(spec.get("replicas", 1))
@@ -106,9 +113,10 @@ class DeploymentRollout:
             if int((new.get("spec") or {}).get("replicas", 0)) != replicas or \
                     ((new.get("metadata") or {}).get("annotations") or {}).get(DESIRED_REPLICAS) != str(replicas):
                 new = self._annotate(new, replicas, _revision(new))
-            for rs in old:
-                if int((rs.get("spec") or {}).get("replicas", 0)) != 0:
-                    self._scale(rs, 0)
+            if scale_down_old:
+                for rs in old:
+                    if int((rs.get("spec") or {}).get("replicas", 0)) != 0:
+                        self._scale(rs, 0)
             self._trim(old, int(spec.get("revisionHistoryLimit", 10)))
         elif paused:
             # a paused Deployment still scales: its active (or newest) ReplicaSet (FindActiveOrLatest)

@@ -97,6 +97,11 @@ class Simulator:
         if not self._running:
             return
         self._cluster_event(ev)
+        if ev.group_resource == "/serviceaccounts" and ev.type == "ADDED":
+            # pods refused for want of this ServiceAccount can be created now
+            for gr in ("apps/deployments", "apps/replicasets", "/replicationcontrollers"):
+                for key, _ in list(self.store.items(gr, ev.namespace)):
+                    self._schedule(key)
         if ev.type == "DELETED":
             return
         if ev.group_resource in _SIMULATED:
@@ -169,8 +174,23 @@ class Simulator:
         self.api.update(rtype, meta.get("namespace"), meta["name"], body, "status" if rtype.has_status else None)
 
     # ---- workloads -------------------------------------------------------------------------------
+    def _pods_forbidden(self, owner: dict[str, Any], template: Any, generate_name: str) -> str | None:
+        """Why the controller's pod creates would be refused by admission (a missing ServiceAccount), or None."""
+        pod_spec = (template or {}).get("spec") or {} if isinstance(template, dict) else {}
+        sa = pod_spec.get("serviceAccountName") or pod_spec.get("serviceAccount")
+        ns = owner["metadata"].get("namespace", "")
+        if not sa or self.store.peek(("/serviceaccounts", ns, sa)) is not None:
+            return None
+        return (f'pods "{generate_name}" is forbidden: error looking up service account {ns}/{sa}: '
+                f'serviceaccount "{sa}" not found')
+
     def _deployment(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
-        obj, new_rs = self._rollout.sync(rtype, obj)
+        template = (obj.get("spec") or {}).get("template")
+        blocked = self._pods_forbidden(obj, template, f"{obj['metadata']['name']}-")
+        obj, new_rs = self._rollout.sync(rtype, obj, scale_down_old=blocked is None)
+        if blocked is not None and not _fails(obj):
+            self._deployment_blocked(rtype, obj, new_rs, blocked)
+            return
         spec = obj.get("spec") or {}
         replicas = int(spec.get("replicas", 1))
         old = obj.get("status") or {}
@@ -214,6 +234,39 @@ class Simulator:
             status["conditions"] = old["conditions"]
         self._write_status(rtype, obj, status)
 
+    def _deployment_blocked(self, rtype: ResourceType, obj: dict[str, Any], new_rs: dict[str, Any] | None,
+                            why: str) -> None:
+        """A rollout whose new pods admission refuses: old ReplicaSets keep serving, the new one has none."""
+        spec = obj.get("spec") or {}
+        replicas = int(spec.get("replicas", 1))
+        new_uid = ((new_rs or {}).get("metadata") or {}).get("uid")
+        sets = self._rollout.replica_sets(obj)
+        serving = sum(int((rs.get("spec") or {}).get("replicas", 0)) for rs in sets
+                      if rs["metadata"].get("uid") != new_uid)
+        old = obj.get("status") or {}
+        now_s = rfc3339(now())
+
+        def cond(type_: str, status_: str, reason: str, message: str) -> dict[str, Any]:
+            prev = next((c for c in old.get("conditions") or [] if c.get("type") == type_), None)
+            keep = prev is not None and prev.get("status") == status_
+            return {"type": type_, "status": status_, "reason": reason, "message": message,
+                    "lastUpdateTime": now_s if not keep or not prev else prev.get("lastUpdateTime", now_s),
+                    "lastTransitionTime": prev.get("lastTransitionTime", now_s) if keep and prev else now_s}
+        rs_name = ((new_rs or {}).get("metadata") or {}).get("name", obj["metadata"]["name"])
+        available = serving >= replicas - _max_unavailable(spec, replicas) and serving > 0
+        status = _omit_zero({"observedGeneration": obj["metadata"].get("generation", 1), "replicas": serving,
+                             "readyReplicas": serving, "availableReplicas": serving,
+                             "unavailableReplicas": max(replicas - serving, 0)})
+        status["conditions"] = [
+            cond("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability.")
+            if available else cond("Available", "False", "MinimumReplicasUnavailable",
+                                   "Deployment does not have minimum availability."),
+            cond("Progressing", "True", "ReplicaSetUpdated", f'ReplicaSet "{rs_name}" is progressing.'),
+            cond("ReplicaFailure", "True", "FailedCreate", why)]
+        if _conditions_equal(old, status):
+            status["conditions"] = old["conditions"]
+        self._write_status(rtype, obj, status)
+
     def _statefulset(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
         spec = obj.get("spec") or {}
         replicas = int(spec.get("replicas", 1))
@@ -253,6 +306,16 @@ class Simulator:
 
     def _replicaset(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
         replicas = int((obj.get("spec") or {}).get("replicas", 1))
+        why = self._pods_forbidden(obj, (obj.get("spec") or {}).get("template"), f"{obj['metadata']['name']}-")
+        if why is not None and replicas:
+            now_s = rfc3339(now())
+            prev = next((c for c in (obj.get("status") or {}).get("conditions") or []
+                         if c.get("type") == "ReplicaFailure"), None)
+            self._write_status(rtype, obj, {
+                "observedGeneration": obj["metadata"].get("generation", 1), "replicas": 0,
+                "conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                                "message": why, "lastTransitionTime": (prev or {}).get("lastTransitionTime", now_s)}]})
+            return
         status = {"observedGeneration": obj["metadata"].get("generation", 1), "replicas": replicas,
                   **_omit_zero({"fullyLabeledReplicas": replicas, "readyReplicas": replicas,
                                 "availableReplicas": replicas})}
@@ -452,6 +515,20 @@ class Simulator:
                                     {"propagationPolicy": "Background"})
                 except ApiError:
                     pass
+
+
+def _max_unavailable(spec: dict[str, Any], replicas: int) -> int:
+    """maxUnavailable of a RollingUpdate (25% rounded down by default), 0 for Recreate."""
+    strategy = spec.get("strategy") or {}
+    if strategy.get("type") == "Recreate":
+        return 0
+    value = (strategy.get("rollingUpdate") or {}).get("maxUnavailable", "25%")
+    if isinstance(value, str) and value.endswith("%"):
+        try:
+            return replicas * int(value[:-1]) // 100
+        except ValueError:
+            return 0
+    return int(value) if isinstance(value, int) else 0
 
 
 def _fails(obj: dict[str, Any]) -> bool:

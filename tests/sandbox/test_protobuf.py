@@ -148,7 +148,36 @@ def test_server_reads_protobuf_and_answers_protobuf_only_clients(sandbox: Sandbo
     status = protobuf.decode(raw)
     assert (code, ctype, status["kind"], status["reason"], status["code"]) == \
         (404, protobuf.MEDIA_TYPE, "Status", "NotFound", 404)
-    # a malformed protobuf body is refused, never stored
-    code, _, _ = _request(sandbox, "POST", "/api/v1/namespaces/default/configmaps", "application/json",
-                          protobuf.MAGIC + b"\x0a\xff", protobuf.MEDIA_TYPE)
-    assert code == 415
+    # a malformed protobuf body is a bad request, never stored; a kind without a protobuf form is 415
+    code, _, raw = _request(sandbox, "POST", "/api/v1/namespaces/default/configmaps", "application/json",
+                            protobuf.MAGIC + b"\x0a\xff", protobuf.MEDIA_TYPE)
+    assert (code, json.loads(raw)["reason"]) == (400, "BadRequest")
+    code, _, raw = _request(sandbox, "POST", "/api/v1/namespaces/default/configmaps", "application/json",
+                            _envelope("example.com/v1", "Widget", b""), protobuf.MEDIA_TYPE)
+    assert (code, json.loads(raw)["reason"]) == (415, "UnsupportedMediaType")
+
+
+def test_mutated_bodies_and_odd_objects_only_raise_protobuf_errors():
+    """Whatever a client sends, decoding fails cleanly (never a 500), as does encoding an odd stored shape."""
+    import random
+    wire = protobuf.encode(DEPLOYMENT)
+    rnd = random.Random(7)
+    for _ in range(3000):
+        body = bytearray(wire)
+        for _ in range(rnd.randint(1, 3)):
+            pos = rnd.randrange(len(body))
+            if rnd.random() < 0.6:
+                body[pos] = rnd.randrange(256)
+            else:
+                del body[pos:pos + rnd.randint(1, 12)]
+        try:
+            protobuf.decode(bytes(body))
+        except protobuf.ProtobufError:
+            pass
+    invalid_utf8 = _envelope("v1", "ConfigMap", _field(1, _field(1, b"\xff\xfe")))
+    with pytest.raises(protobuf.ProtobufError, match="UTF-8"):
+        protobuf.decode(invalid_utf8)
+    for odd in ({"spec": {"replicas": "many"}}, {"spec": {"selector": {"matchLabels": ["a"]}}},
+                {"spec": {"template": {"spec": {"containers": {"name": "c"}}}}}):
+        with pytest.raises(protobuf.ProtobufError):
+            protobuf.encode({"apiVersion": "apps/v1", "kind": "Deployment", **odd})

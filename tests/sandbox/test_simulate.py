@@ -296,3 +296,31 @@ def test_cluster_objects_namespaces_node_and_kubernetes_service(api):
     # a terminating namespace gets nothing new, and goes away
     core.delete_namespace("fresh")
     wait_for(lambda: "fresh" not in [n.metadata.name for n in core.list_namespace().items])
+
+
+def test_rollout_stuck_while_the_service_account_is_missing(api):
+    apps = kubernetes.client.AppsV1Api(api)
+    core = kubernetes.client.CoreV1Api(api)
+    core.create_namespaced_service_account("default", {"metadata": {"name": "robot"}})
+    body = _deploy("sa", image="nginx:1")
+    body["spec"]["replicas"] = 1
+    body["spec"]["template"]["spec"]["serviceAccountName"] = "robot"
+    apps.create_namespaced_deployment("default", body)
+    wait_for(lambda: apps.read_namespaced_deployment("sa", "default").status.updated_replicas == 1)
+    core.delete_namespaced_service_account("robot", "default")
+    apps.patch_namespaced_deployment("sa", "default", {"spec": {"template": {"spec": {"containers": [
+        {"name": "c", "image": "nginx:2"}]}}}})
+
+    def stuck():
+        d = apps.read_namespaced_deployment("sa", "default")
+        conds = {c.type: c for c in d.status.conditions or []}
+        return d.status.observed_generation == d.metadata.generation and "ReplicaFailure" in conds and d
+    d = wait_for(stuck)
+    failure = next(c for c in d.status.conditions if c.type == "ReplicaFailure")
+    assert failure.reason == "FailedCreate" and failure.message == (
+        'pods "sa-" is forbidden: error looking up service account default/robot: serviceaccount "robot" not found')
+    assert not d.status.updated_replicas and d.status.available_replicas == 1  # the old ReplicaSet still serves
+    core.create_namespaced_service_account("default", {"metadata": {"name": "robot"}})
+    wait_for(lambda: (d := apps.read_namespaced_deployment("sa", "default")).status.updated_replicas == 1
+             and not any(c.type == "ReplicaFailure" for c in d.status.conditions))
+    wait_for(lambda: sorted(_replica_sets(apps, "sa").values()) == [(1, 0), (2, 1)])
