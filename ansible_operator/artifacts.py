@@ -49,6 +49,8 @@ __all__ = [
     "size_argument",
     "read_text",
     "object_of",
+    "recover_interrupted",
+    "INTERRUPTED",
 ]
 
 DEFAULT_MAX_BYTES = 1 << 30
@@ -350,3 +352,54 @@ class Janitor:
         if self._task is not None:
             self._task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# ---- runs a previous operator process left unfinished ------------------------------------------------
+
+INTERRUPTED = "interrupted"
+"""``result`` of a run whose operator died (SIGKILL, OOM, node loss) before it finished."""
+_LOCK = ".operator.lock"
+_held_locks: dict[Path, int] = {}
+
+
+def recover_interrupted(root: Path) -> int:
+    """Mark runs left ``running`` by an operator that is gone as ``interrupted``; returns how many.
+
+    Called once at startup. Every operator process using ``root`` holds a shared ``flock`` on
+    ``<root>/.operator.lock`` for its lifetime (the kernel drops it when the process dies, even by
+    SIGKILL); the sweep runs only if this process can take it exclusively, i.e. no other live operator
+    (a second replica on the same volume) might still be running one of those runs.
+    """
+    import fcntl  # noqa: PLC0415 - POSIX only, like the executors
+
+    fd = _held_locks.get(root)
+    if fd is None:
+        fd = os.open(root / _LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        _held_locks[root] = fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        log.info("artifacts: another operator is using %s; not sweeping its running runs", root)
+        return 0
+    swept = 0
+    try:
+        for run_dir in iter_run_dirs(root):
+            try:
+                summary = json.loads((run_dir / SUMMARY).read_text())
+            except (OSError, ValueError):
+                continue
+            if not isinstance(summary, dict) or summary.get("result") != "running":
+                continue
+            summary["result"] = INTERRUPTED
+            summary["error"] = "the operator stopped during this run (found unfinished at the next start)"
+            try:
+                write_summary(run_dir, summary)
+                swept += 1
+            except OSError as exc:
+                log.warning("artifacts: cannot mark %s interrupted: %s", run_dir, exc)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # downgrade: later operators see us alive
+    if swept:
+        log.warning("artifacts: %d run(s) left running by a previous operator process marked interrupted", swept)
+    return swept

@@ -7,7 +7,9 @@ processes -- including a ``shell`` task's daemonised grandchild -- die with a SI
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
 from pathlib import Path
 
 import psutil
@@ -77,3 +79,20 @@ def test_a_killed_operator_leaves_no_process_of_its_runs(cluster: Cluster, start
     wait_for(lambda: not _run_processes(token, f"sleep {delay}"), 30,
              what="every process of the killed operator's run gone")
     assert list(markers.iterdir()) == []  # nothing can write them any more: every writer is gone
+
+    # the next operator on the same artifacts marks the killed run interrupted, and the CR converges
+    (killed_run,) = op.runs("orphans")
+    assert killed_run["result"] == "running"
+    cluster.patch_widget("orphans", {"spec": {"sleepSeconds": "0"}})  # so the re-run is short
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "ANSIBLE_GATHERING": "explicit"}
+    env.pop("KUBECONFIG", None)
+    with open(op.log_path, "ab") as log_file:
+        again = subprocess.Popen(op.proc.args, stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                                 cwd=op.log_path.parent, start_new_session=True)
+    try:
+        wait_for(lambda: any(r["run_id"] == killed_run["run_id"] and r["result"] == "interrupted"
+                             for r in op.runs("orphans")), 60, what="the killed run marked interrupted")
+        cluster.wait_condition("orphans", "Successful", generation=2, timeout=120)
+    finally:
+        again.kill()
+        again.wait(30)
