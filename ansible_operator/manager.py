@@ -121,7 +121,7 @@ def _kopf_login(configuration: Any) -> Any:
 async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
     import kopf
 
-    from ansible_operator.collections import COLLECTIONS_ROOT
+    from ansible_operator.collections import paths as collection_paths
     from ansible_operator.executors import make_executor
     from ansible_operator.intake import ObjectCache, WatchIntake
     from ansible_operator.logs import ansible_event_logger
@@ -168,6 +168,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
 
         artifacts_root = artifacts.ensure_root(_artifacts_root(args))
         artifacts.recover_interrupted(artifacts_root)  # runs a killed predecessor left "running"
+        artifacts.recover_interrupted(artifacts_root)  # runs a killed predecessor left "running"
         janitor = artifacts.Janitor(artifacts_root,
                                     getattr(args, "max_artifacts_size", artifacts.DEFAULT_MAX_BYTES))
         cleanups.append(janitor.close)
@@ -175,7 +176,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             kube=kube, executor=executor, artifacts_root=artifacts_root, credentials=credentials,
             janitor=janitor,
             run_timeout=_seconds(args.run_timeout),
-            collections_paths=(COLLECTIONS_ROOT,), hooks=[metrics],
+            collections_paths=tuple(collection_paths()), hooks=[metrics],
             event_loggers=_event_loggers(args.ansible_log_events, ansible_event_logger),
             executor_name=args.executor,
         )
@@ -421,14 +422,11 @@ def _pod_namespace() -> str | None:
 
 def _export_ansible_paths(args: argparse.Namespace) -> None:
     """``--ansible-roles-path`` / ``--ansible-collections-path`` become ``$ANSIBLE_ROLES_PATH`` /
-    ``$ANSIBLE_COLLECTIONS_PATH`` for every run, as the SDK's ``os.Setenv``. The bundled ``operator_sdk.util``
-    shim goes after the collections path, so an installed ``operator_sdk.util`` is the one used."""
-    from ansible_operator.collections import search_path
-
+    ``$ANSIBLE_COLLECTIONS_PATH`` for every run, exactly as the SDK's ``os.Setenv``."""
     if args.ansible_roles_path:
         os.environ["ANSIBLE_ROLES_PATH"] = args.ansible_roles_path
-    user = args.ansible_collections_path or os.environ.get("ANSIBLE_COLLECTIONS_PATH")
-    os.environ["ANSIBLE_COLLECTIONS_PATH"] = search_path(user)
+    if args.ansible_collections_path:
+        os.environ["ANSIBLE_COLLECTIONS_PATH"] = args.ansible_collections_path
 
 
 async def _start_osdk_metric(args: argparse.Namespace, metrics: Any, cleanups: list[Any]) -> None:
