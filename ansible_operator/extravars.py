@@ -311,7 +311,8 @@ def build_extra_vars(
             )
     out: dict[str, Any] = {k: wrap(v) for k, v in params.items()}
 
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    raw_meta = obj.get("metadata")
+    metadata: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
     out["ansible_operator_meta"] = wrap({
         "name": metadata.get("name", ""),
         "namespace": metadata.get("namespace", ""),
@@ -355,11 +356,11 @@ _Dumper.add_representer(tuple, yaml.SafeDumper.represent_list)
 
 def dump(extra_vars: Mapping[str, Any]) -> str:
     """YAML text for ``env/extravars`` (the caller writes it 0600). ``Unsafe`` strings get ``!unsafe``."""
-    return yaml.dump(
+    return str(yaml.dump(
         dict(extra_vars),
         Dumper=_Dumper,
         default_flow_style=False,
         sort_keys=False,
         allow_unicode=True,
         width=float("inf"),
-    )
+    ))

@@ -247,10 +247,11 @@ class WatchIntake:
                 return
             self.handle(event.get("type"), copy.deepcopy(body))
 
+        handler: Any = on_event  # kopf's WatchingFn protocol spells out every kwarg; we take two
         kopf.on.event(
             group=self.watch.group, version=self.watch.version, kind=self.watch.kind,
             id=f"intake/{self.watch.key}", registry=registry,
-        )(on_event)
+        )(handler)
         install_relist_hook()
         _LISTENERS.add(self)
 

@@ -194,17 +194,21 @@ class Kube:
 
     async def get(self, ref: ResourceRef, namespace: str | None, name: str) -> dict[str, Any] | None:
         try:
-            return await self.request("GET", ref.path(namespace, name))
+            found: dict[str, Any] = await self.request("GET", ref.path(namespace, name))
         except NotFound:
             return None
+        return found
 
     async def merge_patch(self, ref: ResourceRef, namespace: str | None, name: str, patch: dict[str, Any],
                           *, subresource: str | None = None) -> dict[str, Any]:
-        return await self.request("PATCH", ref.path(namespace, name, subresource), body=patch,
-                                  content_type="application/merge-patch+json")
+        patched: dict[str, Any] = await self.request("PATCH", ref.path(namespace, name, subresource), body=patch,
+                                                     content_type="application/merge-patch+json")
+        return patched
 
     async def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
-        return await self.request("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", body=event)
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/events"
+        created: dict[str, Any] = await self.request("POST", path, body=event)
+        return created
 
     async def discover(self, group: str, version: str, kind: str) -> ResourceRef:
         """Find plural and scope of a kind from the discovery document."""

@@ -178,7 +178,7 @@ class Reconciler:
             return False
         meta, latest_meta = obj["metadata"], latest["metadata"]
         if latest_meta.get("uid") != meta.get("uid") or latest_meta.get("deletionTimestamp"):
-            return latest_meta.get("uid") == meta.get("uid")  # deletion started: the finalizer runs next
+            return bool(latest_meta.get("uid") == meta.get("uid"))  # deletion started: finalizer runs next
         old, new = meta.get("generation"), latest_meta.get("generation")
         return isinstance(old, int) and isinstance(new, int) and new > old
 

@@ -68,13 +68,13 @@ def _completion_time(now: datetime) -> str:
     return now.astimezone(timezone.utc).isoformat()
 
 
-def merge_conditions(existing: list[dict] | None, updates: list[dict]) -> list[dict]:
+def merge_conditions(existing: list[dict[str, Any]] | None, updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Replace conditions by ``type``, keeping the existing order and appending new types.
 
     An update's ``lastTransitionTime`` is replaced by the existing one when ``status`` did not change.
     Entries of ``existing`` that are not mappings with a ``type`` are dropped (the SDK drops them too).
     """
-    merged: list[dict] = [copy.deepcopy(c) for c in existing or [] if isinstance(c, Mapping) and "type" in c]
+    merged: list[dict[str, Any]] = [copy.deepcopy(c) for c in existing or [] if isinstance(c, Mapping) and "type" in c]
     index = {c["type"]: i for i, c in enumerate(merged)}
     for update in updates:
         new = copy.deepcopy(dict(update))
@@ -101,7 +101,7 @@ def ansible_result(result: RunResult, now: datetime) -> dict[str, Any]:
 
 
 def _condition(ctype: str, status: bool, reason: str, message: str, *, now: datetime,
-               generation: int | None, result: dict | None = None) -> dict[str, Any]:
+               generation: int | None, result: dict[str, Any] | None = None) -> dict[str, Any]:
     cond: dict[str, Any] = {
         "type": ctype,
         "status": "True" if status else "False",
@@ -116,7 +116,7 @@ def _condition(ctype: str, status: bool, reason: str, message: str, *, now: date
     return cond
 
 
-def _with_conditions(current: Mapping[str, Any] | None, updates: list[dict], generation: int | None,
+def _with_conditions(current: Mapping[str, Any] | None, updates: list[dict[str, Any]], generation: int | None,
                      *, observed: bool = True) -> dict[str, Any]:
     status = copy.deepcopy(dict(current)) if isinstance(current, Mapping) else {}
     existing = status.get("conditions")
@@ -126,7 +126,7 @@ def _with_conditions(current: Mapping[str, Any] | None, updates: list[dict], gen
     return status
 
 
-def running_status(current: Mapping[str, Any] | None, *, generation: int | None, now: datetime) -> dict:
+def running_status(current: Mapping[str, Any] | None, *, generation: int | None, now: datetime) -> dict[str, Any]:
     """Status body for "a run started": Running=True; Successful/Failure are left as the last run set them.
 
     ``status.observedGeneration`` is not moved here: it says which generation the *conditions* describe,
@@ -137,7 +137,7 @@ def running_status(current: Mapping[str, Any] | None, *, generation: int | None,
 
 
 def result_status(current: Mapping[str, Any] | None, result: RunResult, *, generation: int | None,
-                  now: datetime) -> dict:
+                  now: datetime) -> dict[str, Any]:
     """Status body after a run (see the module docstring for the exact conditions)."""
     ar = ansible_result(result, now)
     if result.succeeded:
@@ -159,7 +159,7 @@ def result_status(current: Mapping[str, Any] | None, result: RunResult, *, gener
 
 
 def refused_status(current: Mapping[str, Any] | None, *, message: str, generation: int | None,
-                   now: datetime) -> dict:
+                   now: datetime) -> dict[str, Any]:
     """Status body when the object was refused before any run (e.g. a spec field mapping to ``ansible_*``).
 
     Reason ``Refused`` on all three conditions; no ``ansibleResult`` since nothing ran.

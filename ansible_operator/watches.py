@@ -70,7 +70,7 @@ class Finalizer:
     """Absolute role directory, or a collection FQCN; None when the finalizer runs a playbook or the main
     role/playbook with ``vars``."""
     playbook: Path | None
-    vars: dict = field(default_factory=dict)
+    vars: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class Watch:
     """Absolute role directory path, or a collection FQCN ``namespace.collection.role``."""
     playbook: Path | None
     """Absolute path."""
-    vars: dict
+    vars: dict[str, Any]
     finalizer: Finalizer | None
     reconcile_period: float | None
     """Seconds between resyncs of an unchanged object; None means no periodic resync."""
@@ -92,9 +92,9 @@ class Watch:
     watch_annotations_changes: bool = False
     snake_case_parameters: bool = True
     mark_unsafe: bool = True
-    selector: dict | None = None
+    selector: dict[str, Any] | None = None
     """metav1.LabelSelector (``matchLabels`` / ``matchExpressions``); None means every object."""
-    blacklist: tuple[dict, ...] = ()
+    blacklist: tuple[dict[str, Any], ...] = ()
     """Dependent kinds never watched: ``{"group", "version", "kind"}`` dicts."""
     max_runner_artifacts: int = DEFAULT_MAX_RUNNER_ARTIFACTS
     max_concurrent_reconciles: int = 1
@@ -418,7 +418,7 @@ def _env_names(prefix: str, kind: str, group: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _validate_selector(sel: _SelectorModel, fail: Any) -> dict | None:
+def _validate_selector(sel: _SelectorModel, fail: Any) -> dict[str, Any] | None:
     out: dict[str, Any] = {}
     if sel.matchLabels:
         out["matchLabels"] = dict(sel.matchLabels)
@@ -447,7 +447,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, yaml.Node] = {}
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=deep)
             try:
                 first = seen.get(key)
             except TypeError:  # an unhashable key: the base class reports it
@@ -458,12 +458,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     f"duplicate key {key!r} (first at line {first.start_mark.line + 1}); each key may appear"
                     " only once per entry", key_node.start_mark)
             seen[key] = key_node
-        return super().construct_mapping(node, deep=deep)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
 
 def load_yaml_unique(text: str) -> Any:
     """``yaml.safe_load`` that rejects duplicate mapping keys."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe
 
 
 def load_watches(
