@@ -243,6 +243,8 @@ class Simulator:
         sets = self._rollout.replica_sets(obj)
         serving = sum(int((rs.get("spec") or {}).get("replicas", 0)) for rs in sets
                       if rs["metadata"].get("uid") != new_uid)
+        # unavailable counts against every ReplicaSet's desired replicas, the new one's included (syncRolloutStatus)
+        desired = sum(int((rs.get("spec") or {}).get("replicas", 0)) for rs in sets)
         old = obj.get("status") or {}
         now_s = rfc3339(now())
 
@@ -256,7 +258,7 @@ class Simulator:
         available = serving >= replicas - _max_unavailable(spec, replicas) and serving > 0
         status = _omit_zero({"observedGeneration": obj["metadata"].get("generation", 1), "replicas": serving,
                              "readyReplicas": serving, "availableReplicas": serving,
-                             "unavailableReplicas": max(replicas - serving, 0)})
+                             "unavailableReplicas": max(desired - serving, 0)})
         status["conditions"] = [
             cond("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability.")
             if available else cond("Available", "False", "MinimumReplicasUnavailable",

@@ -320,6 +320,7 @@ def test_rollout_stuck_while_the_service_account_is_missing(api):
     assert failure.reason == "FailedCreate" and failure.message == (
         'pods "sa-" is forbidden: error looking up service account default/robot: serviceaccount "robot" not found')
     assert not d.status.updated_replicas and d.status.available_replicas == 1  # the old ReplicaSet still serves
+    assert d.status.unavailable_replicas == 1  # the new ReplicaSet's replica (kubernetes.core's wait fails on it)
     core.create_namespaced_service_account("default", {"metadata": {"name": "robot"}})
     wait_for(lambda: (d := apps.read_namespaced_deployment("sa", "default")).status.updated_replicas == 1
              and not any(c.type == "ReplicaFailure" for c in d.status.conditions))
