@@ -22,6 +22,8 @@ server-side apply (``PATCH`` with ``application/apply-patch+yaml``) *create* the
 When the API server answers such a request ``201 Created``, the proxy adds the owner right after, with a
 JSON patch guarded by the new object's ``uid`` (field manager ``ansible-operator``, so the role's later
 applies, which do not list the reference, do not remove it) and hands the role the patched object.
+``ANSIBLE_OPERATOR_OWNER_ON_APPLY_CREATE=false`` (or ``OwnerProxy(own_put_apply_creates=False)``) turns
+that off for SDK's exact behaviour: objects a ``PUT``/apply creates get no owner and outlive the CR.
 As in SDK, a ``PUT`` replaces ``metadata`` too: a reference the role's definition does not list is dropped.
 
 The owner reference carries neither ``controller`` nor ``blockOwnerDeletion`` (SDK sets neither; setting
@@ -75,11 +77,16 @@ __all__ = [
     "inject_owner",
     "injection_mode",
     "owner_ref",
+    "OWN_PUT_APPLY_CREATES_ENV",
+    "own_put_apply_creates_from_env",
     "owned_by_kind_of",
     "owner_json_patch",
     "parse_request_path",
     "request_action",
 ]
+
+OWN_PUT_APPLY_CREATES_ENV = "ANSIBLE_OPERATOR_OWNER_ON_APPLY_CREATE"
+"""``false`` / ``0`` / ``no``: objects created by ``PUT`` or server-side apply get no owner (Operator SDK)."""
 
 ANNOTATION_PRIMARY_RESOURCE = "operator-sdk/primary-resource"
 ANNOTATION_PRIMARY_RESOURCE_TYPE = "operator-sdk/primary-resource-type"
@@ -305,6 +312,18 @@ def owner_json_patch(obj: Mapping[str, Any], owner: Owner,
     return ops
 
 
+def own_put_apply_creates_from_env(env: Mapping[str, str]) -> bool:
+    """``$ANSIBLE_OPERATOR_OWNER_ON_APPLY_CREATE`` (default true). A value that is not a boolean is reported
+    and read as false -- Operator SDK's behaviour, the one that cannot get anything garbage-collected."""
+    raw = env.get(OWN_PUT_APPLY_CREATES_ENV, "true").strip().lower()
+    if raw in ("true", "1", "yes", "on"):
+        return True
+    if raw not in ("false", "0", "no", "off"):
+        log.error("%s=%r is not true or false: objects a PUT or server-side apply creates get no owner "
+                  "(Operator SDK's behaviour)", OWN_PUT_APPLY_CREATES_ENV, raw)
+    return False
+
+
 def owned_by_kind_of(obj: Mapping[str, Any], owner: Owner) -> bool:
     """Whether ``obj`` already belongs to some object of ``owner``'s kind (SDK's ``recoverDependentWatches``):
     an ownerReference with the owner's apiVersion and kind, or the primary-resource-type annotation."""
@@ -415,8 +434,11 @@ class OwnerProxy:
 
     def __init__(self, upstream: "kubernetes.client.Configuration", *,
                  on_dependent: Callable[[DependentKind], None] | None = None,
-                 inject_owner_ref: bool = True, host: str = "127.0.0.1", port: int = 0) -> None:
+                 inject_owner_ref: bool = True, host: str = "127.0.0.1", port: int = 0,
+                 own_put_apply_creates: bool | None = None) -> None:
         self._upstream = Upstream(upstream)
+        self._own_put_apply_creates = (own_put_apply_creates if own_put_apply_creates is not None
+                                       else own_put_apply_creates_from_env(os.environ))
         self._on_dependent = on_dependent
         self._inject = inject_owner_ref
         self._host = host
@@ -531,6 +553,8 @@ class OwnerProxy:
         action: Action = "forward"
         if self._inject and info is not None:
             action = request_action(request.method, info, content_type)
+            if action == "own_if_created" and not self._own_put_apply_creates:
+                action = "forward"
         dependent: DependentKind | None = None
         if action == "inject":
             assert info is not None

@@ -252,6 +252,27 @@ async def test_existing_objects_never_get_an_owner(
     assert seen == []  # nothing created, nothing owned read: no dependent watch
 
 
+async def test_sdk_exact_mode_leaves_apply_creates_unowned(cluster: Cluster, tmp_path: Path) -> None:
+    """ANSIBLE_OPERATOR_OWNER_ON_APPLY_CREATE=false: Operator SDK's POST-only injection, nothing else."""
+    p = OwnerProxy(cluster.configuration(), own_put_apply_creates=False)
+    await p.start()
+    try:
+        owner = await asyncio.to_thread(cluster.create_owner, "sdkmode")
+        kubeconfig = p.kubeconfig_for(owner, tmp_path / "kubeconfig")
+        await run_playbook(tmp_path, kubeconfig, [
+            _k8s({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "sdkmode-ssa", "namespace": NS}},
+                 "ssa", apply=True, server_side_apply={"field_manager": "role"}),
+            _k8s({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "sdkmode-post", "namespace": NS}},
+                 "post"),
+        ])
+    finally:
+        await p.close()
+    ssa = await asyncio.to_thread(cluster.core.read_namespaced_config_map, "sdkmode-ssa", NS)
+    assert not ssa.metadata.owner_references
+    post = await asyncio.to_thread(cluster.core.read_namespaced_config_map, "sdkmode-post", NS)
+    assert [r.uid for r in post.metadata.owner_references] == [owner["metadata"]["uid"]]
+
+
 async def test_reading_an_owned_object_recovers_its_watch(
         cluster: Cluster, proxy: tuple[OwnerProxy, list[DependentKind]], tmp_path: Path) -> None:
     """After a restart a role that only updates what exists still gets its dependent watches back

@@ -18,6 +18,7 @@ from ansible_operator.owners import (
     RequestInfo,
     inject_owner,
     injection_mode,
+    own_put_apply_creates_from_env,
     owned_by_kind_of,
     owner_json_patch,
     owner_ref,
@@ -426,3 +427,12 @@ async def test_watcher_close_ends_pending_ensure() -> None:
     await asyncio.wait_for(ensure, 10)  # hang guard only
     assert all(t.done() for t in w._tasks) or not w._tasks
     api.close()
+
+
+def test_owner_on_apply_create_env(caplog: pytest.LogCaptureFixture) -> None:
+    assert own_put_apply_creates_from_env({}) is True
+    assert own_put_apply_creates_from_env({"ANSIBLE_OPERATOR_OWNER_ON_APPLY_CREATE": "false"}) is False
+    assert own_put_apply_creates_from_env({"ANSIBLE_OPERATOR_OWNER_ON_APPLY_CREATE": "True"}) is True
+    # a typo gets SDK's behaviour (nothing becomes garbage-collectable) and an error naming the variable
+    assert own_put_apply_creates_from_env({"ANSIBLE_OPERATOR_OWNER_ON_APPLY_CREATE": "fasle"}) is False
+    assert "ANSIBLE_OPERATOR_OWNER_ON_APPLY_CREATE='fasle'" in caplog.text
