@@ -6,10 +6,12 @@
         artifacts/<run_id>/{stdout,status,rc}
 
 Run directories hold extra vars and task results in plain text, so everything here is private to the
-operator's user: directories 0700, files 0600 (and the operator's umask is tightened in :func:`ensure_root`).
+operator's user: the root and every directory down to a run's are 0700 (whatever the umask), ``run.json``
+0600; files the executor writes inside a run directory are out of other users' reach through it.
 
 Disk use is bounded three ways: per object (``maxRunnerArtifacts``: newest N runs, :func:`prune_runs`), per
-object lifetime (:func:`remove_object` once the object is gone from the API) and globally
+object lifetime (:func:`remove_runs_of` once the object is gone from the API, :func:`remove_absent` for
+objects a complete listing no longer holds, e.g. deleted while the operator was down) and globally
 (:func:`cap_total`: oldest runs first until the whole tree fits ``--max-artifacts-size``).
 """
 
@@ -42,6 +44,7 @@ __all__ = [
     "prune_runs",
     "remove_object",
     "remove_runs_of",
+    "remove_absent",
     "Janitor",
     "cap_total",
     "dir_size",
@@ -132,7 +135,7 @@ def new_run_dir(root: Path, obj: ObjectPath, run_id: str) -> Path:
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    """Write ``run.json`` atomically (a reader never sees half a file), readable by the operator's user only."""
+    """Write ``run.json`` atomically (no reader sees half a file), readable by the operator's user only."""
     path = run_dir / SUMMARY
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -214,7 +217,8 @@ def prune_runs(obj_dir: Path, *, keep: int) -> None:
     """Keep the newest ``keep`` run directories of one object (run ids sort by time); 0 keeps all."""
     if keep <= 0 or not obj_dir.is_dir():
         return
-    runs = sorted((p for p in obj_dir.iterdir() if p.is_dir() and RUN_ID_RE.match(p.name)), key=lambda p: p.name)
+    runs = sorted((p for p in obj_dir.iterdir() if p.is_dir() and RUN_ID_RE.match(p.name)),
+                  key=lambda p: p.name)
     for old in runs[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -259,6 +263,36 @@ def remove_runs_of(root: Path, obj: ObjectPath, uid: str | None, *,
         except OSError:
             break
         parent = parent.parent
+    return removed
+
+
+def remove_absent(root: Path, under: Path, present: set[tuple[str | None, str, str | None]], *, before: str,
+                  keep: frozenset[Path] | set[Path] = frozenset()) -> int:
+    """Remove the runs under ``under`` (a kind's or a kind-and-namespace's directory) of objects not in
+    ``present`` ((namespace, name, uid) of every object a complete listing held), except runs in ``keep``
+    and runs whose id is not older than ``before`` (a run id prefix, ``YYYYmmddTHHMMSSZ``: runs that began
+    after the listing belong to objects it could not know). Returns how many runs were removed."""
+    if not under.is_dir():
+        return 0
+    removed = 0
+    for run_dir in [d for d in iter_run_dirs(root) if under in d.parents]:
+        if run_dir in keep or run_dir.name[:16] >= before:
+            continue
+        owner = object_of(run_dir)
+        uid = load_run(run_dir).get("uid")
+        if (owner.namespace, owner.name, uid) in present:
+            continue
+        shutil.rmtree(run_dir, ignore_errors=True)
+        removed += 1
+        parent = run_dir.parent
+        while parent != root and root in parent.parents:
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+            parent = parent.parent
+    if removed:
+        log.info("removed %d run(s) of objects that no longer exist", removed)
     return removed
 
 

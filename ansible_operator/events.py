@@ -45,7 +45,8 @@ def event(obj: Mapping[str, Any], *, type: str, reason: str, message: str, actio
     """A core/v1 Event body about ``obj`` (``type`` is ``Normal`` or ``Warning``)."""
     meta = obj.get("metadata") or {}
     name = str(meta.get("name", ""))
-    involved: dict[str, Any] = {"apiVersion": obj.get("apiVersion", ""), "kind": obj.get("kind", ""), "name": name}
+    involved: dict[str, Any] = {"apiVersion": obj.get("apiVersion", ""), "kind": obj.get("kind", ""),
+                                "name": name}
     if meta.get("namespace"):
         involved["namespace"] = meta["namespace"]
     for key in ("uid", "resourceVersion"):
@@ -129,8 +130,9 @@ class EventRecorder:
             if previous is not None and previous[0] == identity:
                 _, name, count = previous
                 try:
+                    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/events/{quote(name, safe='')}"
                     await self.api.request(
-                        "PATCH", f"/api/v1/namespaces/{quote(namespace, safe='')}/events/{quote(name, safe='')}",
+                        "PATCH", path,
                         body={"count": count + 1, "lastTimestamp": body.get("lastTimestamp")},
                         content_type="application/merge-patch+json")
                     self._last[key] = (identity, name, count + 1)

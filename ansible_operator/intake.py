@@ -100,6 +100,10 @@ def needs_run(previous: Fingerprint | None, current: Fingerprint) -> bool:
     return current.annotations != previous.annotations
 
 
+ListingObserver = Callable[[str | None, frozenset[tuple[ObjectKey, str | None]]], None]
+"""Called with (namespace or None for all, {(key, uid), ...}) after each complete listing."""
+
+
 def uid_of(obj: dict[str, Any]) -> str | None:
     return (obj.get("metadata") or {}).get("uid")
 
@@ -111,6 +115,19 @@ class ObjectCache:
     def __init__(self) -> None:
         self._objects: dict[ObjectKey, dict[str, Any]] = {}
         self._fingerprints: dict[ObjectKey, Fingerprint] = {}
+        self._listing_observers: list[ListingObserver] = []
+
+    def observe_listings(self, fn: ListingObserver) -> None:
+        """Call ``fn(namespace, {(key, uid), ...})`` each time a complete listing of ``namespace`` (None: all)
+        has been applied: the full set of objects that existed then (e.g. to drop leftovers of others)."""
+        self._listing_observers.append(fn)
+
+    def listed(self, namespace: str | None, present: frozenset[tuple[ObjectKey, str | None]]) -> None:
+        for fn in self._listing_observers:
+            try:
+                fn(namespace, present)
+            except Exception:  # an observer must never break the watch stream
+                log.exception("listing observer failed")
 
     def get(self, key: ObjectKey) -> dict[str, Any] | None:
         obj = self._objects.get(key)
@@ -191,7 +208,7 @@ class WatchIntake:
     def relisted(self, namespace: str | None, listed: Iterable[tuple[str | None, str, str | None]]) -> int:
         """A listing of ``namespace`` (None: all) ended, holding these (namespace, name, uid). Cached objects
         it does not hold were deleted meanwhile: forget them (informer ``Replace``). Returns how many."""
-        present = {(ObjectKey(namespace=ns or None, name=name), uid) for ns, name, uid in listed}
+        present = frozenset((ObjectKey(namespace=ns or None, name=name), uid) for ns, name, uid in listed)
         if namespace in self._listed_once:
             self.relists += 1
             log.info("%s: relisted%s after a watch gap (%d objects listed)", self.watch.key,
@@ -211,6 +228,7 @@ class WatchIntake:
         if gone:
             log.info("%s: relist%s found %d object(s) deleted during the watch gap", self.watch.key,
                      f" of namespace {namespace}" if namespace else "", gone)
+        self.cache.listed(namespace, present)
         return gone
 
     def _bury(self, uid: str) -> None:
@@ -261,7 +279,8 @@ class WatchIntake:
 _LISTENERS: "weakref.WeakSet[WatchIntake]" = weakref.WeakSet()
 
 
-def _listing_ended(resource: Any, namespace: str | None, listed: list[tuple[str | None, str, str | None]]) -> None:
+def _listing_ended(resource: Any, namespace: str | None,
+                   listed: list[tuple[str | None, str, str | None]]) -> None:
     for intake in list(_LISTENERS):
         w = intake.watch
         if (w.group, w.version, w.kind) == (resource.group, resource.version, resource.kind):
@@ -276,8 +295,9 @@ def install_relist_hook() -> None:
     original = getattr(watching, "continuous_watch", None)
     bookmark = getattr(getattr(watching, "Bookmark", None), "LISTED", None)
     if original is None or bookmark is None:
-        raise RuntimeError("this kopf version has no watching.continuous_watch/Bookmark.LISTED: the relist "
-                           "hook (deletions during a watch gap) cannot be installed; pin kopf to a known version")
+        raise RuntimeError("this kopf version has no watching.continuous_watch/Bookmark.LISTED: the relist"
+                           " hook (deletions during a watch gap) cannot be installed; pin kopf to a known"
+                           " version")
     if getattr(original, "_relist_hook", False):
         return
 

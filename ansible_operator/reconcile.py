@@ -100,6 +100,7 @@ class Reconciler:
         self.rt = runtime
         self._resource = resource
         self.events = events.EventRecorder(runtime.kube)
+        cache.observe_listings(self._listed)
         self._gone: OrderedDict[str, None] = OrderedDict()
         """uids of objects known to be gone: a run of one that ends afterwards removes its artifacts."""
 
@@ -404,6 +405,19 @@ class Reconciler:
             except NotFound:
                 return
         log.warning("gave up writing status of %s/%s after %d conflicts", namespace, name, _STATUS_WRITE_ATTEMPTS)
+
+    def _listed(self, namespace: str | None, present: frozenset[tuple[ObjectKey, str | None]]) -> None:
+        """A complete listing: runs of objects it does not hold (deleted while the operator was down, or
+        during a watch gap) are removed; runs that started after the listing are never touched."""
+        janitor = self.rt.janitor
+        assert janitor is not None
+        kind_dir = artifacts.object_dir(self.rt.artifacts_root, artifacts.ObjectPath(
+            self.watch.group, self.watch.version, self.watch.kind, namespace, "_")).parent
+        if namespace is None:
+            kind_dir = kind_dir.parent
+        janitor.in_background(artifacts.remove_absent, self.rt.artifacts_root, kind_dir,
+                              {(k.namespace, k.name, uid) for k, uid in present},
+                              before=new_run_id()[:16], keep=frozenset(janitor.active))
 
     def forget(self, key: ObjectKey, old: dict[str, Any] | None = None) -> None:
         """The object is gone (``old``: its last body): drop what we remember about it, and its run

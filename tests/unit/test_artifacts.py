@@ -1,4 +1,4 @@
-"""The run-artifacts layout (ansible_operator.artifacts): bounded per object, per lifetime and globally; private."""
+"""The run-artifacts layout (ansible_operator.artifacts): bounded per object, lifetime, globally; private."""
 
 from __future__ import annotations
 
@@ -80,7 +80,8 @@ def test_cap_total_never_removes_runs_in_progress(tmp_path: Path) -> None:
 
 
 def test_load_run_without_summary_reads_the_path(tmp_path: Path) -> None:
-    run_dir = artifacts.new_run_dir(tmp_path, ObjectPath("", "v1", "ConfigMap", None, "x"), "20261122T120000Z-abcdef")
+    run_dir = artifacts.new_run_dir(tmp_path, ObjectPath("", "v1", "ConfigMap", None, "x"),
+                                    "20261122T120000Z-abcdef")
     run = artifacts.load_run(run_dir)
     assert (run["group"], run["kind"], run["namespace"], run["name"]) == ("", "ConfigMap", None, "x")
     assert run["error"] == "run.json missing"

@@ -21,9 +21,9 @@ FAILED = FailedTask(name="create deployment", action="k8s", role="memcached",
 
 def result(status: str = "successful", *, failed: FailedTask | None = None, changed: int = 0,
            changed_tasks: tuple[str, ...] = ()) -> RunResult:
-    return RunResult(status=status, ok=5, changed=changed, skipped=1, failures=1 if failed else 0, unreachable=0,
-                     rescued=0, ignored=0, failed_task=failed, changed_tasks=changed_tasks, requeue_after=None,
-                     error=None)
+    return RunResult(status=status, ok=5, changed=changed, skipped=1, failures=1 if failed else 0,
+                     unreachable=0, rescued=0, ignored=0, failed_task=failed, changed_tasks=changed_tasks,
+                     requeue_after=None, error=None)
 
 
 def test_event_for_failure() -> None:
@@ -54,8 +54,9 @@ def test_every_event_has_the_same_shape() -> None:
 
 
 def test_event_for_changes_and_none_when_nothing_changed() -> None:
-    ev = events.for_result(OBJ, result(changed=2, changed_tasks=("memcached : deployment", "memcached : service")),
-                           now=T0, component="memcached-operator")
+    changed = ("memcached : deployment", "memcached : service")
+    ev = events.for_result(OBJ, result(changed=2, changed_tasks=changed), now=T0,
+                           component="memcached-operator")
     assert ev is not None and ev["type"] == "Normal" and ev["reason"] == "ReconcileChanged"
     assert ev["message"] == "2 changed: memcached : deployment, memcached : service"
     assert ev["source"] == {"component": "memcached-operator"}
@@ -101,7 +102,8 @@ async def test_recorder_aggregates_repeats_and_survives_errors() -> None:
     later = events.for_result(OBJ, result("failed", failed=FAILED), now=T0 + timedelta(minutes=1))
     await rec.record(OBJ, later)
     assert len(api.created) == 1
-    assert api.patched == [("/api/v1/namespaces/ns1/events/m1.1", {"count": 2, "lastTimestamp": "2026-11-22T13:46:01Z"})]
+    assert api.patched == [("/api/v1/namespaces/ns1/events/m1.1",
+                            {"count": 2, "lastTimestamp": "2026-11-22T13:46:01Z"})]
     api.expired = True  # the Event expired (TTL): a new one is recorded
     await rec.record(OBJ, later)
     assert len(api.created) == 2

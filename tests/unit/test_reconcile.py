@@ -120,7 +120,7 @@ async def test_artifacts_of_a_deleted_object_are_removed(tmp_path: Path) -> None
     assert not obj_dir.exists() and not obj_dir.parent.exists()
 
 
-async def test_a_run_in_progress_when_its_object_goes_removes_its_artifacts_when_it_ends(tmp_path: Path) -> None:
+async def test_a_run_in_progress_when_its_object_goes_removes_its_artifacts_at_end(tmp_path: Path) -> None:
     reconciler, kube, executor = make(tmp_path)
     kube.obj["metadata"]["generation"] = 2  # no mid-run edit this time
     store(reconciler.cache, kube.obj)
@@ -150,3 +150,26 @@ async def test_janitor_caps_the_tree_after_runs(tmp_path: Path) -> None:
     await reconciler(KEY)
     await reconciler.rt.janitor.settle()
     assert list(artifacts.iter_run_dirs(tmp_path)) == []
+
+
+async def test_a_listing_removes_runs_of_objects_deleted_while_the_operator_was_down(tmp_path: Path) -> None:
+    reconciler, kube, executor = make(tmp_path)
+
+    def run(name: str, uid: str, run_id: str, namespace: str = "ns") -> Path:
+        d = artifacts.new_run_dir(tmp_path, artifacts.ObjectPath("cache.example.com", "v1alpha1", "Memcached",
+                                                                 namespace, name), run_id)
+        artifacts.write_summary(d, {"uid": uid})
+        return d
+
+    kept = run("a", "u1", "20200101T000000Z-aaaaaa")
+    old_incarnation = run("a", "u0", "20200101T000000Z-bbbbbb")
+    deleted = run("b", "u2", "20200101T000000Z-cccccc")
+    other_ns = run("c", "u3", "20200101T000000Z-dddddd", namespace="other")
+    future = run("d", "u4", "29991231T235959Z-eeeeee")  # began after the listing: not its business
+    reconciler.cache.listed("ns", frozenset({(KEY, "u1")}))
+    await reconciler.rt.janitor.settle()
+    assert kept.exists() and other_ns.exists() and future.exists()
+    assert not old_incarnation.exists() and not deleted.exists() and not deleted.parent.exists()
+    reconciler.cache.listed(None, frozenset({(KEY, "u1")}))  # a cluster-wide listing covers every namespace
+    await reconciler.rt.janitor.settle()
+    assert kept.exists() and not other_ns.exists()
