@@ -406,6 +406,10 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--data-dir", default=None, help="persist objects here (SQLite) across restarts")
     sb.add_argument("--no-simulate", dest="simulate", action="store_false",
                     help="turn off the simulated controllers (Deployment/StatefulSet/Job/PVC/CronJob status)")
+    sb.add_argument("--secure", action="store_true",
+                    help="HTTPS with a generated CA, client-certificate and ServiceAccount-token authentication,"
+                         " enforced RBAC; the kubeconfig written holds the CA and an admin (system:masters)"
+                         " client certificate")
     sb.add_argument("--log-level", type=log_level, default="INFO",
                     help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL")
 

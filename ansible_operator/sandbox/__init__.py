@@ -8,6 +8,10 @@ Usage::
     # or, from synchronous code (tests, CLI):
     sb.start_in_thread(); sb.write_kubeconfig(path); ...; sb.stop_thread()
 
+``secure=True`` serves HTTPS with a generated CA, authenticates client certificates and ServiceAccount tokens
+and enforces RBAC (:mod:`ansible_operator.sandbox.auth`); the written kubeconfig then holds the CA and an admin
+client certificate (``system:masters``), so everything that used the kubeconfig keeps working.
+
 See docs/sandbox.md for what is emulated and what is not.
 """
 
@@ -15,7 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import base64
 import logging
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Iterable
@@ -27,12 +34,24 @@ log = logging.getLogger(__name__)
 __all__ = ["Sandbox", "kubeconfig_dict", "load_crd_documents"]
 
 
-def kubeconfig_dict(url: str, namespace: str = "default") -> dict[str, Any]:
-    """A kubeconfig with cluster/user/context all named ``sandbox`` pointing at ``url`` (plain HTTP)."""
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def kubeconfig_dict(url: str, namespace: str = "default", ca_pem: str | None = None,
+                    user: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A kubeconfig with cluster/user/context all named ``sandbox`` pointing at ``url``.
+
+    Plain HTTP without ``ca_pem``; with it the cluster carries ``certificate-authority-data`` and ``user`` the
+    credentials (``client-certificate-data``/``client-key-data`` or ``token``).
+    """
+    cluster: dict[str, Any] = {"server": url}
+    if ca_pem:
+        cluster["certificate-authority-data"] = _b64(ca_pem)
     return {
         "apiVersion": "v1", "kind": "Config", "preferences": {},
-        "clusters": [{"name": "sandbox", "cluster": {"server": url}}],
-        "users": [{"name": "sandbox", "user": {}}],
+        "clusters": [{"name": "sandbox", "cluster": cluster}],
+        "users": [{"name": "sandbox", "user": dict(user or {})}],
         "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "sandbox",
                                                       "namespace": namespace}}],
         "current-context": "sandbox",
@@ -66,12 +85,15 @@ class Sandbox:
     """One sandbox API server (aiohttp on ``host:port``; port 0 picks a free one)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, data_dir: str | Path | None = None,
-                 crds: Iterable[str | Path] = (), simulate: bool = True) -> None:
+                 crds: Iterable[str | Path] = (), simulate: bool = True, secure: bool = False) -> None:
         self.host = host
         self.port = port
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.crds = tuple(crds)
         self.simulate = simulate
+        self.secure = secure
+        self.pki: Any = None  # auth.Pki in secure mode, once started
+        self._tmp_pki: str | None = None
         self.server: Any = None  # server.ApiServer once started
         self._runner: Any = None
         self._simulator: Any = None
@@ -84,7 +106,23 @@ class Sandbox:
         if self.server is None:
             raise RuntimeError("sandbox not started")
         host = f"[{self.host}]" if ":" in self.host else self.host  # IPv6 literal
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.secure else 'http'}://{host}:{self.port}"
+
+    @property
+    def ca_pem(self) -> str | None:
+        """The CA certificate (PEM) clients verify the server with; None without ``secure``."""
+        return self.pki.ca_pem if self.pki is not None else None
+
+    def _pki_dir(self) -> Path:
+        if self.data_dir is not None:
+            return self.data_dir / "pki"
+        if self._tmp_pki is None:
+            self._tmp_pki = tempfile.mkdtemp(prefix="sandbox-pki-")
+        return Path(self._tmp_pki)
+
+    def _make_pki(self) -> Any:
+        from ansible_operator.sandbox.auth import Pki
+        return Pki(self._pki_dir(), (self.host,))
 
     # ---- async lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -97,9 +135,16 @@ class Sandbox:
         srv = server_mod.build(str(self.data_dir) if self.data_dir is not None else None)
         srv.lifecycle.loop = asyncio.get_running_loop()
         srv.bootstrap()
+        ssl_context = None
+        if self.secure:
+            self.pki = await asyncio.to_thread(self._make_pki)
+            srv.enable_security(self.pki)
+            ssl_context = self.pki.ssl_context()
+        else:
+            srv._pki_factory = self._make_pki  # noqa: SLF001 - tokens on demand, nothing enforced
         runner = web.AppRunner(srv.app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True, ssl_context=ssl_context)
         try:
             await site.start()
         except BaseException:
@@ -120,7 +165,7 @@ class Sandbox:
             raise
         srv.lifecycle.resume()
         if self.simulate:
-            self._simulator = Simulator(srv.api)
+            self._simulator = Simulator(srv.api, self.ca_pem)
             self._simulator.start()
         log.info("sandbox API server on %s", self.url)
 
@@ -134,6 +179,9 @@ class Sandbox:
             await self._runner.cleanup()
             self._runner = None
         self.server = None
+        if self._tmp_pki is not None:
+            shutil.rmtree(self._tmp_pki, ignore_errors=True)
+            self._tmp_pki = None
 
     async def serve_forever(self) -> None:
         self._stop_event = asyncio.Event()
@@ -189,9 +237,35 @@ class Sandbox:
         return fut.result(30)
 
     # ---- kubeconfig ------------------------------------------------------------------------------
-    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default", token: str | None = None) -> Path:
+        """Write a kubeconfig for this sandbox (0600).
+
+        In secure mode the user is the admin (client certificate ``kubernetes-admin`` in ``system:masters``)
+        unless ``token`` is given (e.g. a ServiceAccount token from :meth:`create_token`).
+        """
+        user: dict[str, Any] | None = None
+        if self.pki is not None:
+            if token is not None:
+                user = {"token": token}
+            else:
+                from ansible_operator.sandbox.auth import ADMIN_USER, MASTERS
+                cert, key = self.pki.client_certificate(ADMIN_USER, (MASTERS,))
+                user = {"client-certificate-data": _b64(cert), "client-key-data": _b64(key)}
+        elif token is not None:
+            user = {"token": token}
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(kubeconfig_dict(self.url, namespace), sort_keys=False))
+        path.write_text(yaml.safe_dump(kubeconfig_dict(self.url, namespace, self.ca_pem, user), sort_keys=False))
         path.chmod(0o600)
         return path
+
+    def create_token(self, namespace: str, service_account: str, expiration_seconds: int = 3600,
+                     audiences: Iterable[str] = ()) -> str:
+        """A token for an existing ServiceAccount, as ``kubectl create token`` gets it (TokenRequest)."""
+        if self.server is None:
+            raise RuntimeError("sandbox not started")
+        spec: dict[str, Any] = {"expirationSeconds": expiration_seconds}
+        if audiences:
+            spec["audiences"] = list(audiences)
+        req = self.call(self.server.authenticator.token_request, namespace, service_account, {"spec": spec})
+        return str(req["status"]["token"])

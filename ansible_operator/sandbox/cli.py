@@ -26,7 +26,7 @@ async def _serve(args: argparse.Namespace) -> int:
     from ansible_operator.sandbox.errors import ApiError
 
     sb = Sandbox(host=args.host, port=args.port, data_dir=args.data_dir, crds=args.crds or (),
-                 simulate=args.simulate)
+                 simulate=args.simulate, secure=getattr(args, "secure", False))
     try:
         await sb.start()
     except (OSError, ValueError) as e:

@@ -64,6 +64,8 @@ def resource_list(registry: Registry, group: str, version: str) -> dict[str, Any
                 s.update(kind="Scale", group="autoscaling", version="v1")
             if sub == "finalize":
                 s["verbs"] = ["update"]
+            if sub == "token":  # TokenRequest (sandbox/auth.py)
+                s.update(kind="TokenRequest", group="authentication.k8s.io", version="v1", verbs=["create"])
             resources.append(s)
     gv = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}

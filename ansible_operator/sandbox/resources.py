@@ -78,7 +78,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     _b("", "v1", "ConfigMap", "configmaps", True, ("cm",), ()),
     _b("", "v1", "Secret", "secrets", True, (), ()),
     _b("", "v1", "Service", "services", True, ("svc",), ("status",), _ALL),
-    _b("", "v1", "ServiceAccount", "serviceaccounts", True, ("sa",), ()),
+    _b("", "v1", "ServiceAccount", "serviceaccounts", True, ("sa",), ("token",)),
     _b("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", True, ("pvc",), ("status",)),
     _b("", "v1", "PersistentVolume", "persistentvolumes", False, ("pv",), ("status",)),
     _b("", "v1", "Pod", "pods", True, ("po",), ("status",), _ALL),
@@ -128,6 +128,11 @@ BUILTINS: tuple[ResourceType, ...] = (
        verbs=("create",)),
     _b("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", False, (), (),
        verbs=("create",)),
+    _b("authorization.k8s.io", "v1", "LocalSubjectAccessReview", "localsubjectaccessreviews", True, (), (),
+       verbs=("create",)),
+    # answered by sandbox/auth.py (tokens the sandbox signed)
+    _b("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", False, (), (), verbs=("create",)),
+    _b("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", False, (), (), verbs=("create",)),
     _b("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False,
        ("crd", "crds"), ("status",)),
 )
@@ -135,6 +140,7 @@ BUILTINS: tuple[ResourceType, ...] = (
 CRD_GROUP_RESOURCE = "apiextensions.k8s.io/customresourcedefinitions"
 NAMESPACE_GROUP_RESOURCE = "/namespaces"
 REVIEW_GROUP = "authorization.k8s.io"
+AUTHENTICATION_GROUP = "authentication.k8s.io"
 
 _VERSION_RE = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
 

@@ -16,12 +16,12 @@ from typing import Any
 
 from aiohttp import web
 
-from ansible_operator.sandbox import discovery, openapi, patching, protobuf, tables
+from ansible_operator.sandbox import auth, discovery, openapi, patching, protobuf, tables
 from ansible_operator.sandbox.api import MAX_REQUEST_BYTES, PATCH_TYPES, Api, WriteOptions, decode_body
 from ansible_operator.sandbox.errors import (ApiError, bad_request, conflict, method_not_allowed, path_not_found,
                                              request_entity_too_large, unsupported_media_type)
 from ansible_operator.sandbox.lifecycle import Lifecycle
-from ansible_operator.sandbox.resources import REVIEW_GROUP, ResourceType
+from ansible_operator.sandbox.resources import AUTHENTICATION_GROUP, REVIEW_GROUP, ResourceType
 from ansible_operator.sandbox.store import Event, Store, TooOldResourceVersion
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,10 @@ class ApiServer:
         self.registry = api.registry
         self.lifecycle = lifecycle
         self.address = "127.0.0.1:0"
+        # secure mode (sandbox/auth.py): set by Sandbox.start(secure=True); None serves everyone as today
+        self.authorizer: auth.RBACAuthorizer | None = None
+        self._authenticator: auth.Authenticator | None = None
+        self._pki_factory: Any = None  # () -> auth.Pki, for TokenRequest/TokenReview in non-secure mode
         # larger bodies are refused while reading (413 as kube-apiserver's MaxRequestBodyBytes)
         self.app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
@@ -128,6 +132,29 @@ class ApiServer:
         body = dict(crd, metadata={k: v for k, v in (crd.get("metadata") or {}).items() if k != "resourceVersion"})
         return self.api.update(crd_type, None, name, body)
 
+    def enable_security(self, pki: auth.Pki) -> None:
+        """Secure mode: authenticate every request and authorize it with the stored RBAC."""
+        self._authenticator = auth.Authenticator(pki, self.store)
+        self.authorizer = auth.RBACAuthorizer(self.store)
+        for plural, obj in auth.bootstrap_policy():
+            rtype = self.registry.get(auth.RBAC_GROUP, "v1", plural)
+            assert rtype is not None
+            if self.store.peek(self.api.key(rtype, None, obj["metadata"]["name"])) is None:
+                self.api.create(rtype, None, obj)
+
+    @property
+    def authenticator(self) -> auth.Authenticator:
+        """Token issuing and review (made on first use in non-secure mode, where nothing is enforced)."""
+        if self._authenticator is None:
+            if self._pki_factory is None:
+                raise ApiError(503, "ServiceUnavailable", "the sandbox has no service-account signing key")
+            self._authenticator = auth.Authenticator(self._pki_factory(), self.store)
+        return self._authenticator
+
+    @property
+    def secure(self) -> bool:
+        return self.authorizer is not None
+
     # ---- entry -----------------------------------------------------------------------------------
     async def handle(self, request: web.Request) -> web.StreamResponse:
         # a client that accepts only protobuf gets its answer (object, list or Status) in protobuf
@@ -135,6 +162,8 @@ class ApiServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         try:
+            if self.authorizer is not None:
+                self._guard(request)
             return await self._dispatch(request)
         except ApiError as e:
             return _json(e.status(), e.code)
@@ -146,6 +175,21 @@ class ApiServer:
         except Exception as e:  # a sandbox bug: report it as the apiserver would, keep serving
             log.exception("sandbox: %s %s failed", request.method, request.path_qs)
             return _json(ApiError(500, "InternalError", f"Internal error occurred: {e}").status(), 500)
+
+    def _guard(self, request: web.Request) -> None:
+        """Secure mode: 401 for credentials that do not verify, 403 for what RBAC does not allow."""
+        assert self.authorizer is not None
+        transport = request.transport
+        peercert = transport.get_extra_info("peercert") if transport is not None else None
+        user = self.authenticator.authenticate(request.headers.get("Authorization", ""), peercert)
+        if "Impersonate-User" in request.headers or "Impersonate-Group" in request.headers:
+            user = auth.impersonate(user, request.headers, request.headers.getall("Impersonate-Group", []),
+                                    self.authorizer)
+        request["user"] = user
+        attrs = auth.request_attributes(user, request.method, request.path, request.query)
+        allowed, reason = self.authorizer.authorize(attrs)
+        if not allowed:
+            raise auth.forbidden(attrs, reason)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
@@ -195,6 +239,13 @@ class ApiServer:
             if route.watch:
                 return await self._watch(request, route, single=route.name)
             return self._get(request, route)
+        if route.sub == "token":  # serviceaccounts/<name>/token: create only
+            if method != "POST":
+                raise method_not_allowed()
+            assert route.namespace is not None and route.name is not None
+            raw = await request.read()
+            body = decode_body(raw, request.content_type or JSON) if raw.strip() else {}
+            return _json(self.authenticator.token_request(route.namespace, route.name, body), 201)
         if method == "POST" and route.name is None:
             if route.rtype.namespaced and route.namespace is None:
                 raise method_not_allowed()
@@ -288,20 +339,32 @@ class ApiServer:
                       "metadata": list_meta, "items": items})
 
     async def _create(self, request: web.Request, route: Route) -> web.Response:
-        if route.rtype.group == REVIEW_GROUP:
-            # only status.allowed matters to callers (kubectl auth can-i sends protobuf): answer any body
-            try:
-                body = await self._body(request)
-            except ApiError:
-                body = {}
-            review = dict(body if isinstance(body, dict) else {}, apiVersion=route.rtype.api_version,
-                          kind=route.rtype.kind)
-            review["status"] = {"allowed": True, "reason": "the sandbox does not enforce authorization"}
-            return _json(review, 201)
+        if route.rtype.group in (REVIEW_GROUP, AUTHENTICATION_GROUP):
+            return await self._review(request, route)
         body = await self._body(request)
         warnings: list[str] = []
         obj = self.api.create(route.rtype, route.namespace, body, self._write_opts(request), warnings)
         return _json(obj, 201, self._warning_headers(warnings))
+
+    async def _review(self, request: web.Request, route: Route) -> web.Response:
+        """Access and token reviews: answered (201), never stored."""
+        try:
+            body = await self._body(request)
+        except ApiError:
+            if self.secure:
+                raise
+            body = {}  # today's non-secure answer does not depend on the body
+        review = dict(body if isinstance(body, dict) else {}, apiVersion=route.rtype.api_version,
+                      kind=route.rtype.kind)
+        user: auth.UserInfo = request.get("user") or auth.UserInfo(auth.ADMIN_USER, (auth.MASTERS, auth.AUTHENTICATED))
+        if route.rtype.kind == "TokenReview":
+            return _json(self.authenticator.token_review(review), 201)
+        if route.rtype.kind == "SelfSubjectReview":
+            review["status"] = {"userInfo": user.to_json()}
+            review.setdefault("metadata", {})
+            return _json(review, 201)
+        namespace = route.namespace if route.rtype.kind == "LocalSubjectAccessReview" else None
+        return _json(auth.access_review(route.rtype.kind, review, user, self.authorizer, namespace), 201)
 
     async def _update(self, request: web.Request, route: Route) -> web.Response:
         assert route.name is not None

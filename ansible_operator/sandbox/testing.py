@@ -66,8 +66,9 @@ def api_client_for(kubeconfig: str | Path) -> Any:
 
 
 def start_in_thread(kubeconfig: str | Path, crds: Iterable[str | Path] = (), simulate: bool = True,
-                    data_dir: str | Path | None = None, port: int = 0) -> SandboxHandle:
-    sb = Sandbox(port=port, data_dir=data_dir, crds=crds, simulate=simulate)
+                    data_dir: str | Path | None = None, port: int = 0, secure: bool = False) -> SandboxHandle:
+    """An in-thread sandbox and its kubeconfig (``secure``: TLS, authentication, enforced RBAC; admin kubeconfig)."""
+    sb = Sandbox(port=port, data_dir=data_dir, crds=crds, simulate=simulate, secure=secure)
     sb.start_in_thread()
     return SandboxHandle(sb, sb.write_kubeconfig(kubeconfig))
 
@@ -98,7 +99,7 @@ class SandboxProcess:
 
 def start_process(kubeconfig: str | Path, port: int = 0, data_dir: str | Path | None = None,
                   crds: Iterable[str | Path] = (), simulate: bool = True, timeout: float = 30.0,
-                  log_level: str = "WARNING") -> SandboxProcess:
+                  log_level: str = "WARNING", secure: bool = False) -> SandboxProcess:
     """Start ``python -m ansible_operator sandbox ...`` and wait for its URL line."""
     cmd = [sys.executable, "-m", "ansible_operator", "sandbox", "--port", str(port), "--kubeconfig",
            str(kubeconfig), "--log-level", log_level]
@@ -108,6 +109,8 @@ def start_process(kubeconfig: str | Path, port: int = 0, data_dir: str | Path | 
         cmd += ["--crds", str(c)]
     if not simulate:
         cmd.append("--no-simulate")
+    if secure:
+        cmd.append("--secure")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     lines: list[str] = []
     got: queue.Queue[str | None] = queue.Queue()

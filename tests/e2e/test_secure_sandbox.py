@@ -1,0 +1,184 @@
+"""Secure sandbox (``--secure``): TLS with its own CA, client-certificate and ServiceAccount-token
+authentication, TokenRequest/TokenReview, access reviews and enforced RBAC, driven by kubectl and the
+``kubernetes`` client as users drive a real cluster. One sandbox for the module.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import kubernetes
+import pytest
+from kubernetes.client.rest import ApiException
+
+from ansible_operator.sandbox.testing import SandboxHandle, api_client_for, start_in_thread
+
+NS = "default"
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxHandle]:
+    handle = start_in_thread(tmp_path_factory.mktemp("secure") / "admin.kubeconfig", simulate=False, secure=True)
+    try:
+        yield handle
+    finally:
+        handle.sandbox.stop_thread()
+
+
+def kubectl(handle: SandboxHandle, *args: str, kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = handle.kubectl_env()
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = str(kubeconfig)
+    return subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def raw(handle: SandboxHandle, path: str, headers: dict[str, str] | None = None,
+        method: str = "GET", body: Any = None) -> tuple[int, bytes]:
+    ctx = ssl.create_default_context(cadata=handle.sandbox.ca_pem)
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(handle.url + path, headers=dict(headers or {}, **(
+        {"Content-Type": "application/json"} if data else {})), method=method, data=data)
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def sa_kubeconfig(handle: SandboxHandle, tmp_path: Path, name: str) -> tuple[str, Path]:
+    r = kubectl(handle, "create", "serviceaccount", name, "-n", NS)
+    assert r.returncode == 0, r.stderr
+    r = kubectl(handle, "create", "token", name, "-n", NS)
+    assert r.returncode == 0, r.stderr
+    token = r.stdout.strip()
+    return token, handle.sandbox.write_kubeconfig(tmp_path / f"{name}.kubeconfig", NS, token=token)
+
+
+def test_https_with_the_written_ca_and_an_admin_identity(secure: SandboxHandle) -> None:
+    assert secure.url.startswith("https://")
+    assert kubectl(secure, "get", "namespaces").returncode == 0
+    who = kubectl(secure, "auth", "whoami", "-o", "json")
+    assert who.returncode == 0, who.stderr
+    info = json.loads(who.stdout)["status"]["userInfo"]
+    assert info["username"] == "kubernetes-admin"
+    assert "system:masters" in info["groups"]
+    # the CA really is what TLS is verified with: a context without it refuses the server
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(secure.url + "/healthz", context=ssl.create_default_context(), timeout=10)
+    # the cluster's kube-root-ca.crt is the serving CA (what in-cluster clients trust)
+    assert raw(secure, "/healthz") == (200, b"ok")
+
+
+def test_anonymous_and_bad_credentials(secure: SandboxHandle) -> None:
+    code, body = raw(secure, "/api/v1/namespaces/default/pods")
+    assert code == 403
+    assert body == (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods is '
+                    b'forbidden: User \\"system:anonymous\\" cannot list resource \\"pods\\" in API group \\"\\" in '
+                    b'the namespace \\"default\\"","reason":"Forbidden","details":{"kind":"pods"},"code":403}\n')
+    code, body = raw(secure, "/api", {"Authorization": "Bearer not-a-token"})
+    assert code == 401
+    assert body == (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized",'
+                    b'"reason":"Unauthorized","code":401}\n')
+    code, body = raw(secure, "/apis")
+    assert code == 403
+    assert json.loads(body)["message"] == 'forbidden: User "system:anonymous" cannot get path "/apis"'
+
+
+def test_service_account_token_rbac_and_reviews(secure: SandboxHandle, tmp_path: Path) -> None:
+    token, kc = sa_kubeconfig(secure, tmp_path, "reader")
+    user = "system:serviceaccount:default:reader"
+    denied = kubectl(secure, "get", "pods", kubeconfig=kc)
+    assert denied.returncode != 0
+    assert (f'pods is forbidden: User "{user}" cannot list resource "pods" in API group "" in the namespace '
+            '"default"') in denied.stderr
+    assert kubectl(secure, "auth", "can-i", "list", "pods", f"--as={user}").stdout.strip() == "no"
+
+    for args in (["create", "role", "pod-reader", "--verb=get,list,watch", "--resource=pods,pods/status",
+                  "-n", NS],
+                 ["create", "rolebinding", "pod-reader", "--role=pod-reader", f"--serviceaccount={NS}:reader",
+                  "-n", NS],
+                 ["create", "clusterrole", "one-cm", "--verb=get", "--resource=configmaps",
+                  "--resource-name=allowed"],
+                 ["create", "rolebinding", "one-cm", "--clusterrole=one-cm", f"--serviceaccount={NS}:reader",
+                  "-n", NS],
+                 ["create", "configmap", "allowed", "-n", NS], ["create", "configmap", "other", "-n", NS]):
+        r = kubectl(secure, *args)
+        assert r.returncode == 0, (args, r.stderr)
+
+    assert kubectl(secure, "get", "pods", kubeconfig=kc).returncode == 0
+    assert kubectl(secure, "auth", "can-i", "get", "pods", "--subresource=status",
+                   f"--as={user}").stdout.strip() == "yes"
+    assert kubectl(secure, "auth", "can-i", "update", "pods", "--subresource=status",
+                   f"--as={user}").stdout.strip() == "no"
+    # another namespace: the RoleBinding does not reach it
+    other = kubectl(secure, "get", "pods", "-n", "kube-system", kubeconfig=kc)
+    assert 'cannot list resource "pods" in API group "" in the namespace "kube-system"' in other.stderr
+    # resourceNames
+    assert kubectl(secure, "get", "configmap", "allowed", kubeconfig=kc).returncode == 0
+    named = kubectl(secure, "get", "configmap", "other", kubeconfig=kc)
+    assert ('configmaps "other" is forbidden: User "system:serviceaccount:default:reader" cannot get resource '
+            '"configmaps" in API group "" in the namespace "default"') in named.stderr
+    # cluster scope
+    nodes = kubectl(secure, "get", "nodes", kubeconfig=kc)
+    assert 'cannot list resource "nodes" in API group "" at the cluster scope' in nodes.stderr
+    # the token's own view of itself, and TokenReview / SubjectAccessReview answered by the same machinery
+    assert json.loads(kubectl(secure, "auth", "whoami", "-o", "json", kubeconfig=kc).stdout)[
+        "status"]["userInfo"]["username"] == user
+    api = kubernetes.client.AuthenticationV1Api(secure.api_client())
+    review = api.create_token_review({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                                      "spec": {"token": token}})
+    assert review.status.authenticated and review.status.user.username == user
+    assert set(review.status.user.groups) == {"system:serviceaccounts", "system:serviceaccounts:default",
+                                              "system:authenticated"}
+    bad = api.create_token_review({"spec": {"token": token[:-4] + "AAAA"}})
+    assert not bad.status.authenticated and bad.status.error
+    authz = kubernetes.client.AuthorizationV1Api(secure.api_client())
+    sar = authz.create_subject_access_review({"spec": {"user": user, "resourceAttributes": {
+        "namespace": NS, "verb": "watch", "resource": "pods"}}})
+    assert sar.status.allowed
+    assert sar.status.reason == ('RBAC: allowed by RoleBinding "pod-reader/default" of Role "pod-reader" to '
+                                 'ServiceAccount "reader/default"')
+    sar = authz.create_subject_access_review({"spec": {"user": user, "resourceAttributes": {
+        "namespace": NS, "verb": "delete", "resource": "pods"}}})
+    assert not sar.status.allowed
+
+    # deleting the ServiceAccount invalidates its tokens (uid check): 401 from then on
+    assert kubectl(secure, "delete", "serviceaccount", "reader", "-n", NS).returncode == 0
+    gone = kubectl(secure, "get", "pods", kubeconfig=kc)
+    assert "Unauthorized" in gone.stderr
+
+
+def test_token_request_validation_and_missing_role(secure: SandboxHandle, tmp_path: Path) -> None:
+    core = kubernetes.client.CoreV1Api(secure.api_client())
+    core.create_namespaced_service_account(NS, {"metadata": {"name": "short"}})
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_service_account_token("short", NS, {"spec": {"expirationSeconds": 60}})
+    assert err.value.status == 422
+    assert "may not specify a duration less than 10 minutes" in json.loads(err.value.body)["message"]
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_service_account_token("nobody", NS, {"spec": {}})
+    assert err.value.status == 404
+    # a binding to a role that does not exist: the reason names it, as the RBAC authorizer does
+    r = kubectl(secure, "create", "rolebinding", "dangling", "--role=nonexistent", f"--serviceaccount={NS}:short",
+                "-n", NS)
+    assert r.returncode == 0, r.stderr
+    token = secure.sandbox.create_token(NS, "short")
+    kc = secure.sandbox.write_kubeconfig(tmp_path / "short.kubeconfig", NS, token=token)
+    with pytest.raises(ApiException) as err:
+        kubernetes.client.CoreV1Api(api_client_for(kc)).list_namespaced_secret(NS)
+    assert err.value.status == 403
+    assert json.loads(err.value.body)["message"].endswith(
+        ': RBAC: role.rbac.authorization.k8s.io "nonexistent" not found')
+
+
+def test_impersonation_needs_rbac(secure: SandboxHandle, tmp_path: Path) -> None:
+    _, kc = sa_kubeconfig(secure, tmp_path, "mimic")
+    r = kubectl(secure, "get", "pods", "--as=someone", kubeconfig=kc)
+    assert ('users "someone" is forbidden: User "system:serviceaccount:default:mimic" cannot impersonate resource '
+            '"users" in API group "" at the cluster scope') in r.stderr
