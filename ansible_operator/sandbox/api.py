@@ -250,8 +250,11 @@ class Api:
                              warnings: list[str]) -> dict[str, Any]:
         """Prune, default, validate a custom resource against its version's schema; prune a built-in kind."""
         if rtype.builtin:
-            pruned, unknown = builtin_schemas.prune(rtype.group, rtype.version, rtype.kind, obj)
-            self._unknown_fields(rtype, unknown, opts, warnings)
+            pruned, walk = builtin_schemas.prune(rtype.group, rtype.version, rtype.kind, obj)
+            if walk.type_error:  # the typed decoder fails before any field validation
+                raise bad_request(f'{rtype.kind} in version "{rtype.version}" cannot be handled as a '
+                                  f'{rtype.kind}: {walk.type_error}')
+            self._unknown_fields(rtype, walk.unknown, opts, warnings)
             return pruned
         if not rtype.schema:
             return obj

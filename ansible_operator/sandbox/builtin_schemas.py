@@ -8,7 +8,9 @@ group/version the sandbox serves (``scripts/gen_k8s_openapi.py``). They serve tw
 - server-side pruning: a real API server decodes a built-in kind into its Go type, so fields the type does
   not have are dropped, and reported per ``fieldValidation`` (``Strict``: 400 ``strict decoding error:
   unknown field "spec.x"``; ``Warn``, the default: a ``Warning`` header per field; ``Ignore``: silently).
-  :func:`prune` walks an object against its kind's definition the same way.
+  :func:`prune` walks an object against its kind's definition the same way, and reports the first value
+  whose JSON type the Go type cannot hold (400 ``json: cannot unmarshal string into Go struct field
+  DeploymentSpec.spec.replicas of type int32``, as encoding/json words it).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from importlib import resources
 from typing import Any
 
 REF = "#/definitions/"
+_QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
+_INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
 
 
 @functools.cache
@@ -52,43 +56,124 @@ def resolve(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
-def prune(group: str, version: str, kind: str, obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """(``obj`` without the fields the kind's type does not have, their paths as the strict decoder names them).
+class Walk:
+    """One pruning pass: unknown field paths, and the first type error as encoding/json reports it."""
 
-    Kinds without a definition are returned unchanged. ``obj`` is not modified.
+    def __init__(self) -> None:
+        self.unknown: list[str] = []
+        self.type_error: str | None = None
+
+
+def prune(group: str, version: str, kind: str, obj: dict[str, Any]) -> tuple[dict[str, Any], Walk]:
+    """(``obj`` without the fields the kind's type does not have, what the walk found).
+
+    ``walk.unknown`` are the dropped fields' paths as the strict decoder names them; ``walk.type_error`` the
+    decoder's message for the first mistyped value (or None). Kinds without a definition are returned
+    unchanged. ``obj`` is not modified.
     """
+    walk = Walk()
     name = definition_name(group, version, kind)
     if name is None:
-        return obj, []
-    unknown: list[str] = []
-    pruned = _prune(definitions()[name], obj, "", unknown)
-    return pruned, unknown
+        return obj, walk
+    return _prune(definitions()[name], obj, "", walk, name, [kind]), walk
+
+
+def _ref_name(node: dict[str, Any]) -> str | None:
+    ref = node.get("$ref")
+    return ref[len(REF):] if isinstance(ref, str) and ref.startswith(REF) else None
+
+
+def _go_name(definition: str) -> str:
+    """``io.k8s.api.core.v1.Container`` → ``v1.Container`` (package name and type, as Go prints a type)."""
+    parts = definition.split(".")
+    return ".".join(parts[-2:])
+
+
+def _go_type(node: dict[str, Any]) -> str:
+    ref = _ref_name(node)
+    if ref is not None:
+        return _go_name(ref)
+    type_ = node.get("type")
+    if type_ == "array":
+        return "[]" + _go_type(node.get("items") or {})
+    if type_ == "object" and isinstance(node.get("additionalProperties"), dict):
+        return "map[string]" + _go_type(node["additionalProperties"])
+    if type_ == "integer":
+        return str(node.get("format") or "int64")
+    if type_ == "number":
+        return "float64"
+    if type_ == "boolean":
+        return "bool"
+    return str(type_ or "interface {}")
+
+
+def _json_kind(value: Any) -> str:
+    """encoding/json's UnmarshalTypeError.Value: ``string``, ``number``, ``number 1.5``, ``bool``, ..."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, float):
+        return f"number {value:g}" if value != int(value) else "number"
+    if isinstance(value, int):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), "value")
+
+
+def _type_ok(node: dict[str, Any], ref: str | None, value: Any) -> bool:
+    if ref in (_QUANTITY, _INT_OR_STRING):  # custom unmarshalers: a string or a number
+        return isinstance(value, (str, int, float)) and not isinstance(value, bool) and (
+            ref == _QUANTITY or not isinstance(value, float) or value == int(value))
+    type_ = node.get("type")
+    if type_ == "object" or "properties" in node:
+        return isinstance(value, dict)
+    if type_ == "array":
+        return isinstance(value, list)
+    if type_ == "string":
+        return isinstance(value, str)
+    if type_ == "boolean":
+        return isinstance(value, bool)
+    if type_ == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if type_ == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return True
 
 
 def _child(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _prune(node: dict[str, Any], value: Any, path: str, unknown: list[str]) -> Any:
-    node = resolve(node)
+def _prune(node: dict[str, Any], value: Any, path: str, walk: Walk, struct: str, go_path: list[str]) -> Any:
+    """``struct`` is the Go struct holding this field, ``go_path`` the field path encoding/json reports."""
+    ref = _ref_name(node)
+    target = resolve(node)
+    if value is None:
+        return value  # null leaves a Go field at its zero value
+    if not _type_ok(target, ref, value):
+        if walk.type_error is None and go_path:
+            walk.type_error = (f"json: cannot unmarshal {_json_kind(value)} into Go struct field "
+                               f"{struct.rsplit('.', 1)[-1]}.{'.'.join(go_path[1:]) or go_path[0]} "
+                               f"of type {_go_type(node)}")
+        return value
+    node = target
     if isinstance(value, dict):
         if node.get("x-kubernetes-preserve-unknown-fields"):
             return value
         props = node.get("properties")
         if isinstance(props, dict):
+            owner = ref or struct
             out = {}
             for k, v in value.items():
                 if k in props:
-                    out[k] = _prune(props[k], v, _child(path, k), unknown)
+                    out[k] = _prune(props[k], v, _child(path, k), walk, owner, [*go_path, k])
                 else:
-                    unknown.append(_child(path, k))
+                    walk.unknown.append(_child(path, k))
             return out
         extra = node.get("additionalProperties")
         if isinstance(extra, dict):
-            return {k: _prune(extra, v, _child(path, k), unknown) for k, v in value.items()}
+            return {k: _prune(extra, v, _child(path, k), walk, struct, go_path) for k, v in value.items()}
         return value  # free-form (RawExtension, JSON, ...): kept as sent
     if isinstance(value, list):
         items = node.get("items")
         if isinstance(items, dict):
-            return [_prune(items, v, f"{path}[{i}]", unknown) for i, v in enumerate(value)]
+            return [_prune(items, v, f"{path}[{i}]", walk, struct, go_path) for i, v in enumerate(value)]
     return value

@@ -52,12 +52,39 @@ def test_pruning_walks_the_upstream_definitions():
            "spec": {"replicas": 1, "extra": True, "strategy": {"rollingUpdate": {"maxSurge": "25%"}},
                     "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [
                         {"name": "c", "image": "i", "resources": {"limits": {"cpu": "1"}}, "typo": 1}]}}}}
-    pruned, unknown = builtin_schemas.prune("apps", "v1", "Deployment", obj)
-    assert unknown == ["metadata.bogus", "spec.extra", "spec.template.spec.containers[0].typo"]
+    pruned, walk = builtin_schemas.prune("apps", "v1", "Deployment", obj)
+    assert walk.unknown == ["metadata.bogus", "spec.extra", "spec.template.spec.containers[0].typo"]
+    assert walk.type_error is None
     assert pruned["spec"]["template"]["spec"]["containers"] == [
         {"name": "c", "image": "i", "resources": {"limits": {"cpu": "1"}}}]
     assert "extra" in obj["spec"]  # the input is not modified
-    assert builtin_schemas.prune("example.com", "v1", "Thing", obj) == (obj, [])
+    assert builtin_schemas.prune("example.com", "v1", "Thing", obj)[0] is obj
+
+
+@pytest.mark.parametrize("kind, obj, message", [
+    ("Deployment", {"spec": {"replicas": "3"}},
+     "json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"),
+    ("Deployment", {"spec": {"replicas": 1.5}},
+     "json: cannot unmarshal number 1.5 into Go struct field DeploymentSpec.spec.replicas of type int32"),
+    ("Deployment", {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": 5}]}}}},
+     "json: cannot unmarshal number into Go struct field Container.spec.template.spec.containers.image of type "
+     "string"),
+    ("Deployment", {"spec": {"template": {"spec": {"containers": {"name": "c"}}}}},
+     "json: cannot unmarshal object into Go struct field PodSpec.spec.template.spec.containers of type "
+     "[]v1.Container"),
+    ("Deployment", {"metadata": {"labels": {"a": 1}}},
+     "json: cannot unmarshal number into Go struct field ObjectMeta.metadata.labels of type string"),
+    ("Deployment", {"spec": {"selector": "app=web"}},
+     "json: cannot unmarshal string into Go struct field DeploymentSpec.spec.selector of type v1.LabelSelector"),
+    ("Deployment", {"spec": {"paused": "yes"}},
+     "json: cannot unmarshal string into Go struct field DeploymentSpec.spec.paused of type bool"),
+    # Quantity and IntOrString take strings and numbers; null leaves a field unset
+    ("Deployment", {"spec": {"strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1}},
+                             "template": {"spec": {"containers": [{"resources": {"limits": {"cpu": 1}}}],
+                                                   "nodeSelector": None}}}}, None),
+])
+def test_type_errors_as_the_go_decoder_reports_them(kind: str, obj: dict[str, Any], message: str | None):
+    assert builtin_schemas.prune("apps", "v1", kind, obj)[1].type_error == message
 
 
 def test_v3_documents_publish_builtin_and_crd_schemas(sandbox: SandboxHandle):
@@ -113,3 +140,14 @@ def test_builtin_unknown_fields_per_field_validation(sandbox: SandboxHandle, val
         assert _call(sandbox, "GET", "/api/v1/namespaces/default/configmaps/c")[0] == 404
     else:
         assert "bogus" not in body and body["data"] == {"a": "b"}
+
+
+def test_builtin_type_errors_are_bad_requests(sandbox: SandboxHandle):
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+                  "spec": {"replicas": "two", "selector": {"matchLabels": {"a": "b"}},
+                           "template": {"metadata": {"labels": {"a": "b"}},
+                                        "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    code, _, body = _call(sandbox, "POST", "/apis/apps/v1/namespaces/default/deployments", deployment)
+    assert (code, body["reason"]) == (400, "BadRequest")
+    assert body["message"] == ('Deployment in version "v1" cannot be handled as a Deployment: json: cannot '
+                               'unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32')
