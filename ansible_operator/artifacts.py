@@ -435,5 +435,6 @@ def recover_interrupted(root: Path) -> int:
     finally:
         fcntl.flock(fd, fcntl.LOCK_SH)  # downgrade: later operators see us alive
     if swept:
-        log.warning("artifacts: %d run(s) left running by a previous operator process marked interrupted", swept)
+        log.warning("artifacts: %d run(s) left running by a previous operator process marked interrupted",
+                    swept)
     return swept

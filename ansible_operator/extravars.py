@@ -4,7 +4,7 @@ Shape (Operator SDK ``runner.makeParameters``)::
 
     <spec fields, keys snake_cased when snakeCaseParameters>   # top level, one var per spec field
     ansible_operator_meta: {name, namespace}
-    _<group>_<kind>:        the whole object as read from the API (dots/dashes in group → "_", kind lower-case)
+    _<group>_<kind>:        the whole object as read from the API (group dots/dashes → "_", kind lower-case)
     _<group>_<kind>_spec:   the raw spec (keys not converted)
     <watch vars>                                                 # override everything above, as in the SDK
     <finalizer vars>                                             # on finalizer runs, override again
@@ -24,9 +24,9 @@ Security (differences from the SDK, see docs/status.md and docs/watches.md):
   as ``omit``, ``lookup``, ``query``; and its playbook keywords such as ``name``, ``port``, ``environment``,
   which ``ansible-playbook`` itself warns about), in the form the role would see it (``inventoryHostname``
   becomes ``inventory_hostname`` with snakeCaseParameters). A spec field ``omit`` would replace Ansible's
-  omit placeholder, so ``default(omit)`` would write the CR's value instead of leaving the field out. Top-level names that are not
-  Python identifiers (``"888"``, ``"a.b"`` with snakeCaseParameters off) are passed through like the SDK
-  does: Ansible accepts them and roles can read them as ``vars['888']``.
+  omit placeholder, so ``default(omit)`` would write the CR's value instead of leaving the field out.
+  Top-level names that are not Python identifiers (``"888"``, ``"a.b"`` with snakeCaseParameters off) are
+  passed through like the SDK does: Ansible accepts them and roles can read them as ``vars['888']``.
 * Two spec keys that convert to the same snake_case name (``fooBar`` and ``foo_bar``) are refused too:
   the SDK keeps a random one of them (Go map order).
 """

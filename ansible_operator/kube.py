@@ -44,13 +44,61 @@ def load_client_config(kubeconfig: str | os.PathLike[str] | None = None) -> kube
         kubernetes.config.load_kube_config(config_file=str(default), client_configuration=configuration)
         return configuration
     try:
-        kubernetes.config.load_incluster_config(client_configuration=configuration)
+        load_incluster_config(configuration)
     except kubernetes.config.ConfigException as exc:
         raise ConfigError(
             "no cluster configuration: pass --kubeconfig, set $KUBECONFIG, create ~/.kube/config,"
             " or run inside a pod with a service account"
         ) from exc
     return configuration
+
+
+#: overrides where the service-account files are read from (tests; pods mounting them elsewhere)
+SERVICE_ACCOUNT_DIR_ENV = "ANSIBLE_OPERATOR_SERVICE_ACCOUNT_DIR"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def service_account_dir() -> Path:
+    """The in-cluster credentials directory (``token``, ``ca.crt``, ``namespace``)."""
+    return Path(os.environ.get(SERVICE_ACCOUNT_DIR_ENV) or SERVICE_ACCOUNT_DIR)
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()  # follows the kubelet's ..data symlink swap
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def load_incluster_config(configuration: kubernetes.client.Configuration) -> None:
+    """The pod's service account (``$KUBERNETES_SERVICE_HOST``/``_PORT``, token and CA in
+    :func:`service_account_dir`), with the token re-read as soon as the file changes.
+
+    The kubelet rotates projected tokens by replacing the file; the client's own hook re-reads it only once
+    a minute, so a rotation followed by the old token's revocation would give a minute of 401s. The hook runs
+    before every request (``Configuration.get_api_key_with_prefix``): one ``stat`` each time.
+    """
+    sa_dir = service_account_dir()
+    token_file = sa_dir / "token"
+    kubernetes.config.incluster_config.InClusterConfigLoader(
+        token_filename=str(token_file), cert_filename=str(sa_dir / "ca.crt"), try_refresh_token=False,
+    ).load_and_set(configuration)
+    stamp = [_file_stamp(token_file)]
+
+    def refresh(cfg: kubernetes.client.Configuration) -> None:
+        now = _file_stamp(token_file)
+        if now is None or now == stamp[0]:
+            return  # unchanged, or briefly missing during a swap: keep the token we have
+        try:
+            token = token_file.read_text().strip()
+        except OSError:
+            return
+        if token:
+            cfg.api_key["authorization"] = f"bearer {token}"
+            stamp[0] = now
+
+    configuration.refresh_api_key_hook = refresh
 
 
 @dataclass(frozen=True)
@@ -66,7 +114,8 @@ class ResourceRef:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
-    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+    def path(self, namespace: str | None = None, name: str | None = None,
+             subresource: str | None = None) -> str:
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if self.namespaced and namespace:
             base += f"/namespaces/{quote(namespace, safe='')}"
@@ -201,7 +250,8 @@ class Kube:
 
     async def merge_patch(self, ref: ResourceRef, namespace: str | None, name: str, patch: dict[str, Any],
                           *, subresource: str | None = None) -> dict[str, Any]:
-        patched: dict[str, Any] = await self.request("PATCH", ref.path(namespace, name, subresource), body=patch,
+        path = ref.path(namespace, name, subresource)
+        patched: dict[str, Any] = await self.request("PATCH", path, body=patch,
                                                      content_type="application/merge-patch+json")
         return patched
 

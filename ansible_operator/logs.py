@@ -286,7 +286,8 @@ def ansible_event_logger(
             if verbosity >= 3 and res:
                 line += " => " + json.dumps(res, default=str, sort_keys=True)
             level = logging.WARNING if failing else logging.INFO
-            log.log(level, "%s", line, extra={"ansible_task": task, "ansible_host": host, "ansible_result": word})
+            log.log(level, "%s", line,
+                    extra={"ansible_task": task, "ansible_host": host, "ansible_result": word})
         elif kind == "playbook_on_stats" and verbosity >= 1:
             hosts: set[str] = set()
             for key in [k for _, k in _RECAP_KEYS] + ["processed"]:

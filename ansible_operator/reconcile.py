@@ -112,7 +112,8 @@ class Reconciler:
     async def resolve(self) -> ResourceRef:
         """Plural and scope from discovery, once (the CRD may appear after the operator starts)."""
         if self._resource is None:
-            self._resource = await self.rt.kube.discover(self.watch.group, self.watch.version, self.watch.kind)
+            w = self.watch
+            self._resource = await self.rt.kube.discover(w.group, w.version, w.kind)
             await extravars.load_reserved_names()  # once per process, before the first run builds extra vars
         return self._resource
 
@@ -156,9 +157,11 @@ class Reconciler:
             return await self._refuse(obj, exc)
 
         if self.watch.manage_status:
-            await self._write_status(obj, lambda cur, gen: status.running_status(cur, generation=gen, now=utcnow()))
+            await self._write_status(obj, lambda cur, gen: status.running_status(cur, generation=gen,
+                                                                                  now=utcnow()))
 
-        result = await self._run(obj, "reconcile", variables, role=self.watch.role, playbook=self.watch.playbook,
+        result = await self._run(obj, "reconcile", variables, role=self.watch.role,
+                                 playbook=self.watch.playbook,
                                  overrides=overrides)
         await self._report(obj, result)
         if self._newer_generation(key, obj):
@@ -197,7 +200,8 @@ class Reconciler:
         except extravars.RefusedVariable as exc:
             return await self._refuse(obj, exc)
 
-        result = await self._run(obj, "finalize", variables, role=role, playbook=playbook, overrides=overrides)
+        result = await self._run(obj, "finalize", variables, role=role, playbook=playbook,
+                                 overrides=overrides)
         # On success the object is about to go: an Event is worth it, a status write is not.
         await self._report(obj, result, phase="finalize", write_status=not result.succeeded)
         if not result.succeeded:
@@ -211,7 +215,8 @@ class Reconciler:
         if self.watch.manage_status:
             await self._write_status(obj, lambda cur, gen: status.refused_status(cur, message=str(exc),
                                                                                 generation=gen, now=utcnow()))
-        await self.events.record(obj, events.refused(obj, str(exc), now=utcnow(), component=self.rt.component))
+        await self.events.record(obj, events.refused(obj, str(exc), now=utcnow(),
+                                                     component=self.rt.component))
         return ReconcileOutcome()
 
     async def _report(self, obj: dict[str, Any], result: results.RunResult, *, phase: str = "reconcile",
@@ -290,14 +295,16 @@ class Reconciler:
             janitor.poke()
 
     async def _run_in(self, run_dir: Path, obj: dict[str, Any], phase: str, variables: dict[str, Any], *,
-                      role: str | None, playbook: Path | None, overrides: dict[str, Any]) -> results.RunResult:
+                      role: str | None, playbook: Path | None,
+                      overrides: dict[str, Any]) -> results.RunResult:
         meta = obj["metadata"]
         object_path = self._object_path(obj)
         run_id = run_dir.name
         verbosity = overrides["ansible_verbosity"]
         started = utcnow()
         summary: dict[str, Any] = {
-            "run_id": run_id, "group": self.watch.group, "version": self.watch.version, "kind": self.watch.kind,
+            "run_id": run_id, "group": self.watch.group, "version": self.watch.version,
+            "kind": self.watch.kind,
             "namespace": meta.get("namespace"), "name": meta["name"], "uid": meta.get("uid"),
             "generation": meta.get("generation"), "phase": phase, "executor": self.rt.executor_name,
             "started": status.format_time(started), "finished": None, "duration_s": None, "result": "running",
@@ -338,7 +345,8 @@ class Reconciler:
             raise
         except Exception as exc:  # an executor bug must become a failed run, not a dead worker
             log.exception("executor failed")
-            outcome = RunOutcome(status="error", rc=None, artifacts_dir=run_dir, error=f"executor error: {exc}")
+            outcome = RunOutcome(status="error", rc=None, artifacts_dir=run_dir,
+                                 error=f"executor error: {exc}")
         finally:
             self.rt.credentials.release(run_dir)
 
@@ -404,7 +412,8 @@ class Reconciler:
                 continue
             except NotFound:
                 return
-        log.warning("gave up writing status of %s/%s after %d conflicts", namespace, name, _STATUS_WRITE_ATTEMPTS)
+        log.warning("gave up writing status of %s/%s after %d conflicts", namespace, name,
+                    _STATUS_WRITE_ATTEMPTS)
 
     def _listed(self, namespace: str | None, present: frozenset[tuple[ObjectKey, str | None]]) -> None:
         """A complete listing: runs of objects it does not hold (deleted while the operator was down, or

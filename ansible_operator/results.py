@@ -1,4 +1,4 @@
-"""ansible-runner events → ``RunResult``: stats, the task that failed and why, changed tasks, requeue requests.
+"""ansible-runner events → ``RunResult``: stats, the task that failed and why, changed tasks, requeues.
 
 Events arrive one by one while the run is going (``ResultCollector.feed``), so the partial view
 (``failed_task``, ``stats``) is available for logs and metrics before the run ends; ``finish`` combines
@@ -88,7 +88,8 @@ class RunResult:
 
     @property
     def succeeded(self) -> bool:
-        return self.status == "successful" and not self.failures and not self.unreachable and self.error is None
+        return (self.status == "successful" and not self.failures and not self.unreachable
+                and self.error is None)
 
     @property
     def message(self) -> str:
@@ -105,7 +106,8 @@ class RunResult:
             return "the run timed out"
         if self.status == "canceled":
             return "the run was canceled"
-        return f"the run ended with status {self.status}" + (f" (rc={self.rc})" if self.rc is not None else "")
+        rc = f" (rc={self.rc})" if self.rc is not None else ""
+        return f"the run ended with status {self.status}{rc}"
 
 
 # ---- redaction -------------------------------------------------------------------------------------
@@ -126,7 +128,7 @@ def _is_secret(obj: Mapping[str, Any]) -> bool:
 
 
 def _asks_for_secrets(res: Mapping[str, Any]) -> bool:
-    """A module invoked with ``kind: Secret`` (k8s, k8s_info...): every data/stringData in its result is one."""
+    """A module called with ``kind: Secret`` (k8s, k8s_info...): every data/stringData in its result is."""
     invocation = res.get("invocation")
     args = invocation.get("module_args") if isinstance(invocation, Mapping) else None
     return isinstance(args, Mapping) and str(args.get("kind") or "").lower() in ("secret", "secrets")
@@ -256,7 +258,10 @@ def failure_message(res: Mapping[str, Any] | None) -> str:
                 text = failure_message(item)
                 return _one_line(f"{text} (item={label!r})" if label is not None else text)
     msg = res.get("msg")
-    msg_text = _one_line(msg) if isinstance(msg, str) else (_one_line(json.dumps(msg)) if msg is not None else "")
+    if isinstance(msg, str):
+        msg_text = _one_line(msg)
+    else:
+        msg_text = _one_line(json.dumps(msg)) if msg is not None else ""
 
     if isinstance(msg, str) and "{" in msg:
         api = _api_status(msg)
@@ -273,7 +278,8 @@ def failure_message(res: Mapping[str, Any] | None) -> str:
         detail = f"{status} {reason}" if isinstance(reason, str) and reason else str(status)
         return _one_line(f"{msg_text} ({detail})")
 
-    if msg_text and msg_text.lower() not in _GENERIC_MESSAGES and not msg_text.lower().startswith("module failure"):
+    generic = msg_text.lower() in _GENERIC_MESSAGES or msg_text.lower().startswith("module failure")
+    if msg_text and not generic:
         return msg_text
     for key in ("stderr", "module_stderr", "stdout", "module_stdout", "reason"):
         line = _last_line(res.get(key))
@@ -299,8 +305,9 @@ def _requeue_value(res: Any, action: str | None = None) -> float | None:
         return None
     found: float | None = None
     value = res.get(REQUEUE_KEY)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
-        found = float(value)
+    seconds = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if seconds is not None and math.isfinite(seconds) and seconds >= 0:
+        found = seconds
     elif action and action.endswith("requeue_after") and isinstance(res.get("period"), (str, int, float)):
         try:
             found = parse_duration(res["period"])

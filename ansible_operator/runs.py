@@ -197,7 +197,8 @@ def show_run(artifacts_dir: Path, run_id: str) -> str:
     if not tasks:
         lines.append("(no task results recorded)")
         if detail["stdout_tail"]:
-            lines += ["", "last lines of stdout:"] + ["  " + line for line in detail["stdout_tail"].splitlines()]
+            lines += ["", "last lines of stdout:"]
+            lines += ["  " + line for line in detail["stdout_tail"].splitlines()]
     previous = None
     for t in tasks:
         title = f"TASK [{t['role'] + ' : ' if t['role'] else ''}{t['task']}]"
@@ -285,14 +286,16 @@ def format_table(runs: Iterable[Mapping[str, Any]], *, message_width: int = 60) 
 
 
 def main(args: Any) -> int:
-    """``ansible-operator runs [KIND/NAME] [-n NS] [--show RUN] [-o json] [--limit N] [--artifacts-dir D]``."""
+    """``ansible-operator runs [KIND/NAME] [-n NS] [--show RUN] [-o json] [--limit N] [--artifacts-dir D]``
+    """
     artifacts_dir = Path(args.artifacts_dir).expanduser() if getattr(args, "artifacts_dir", None) \
         else default_artifacts_dir()
     output = getattr(args, "output", "table")
     try:
         if not artifacts_dir.is_dir():
             raise RunsError(f"no runs found: artifacts dir {artifacts_dir} does not exist"
-                            " (set --artifacts-dir or $ANSIBLE_OPERATOR_ARTIFACTS to where the operator writes)")
+                            " (set --artifacts-dir or $ANSIBLE_OPERATOR_ARTIFACTS to where the operator"
+                            " writes)")
         if getattr(args, "show", None):
             if output == "json":
                 print(json.dumps(run_detail(artifacts_dir, args.show), indent=2, default=str))
@@ -301,7 +304,8 @@ def main(args: Any) -> int:
             return 0
         runs = list_runs(artifacts_dir, namespace=args.namespace, target=args.target, limit=args.limit)
         if not runs:
-            what = " ".join(filter(None, [args.target, f"in namespace {args.namespace}" if args.namespace else None]))
+            in_ns = f"in namespace {args.namespace}" if args.namespace else None
+            what = " ".join(filter(None, [args.target, in_ns]))
             raise RunsError(f"no runs found{' for ' + what if what else ''} under {artifacts_dir}")
         if output == "json":
             print(json.dumps(runs, indent=2, default=str))

@@ -68,13 +68,17 @@ def _completion_time(now: datetime) -> str:
     return now.astimezone(timezone.utc).isoformat()
 
 
-def merge_conditions(existing: list[dict[str, Any]] | None, updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+Condition = dict[str, Any]
+
+
+def merge_conditions(existing: list[Condition] | None, updates: list[Condition]) -> list[Condition]:
     """Replace conditions by ``type``, keeping the existing order and appending new types.
 
     An update's ``lastTransitionTime`` is replaced by the existing one when ``status`` did not change.
     Entries of ``existing`` that are not mappings with a ``type`` are dropped (the SDK drops them too).
     """
-    merged: list[dict[str, Any]] = [copy.deepcopy(c) for c in existing or [] if isinstance(c, Mapping) and "type" in c]
+    merged: list[Condition] = [copy.deepcopy(c) for c in existing or []
+                               if isinstance(c, Mapping) and "type" in c]
     index = {c["type"]: i for i, c in enumerate(merged)}
     for update in updates:
         new = copy.deepcopy(dict(update))
@@ -126,7 +130,8 @@ def _with_conditions(current: Mapping[str, Any] | None, updates: list[dict[str, 
     return status
 
 
-def running_status(current: Mapping[str, Any] | None, *, generation: int | None, now: datetime) -> dict[str, Any]:
+def running_status(current: Mapping[str, Any] | None, *, generation: int | None,
+                   now: datetime) -> dict[str, Any]:
     """Status body for "a run started": Running=True; Successful/Failure are left as the last run set them.
 
     ``status.observedGeneration`` is not moved here: it says which generation the *conditions* describe,
@@ -142,10 +147,10 @@ def result_status(current: Mapping[str, Any] | None, result: RunResult, *, gener
     ar = ansible_result(result, now)
     if result.succeeded:
         updates = [
-            _condition("Running", False, SUCCESSFUL_REASON, AWAITING_MESSAGE, now=now, generation=generation,
-                       result=ar),
-            _condition("Successful", True, SUCCESSFUL_REASON, SUCCESSFUL_MESSAGE, now=now, generation=generation,
-                       result=ar),
+            _condition("Running", False, SUCCESSFUL_REASON, AWAITING_MESSAGE, now=now,
+                       generation=generation, result=ar),
+            _condition("Successful", True, SUCCESSFUL_REASON, SUCCESSFUL_MESSAGE, now=now,
+                       generation=generation, result=ar),
             _condition("Failure", False, SUCCESSFUL_REASON, "", now=now, generation=generation),
         ]
     else:

@@ -102,7 +102,7 @@ class Watch:
     max_annotation_verbosity: int = DEFAULT_MAX_ANNOTATION_VERBOSITY
     """Highest verbosity the ``ansible.sdk.operatorframework.io/verbosity`` annotation may ask for."""
     collections_paths: tuple[Path, ...] = ()
-    """Existing collection roots searched for FQCN roles (give them to the run as ANSIBLE_COLLECTIONS_PATH)."""
+    """Existing collection roots searched for FQCN roles (for the run's ANSIBLE_COLLECTIONS_PATH)."""
     roles_paths: tuple[Path, ...] = ()
     """Existing role directories searched for relative role names (for ANSIBLE_ROLES_PATH of the run)."""
     source: str = "watches.yaml"
@@ -170,8 +170,8 @@ def annotation_overrides(watch: Watch, annotations: Mapping[str, str] | None) ->
         if key == "ansible_verbosity" and value > watch.max_annotation_verbosity:
             # A CR author must not be able to make the operator log more than its administrator allows.
             cap = watch.max_annotation_verbosity
-            out["invalid"].append((name, raw, f"above the operator's maximum {cap} (--max-annotation-verbosity);"
-                                              f" using {cap}"))
+            out["invalid"].append((name, raw, f"above the operator's maximum {cap}"
+                                              f" (--max-annotation-verbosity); using {cap}"))
             value = cap
         out[key] = value
     return out
@@ -257,7 +257,8 @@ def _loc_text(loc: Sequence[Any]) -> str:
 
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     """Drop pydantic's union-branch markers (``str``, ``int``, ``function-after[...]``) from a location."""
-    known = set(_WatchModel.model_fields) | set(_FinalizerModel.model_fields) | set(_SelectorModel.model_fields)
+    known = (set(_WatchModel.model_fields) | set(_FinalizerModel.model_fields)
+             | set(_SelectorModel.model_fields))
     known |= set(_SelectorRequirement.model_fields) | set(_GVKModel.model_fields)
     cleaned: list[Any] = []
     for i, part in enumerate(loc):
@@ -337,7 +338,7 @@ def _collection_roots(env: Mapping[str, str], base: Path) -> list[Path]:
         roots += _split_paths(configured)
     else:
         home = env.get("HOME")
-        roots.append(Path(home) / ".ansible" / "collections" if home else Path.home() / ".ansible" / "collections")
+        roots.append((Path(home) if home else Path.home()) / ".ansible" / "collections")
         roots.append(Path("/usr/share/ansible/collections"))
     roots.append(base / "collections")
     # Collections installed as Python packages (the `ansible` bundle: kubernetes.core etc.).
@@ -580,7 +581,8 @@ def load_watches(
                 f_role = _resolve_role(_expand(f.role, env, fail), collections=collections,
                                        role_dirs=role_dirs, fail=fail, key="finalizer.role")
             if f.playbook:
-                f_playbook = _resolve_playbook(_expand(f.playbook, env, fail), base, fail, "finalizer.playbook")
+                f_playbook = _resolve_playbook(_expand(f.playbook, env, fail), base, fail,
+                                               "finalizer.playbook")
             finalizer = Finalizer(name=f.name, role=f_role, playbook=f_playbook, vars=dict(f.vars or {}))
 
         period: float | None = reconcile_period
