@@ -349,8 +349,8 @@ class Operator:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
 
-    def stop(self, timeout: float = 30.0) -> None:
-        family = _family(self.proc.pid)
+    def stop(self, timeout: float = 30.0, family: list[psutil.Process] | None = None) -> None:
+        family = _family(self.proc.pid) if family is None else family
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -409,8 +409,12 @@ def operators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[...
         return op
 
     yield start
-    for op in started:
-        op.stop()
+    families = [(op, _family(op.proc.pid)) for op in started]
+    for op in started:  # SIGTERM all first: their graceful shutdowns overlap instead of adding up
+        if op.alive():
+            op.proc.send_signal(signal.SIGTERM)
+    for op, family in families:
+        op.stop(family=family)
 
 
 # ---------------------------------------------------------------------------------------------- figures
@@ -438,12 +442,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if not FIGURES:
-        return
+    """Write the figures. Under pytest-xdist each worker writes a part next to the target and the
+    controller (whose session ends after the workers') merges the parts."""
+    worker = getattr(session.config, "workerinput", None)
     target = os.environ.get("FAULTS_SUMMARY")
     if target:
         path = Path(target)
     else:
-        base = session.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
-        path = Path(base) / "faults-summary.json"
-    path.write_text(json.dumps(FIGURES, indent=2, sort_keys=True))
+        base = Path(session.config._tmp_path_factory.getbasetemp())  # type: ignore[attr-defined]
+        path = (base.parent if worker is not None else base) / "faults-summary.json"
+    if worker is not None:
+        if FIGURES:
+            part = path.with_name(f"{path.name}.{worker['workerid']}.part")
+            part.write_text(json.dumps(FIGURES))
+        return
+    merged = dict(FIGURES)
+    for part in sorted(path.parent.glob(f"{path.name}.*.part")):
+        merged.update(json.loads(part.read_text()))
+        part.unlink()
+    if merged:
+        path.write_text(json.dumps(merged, indent=2, sort_keys=True))

@@ -16,7 +16,7 @@ from typing import Any
 
 COLUMNS = [
     ("kills", ("kills", "api_server_kills", "leader_kills")),
-    ("restarts", ("restarts", "api_server_restarts", "lease_takeovers")),
+    ("restarts / takeovers", ("restarts", "api_server_restarts", "lease_takeovers")),
     ("network cuts", ("cuts",)),
     ("410 Expired", ("expired_410",)),
     ("re-lists", ("relists",)),
@@ -26,6 +26,8 @@ COLUMNS = [
     ("overlapping side effects", ("overlapping_side_effects",)),
     ("false status claims", ("false_status_claims",)),
     ("secret occurrences", ("secret_occurrences",)),
+    ("hostile CRs refused", ("refused",)),
+    ("forged log lines", ("forged_log_lines",)),
 ]
 
 

@@ -113,5 +113,5 @@ def test_secret_values_never_leak(cluster: Cluster, operators, cap: str, figures
                      if f"{ns}/v7 " in line and "Store the CR's password" in line and "=> {" in line]
     assert bool(whole_results) == (cap == "7"), whole_results
     assert sum(found.values()) == 0, found
-    figures.update(annotation_verbosities=len(names), cap=cap, secret_occurrences=0,
+    figures.update(crs=len(names), stuck_crs=0, cap=cap, secret_occurrences=0,
                    places_searched=len(places), cmdline_scans=scanner.scans)
