@@ -93,6 +93,27 @@ def _base_env(root: Path) -> dict[str, str]:
             "HOME": str(root / "root-home"), "LANG": "C.UTF-8"}
 
 
+SDK_ANSIBLE_CORE = "2.18.19"  # the build-arg the README gives for the SDK image's ansible-core
+
+
+def _build_locked(root: Path, stamp: str, build: Any) -> None:
+    """Run ``build(root)`` once per stamp (other xdist workers wait, then reuse ``root``)."""
+    CACHE.mkdir(exist_ok=True)
+    with open(CACHE / "image.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        complete = root / ".complete"
+        if complete.exists():
+            return
+        prefix = root.name.rsplit("-", 1)[0] + "-"
+        for old in CACHE.glob(prefix + "*"):
+            if old.name.rsplit("-", 1)[0] + "-" == prefix:
+                shutil.rmtree(old, ignore_errors=True)
+        for d in ("etc", "usr/local/bin", "root-home"):
+            (root / d).mkdir(parents=True, exist_ok=True)
+        build(root)
+        complete.write_text(json.dumps({"stamp": stamp}))
+
+
 class Image:
     def __init__(self, root: Path, config: ImageConfig, log: list[str]) -> None:
         self.root = root
@@ -103,24 +124,18 @@ class Image:
 @pytest.fixture(scope="module")
 def image() -> Image:
     """The repository's Dockerfile assembled under .venvs/image-<stamp>/ (built once per build context)."""
-    CACHE.mkdir(exist_ok=True)
     stamp = _stamp()
     root = CACHE / f"image-{stamp}"
     log: list[str] = []
-    with open(CACHE / "image.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # xdist workers: one builds, the others wait and reuse
-        complete = root / ".complete"
-        if not complete.exists():
-            for old in CACHE.glob("image-*"):
-                shutil.rmtree(old, ignore_errors=True)
-            for d in ("etc", "usr/local/bin", "root-home"):
-                (root / d).mkdir(parents=True, exist_ok=True)
-            builder = Builder(REPO, _mapping(root, root / "opt/ansible"), _base_env(root), default_cwd=root)
-            builder.run_file(REPO / "Dockerfile", log=log)
-            tools = root / "tools"
-            subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True)
-            subprocess.run([str(tools / "bin/pip"), "install", "--quiet", HADOLINT], check=True)
-            complete.write_text(json.dumps({"stamp": stamp}))
+
+    def build(root: Path) -> None:
+        builder = Builder(REPO, _mapping(root, root / "opt/ansible"), _base_env(root), default_cwd=root)
+        builder.run_file(REPO / "Dockerfile", log=log)
+        tools = root / "tools"
+        subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True)
+        subprocess.run([str(tools / "bin/pip"), "install", "--quiet", HADOLINT], check=True)
+
+    _build_locked(root, stamp, build)
     builder = Builder(REPO, _mapping(root, root / "opt/ansible"), _base_env(root), execute=False)
     builder.run_file(REPO / "Dockerfile")
     return Image(root, builder.config(), log)
@@ -153,6 +168,24 @@ def test_image_configuration_is_operator_sdks(image: Image) -> None:
     home = image.root / "opt/ansible"
     assert home.stat().st_uid == 1001 or os.geteuid() != 0
     assert home.stat().st_gid == 0 and home.stat().st_mode & 0o070 == 0o070  # group 0 can write
+
+
+def test_ansible_core_build_arg_gives_the_sdk_images_version() -> None:
+    """`--build-arg ANSIBLE_CORE_VERSION=2.18.19` (the README's line for the SDK image's Ansible): the build
+    stage installs that ansible-core, and the runner starts on it (the stage itself runs
+    `ansible-operator --version` and lists kubernetes.core)."""
+    stamp = _stamp()
+    root = CACHE / f"image-ansible{SDK_ANSIBLE_CORE}-{stamp}"
+
+    def build(root: Path) -> None:
+        builder = Builder(REPO, _mapping(root, root / "opt/ansible"), _base_env(root),
+                          {"ANSIBLE_CORE_VERSION": SDK_ANSIBLE_CORE}, default_cwd=root)
+        builder.run_file(REPO / "Dockerfile", stages=["build"])
+
+    _build_locked(root, stamp, build)
+    done = subprocess.run([str(root / "opt/venv/bin/ansible-playbook"), "--version"], capture_output=True,
+                          text=True, check=True)
+    assert f"core {SDK_ANSIBLE_CORE}]" in done.stdout.splitlines()[0], done.stdout
 
 
 def test_only_the_needed_collections_are_installed(image: Image) -> None:
