@@ -42,7 +42,6 @@ __all__ = [
     "iter_object_dirs",
     "load_run",
     "prune_runs",
-    "remove_object",
     "remove_runs_of",
     "remove_absent",
     "Janitor",
@@ -221,22 +220,6 @@ def prune_runs(obj_dir: Path, *, keep: int) -> None:
                   key=lambda p: p.name)
     for old in runs[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
-
-
-def remove_object(root: Path, obj: ObjectPath) -> bool:
-    """Remove every run of an object that is gone; also the empty parents up to ``root``. True if removed."""
-    target = object_dir(root, obj)
-    if not target.is_dir():
-        return False
-    shutil.rmtree(target, ignore_errors=True)
-    parent = target.parent
-    while parent != root and root in parent.parents:
-        try:
-            parent.rmdir()  # only when empty
-        except OSError:
-            break
-        parent = parent.parent
-    return True
 
 
 def remove_runs_of(root: Path, obj: ObjectPath, uid: str | None, *,

@@ -48,15 +48,19 @@ def test_run_dirs_and_summaries_are_private(tmp_path: Path) -> None:
     assert artifacts.load_run(run_dir)["secret"] == "s3cr3t"
 
 
-def test_remove_object_drops_its_runs_and_empty_parents(tmp_path: Path) -> None:
+def test_remove_runs_of_one_incarnation_and_empty_parents(tmp_path: Path) -> None:
     gone = ObjectPath("cache.example.com", "v1", "Memcached", "ns", "gone")
     kept = ObjectPath("cache.example.com", "v1", "Memcached", "other", "kept")
     for obj in (gone, kept):
-        make_runs(artifacts.object_dir(tmp_path, obj), 2)
-    assert artifacts.remove_object(tmp_path, gone)
+        for run_id, uid in (("20261122T120000Z-aaaaaa", "u1"), ("20261122T120001Z-aaaaaa", "u2")):
+            artifacts.write_summary(artifacts.new_run_dir(tmp_path, obj, run_id), {"uid": uid})
+    assert artifacts.remove_runs_of(tmp_path, gone, "u1") == 1
+    assert [d.name for d in artifacts.iter_run_dirs(tmp_path) if artifacts.object_of(d) == gone] == [
+        "20261122T120001Z-aaaaaa"]
+    assert artifacts.remove_runs_of(tmp_path, gone, None) == 1  # every run of the name
     assert not (tmp_path / "cache.example.com" / "v1" / "Memcached" / "ns").exists()
     assert [artifacts.object_of(d) for d in artifacts.iter_object_dirs(tmp_path)] == [kept]
-    assert not artifacts.remove_object(tmp_path, gone)
+    assert artifacts.remove_runs_of(tmp_path, gone, "u1") == 0
 
 
 def test_cap_total_removes_oldest_runs_across_objects(tmp_path: Path) -> None:
