@@ -419,6 +419,17 @@ def _workload(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | No
         spec.setdefault("progressDeadlineSeconds", 600)
         _default_strategy(spec, "strategy", {"maxUnavailable": "25%", "maxSurge": "25%"})
     if rtype.kind == "DaemonSet":
+        # the registry's templateGeneration, served in v1 as this annotation: 1, +1 per template change
+        annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
+        if isinstance(annotations, dict):
+            old_annotations = ((old or {}).get("metadata") or {}).get("annotations") or {}
+            try:
+                generation = int(old_annotations.get(_DS_TEMPLATE_GENERATION, "0"))
+            except ValueError:
+                generation = 0
+            if old is None or spec.get("template") != ((old.get("spec") or {}).get("template")):
+                generation += 1
+            annotations[_DS_TEMPLATE_GENERATION] = str(max(generation, 1))
         spec.setdefault("revisionHistoryLimit", 10)
         _default_strategy(spec, "updateStrategy", {"maxUnavailable": 1, "maxSurge": 0})
     if rtype.kind == "StatefulSet":
@@ -448,6 +459,9 @@ def _default_strategy(spec: dict[str, Any], key: str, rolling: dict[str, Any]) -
         if isinstance(update, dict):
             for k, v in rolling.items():
                 update.setdefault(k, v)
+
+
+_DS_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 
 
 def _validate_selector_matches_template(rtype: ResourceType, obj: dict[str, Any]) -> None:

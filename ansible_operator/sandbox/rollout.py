@@ -8,8 +8,8 @@
   kubernetes.core's ``k8s_rollback``) re-uses that ReplicaSet with the next revision and records the old
   number in ``deployment.kubernetes.io/revision-history``. A paused Deployment only scales.
 * StatefulSet / DaemonSet → ControllerRevisions named ``<owner>-<hash>`` holding the template as a
-  strategic-merge patch (``$patch: replace``), numbered by ``revision``; a DaemonSet's carry the
-  ``deprecated.daemonset.template.generation`` annotation k8s_rollback reads.
+  strategic-merge patch (``$patch: replace``), numbered by ``revision``; a DaemonSet's copy its annotations,
+  ``deprecated.daemonset.template.generation`` (the template generation k8s_rollback compares) among them.
 
 The hashes are FNV-32a over the canonical JSON of the template, encoded like ``rand.SafeEncodeString``: the
 same shape as the real ones, not the same values (those hash Go structs).
@@ -235,16 +235,13 @@ class RevisionHistory:
                 "metadata": {"name": f"{meta['name']}-{h}", "namespace": meta["namespace"], "labels": labels,
                              "ownerReferences": [_owner_ref(owner, "apps/v1", kind)]},
                 "data": data, "revision": top + 1}
-            if kind == "DaemonSet":
-                body["metadata"]["annotations"] = {DS_TEMPLATE_GENERATION: str(meta.get("generation", 1))}
+            if kind == "DaemonSet":  # the DaemonSet's annotations, its template generation among them
+                body["metadata"]["annotations"] = dict(meta.get("annotations") or {})
             current = self.api.create(self.cr_type, meta["namespace"], body)
             revisions.append(current)
         elif int(current.get("revision") or 0) < top:
             current = copy.deepcopy(current)
             current["revision"] = top + 1
-            if kind == "DaemonSet":
-                current["metadata"].setdefault("annotations", {})[DS_TEMPLATE_GENERATION] = \
-                    str(meta.get("generation", 1))
             current = self.api.update(self.cr_type, meta["namespace"], current["metadata"]["name"], current)
         self._trim([r for r in revisions if r["metadata"]["name"] != current["metadata"]["name"]],
                    int(spec.get("revisionHistoryLimit", 10)))

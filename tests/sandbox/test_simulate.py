@@ -254,9 +254,14 @@ def test_statefulset_and_daemonset_controller_revisions(api):
         "app": "x", "v": "2"}}}}})
     wait_for(lambda: len(ds_revisions()) == 2)
     apps.patch_namespaced_daemon_set("ds", "default", rev.data)
-    back = wait_for(lambda: (r := [c for c in ds_revisions() if c.metadata.name == rev.metadata.name])
-                    and r[0].revision == 3 and r[0])
-    assert back.metadata.annotations["deprecated.daemonset.template.generation"] == "3"
+    wait_for(lambda: (r := [c for c in ds_revisions() if c.metadata.name == rev.metadata.name])
+             and r[0].revision == 3 and r[0])
+    # the DaemonSet's template generation (what k8s_rollback compares with the revisions') counts template changes
+    ds = apps.read_namespaced_daemon_set("ds", "default")
+    assert ds.metadata.annotations["deprecated.daemonset.template.generation"] == "3"
+    apps.patch_namespaced_daemon_set("ds", "default", {"metadata": {"labels": {"only": "metadata"}}})
+    assert apps.read_namespaced_daemon_set("ds", "default").metadata.annotations[
+        "deprecated.daemonset.template.generation"] == "3"
 
 
 def test_replication_controller_is_simulated_like_a_replicaset(api):
