@@ -414,6 +414,7 @@ def _workload(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | No
         return
     if rtype.kind in ("Deployment", "StatefulSet", "ReplicaSet"):
         spec.setdefault("replicas", 1)
+    if rtype.kind in ("Deployment", "StatefulSet"):  # ReplicaSetSpec has no revisionHistoryLimit
         spec.setdefault("revisionHistoryLimit", 10)
     if rtype.kind == "Deployment":
         spec.setdefault("progressDeadlineSeconds", 600)
