@@ -281,3 +281,58 @@ def test_explain_builtins_and_crds(kubectl: Kubectl):
     kubectl.run("wait", "--for=condition=Established", f"crd/{CRD['metadata']['name']}", "--timeout=20s")
     out = kubectl.run("explain", "widgets.spec").stdout
     assert "KIND:       Widget" in out and "size\t<integer> -required-" in out and "color\t<string>" in out
+
+
+def _lost(json_value: Any, pb_value: Any, path: str = "") -> list[str]:
+    """What the protobuf form lost or changed; a protobuf message cannot carry nulls, empty lists, zero values
+    of ``omitempty`` fields or the TypeMeta of list items, so only those may differ (as on a real server)."""
+    if isinstance(json_value, dict) and isinstance(pb_value, dict):
+        out: list[str] = []
+        for k, v in json_value.items():
+            where = f"{path}.{k}"
+            if k not in pb_value:
+                item_type_meta = k in ("kind", "apiVersion") and path.startswith(".items[")
+                if not (v in (None, [], "", 0, False) or item_type_meta):
+                    out.append(f"{where} missing ({v!r})")
+            else:
+                out.extend(_lost(v, pb_value[k], where))
+        out.extend(f"{path}.{k} added" for k in pb_value if k not in json_value)
+        return out
+    if isinstance(json_value, list) and isinstance(pb_value, list) and len(json_value) == len(pb_value):
+        return [d for i, (a, b) in enumerate(zip(json_value, pb_value)) for d in _lost(a, b, f"{path}[{i}]")]
+    return [] if json_value == pb_value else [f"{path}: {json_value!r} != {pb_value!r}"]
+
+
+def test_protobuf_answers_match_json_for_every_kind(kubectl: Kubectl):
+    """kubectl (and any client-go program) may ask for protobuf: every served built-in kind encodes losslessly."""
+    import urllib.request
+
+    from ansible_operator.sandbox import protobuf
+    from ansible_operator.sandbox.resources import Registry
+
+    ns = kubectl.namespace("wire")
+    for args in (("deployment", "web", "--image=nginx", "--replicas=2"), ("job", "j", "--image=busybox"),
+                 ("service", "clusterip", "svc", "--tcp=80:8080"), ("role", "r", "--verb=get", "--resource=pods"),
+                 ("ingress", "ing", "--rule=foo.com/bar=svc:80"), ("quota", "q", "--hard=cpu=1"),
+                 ("pdb", "pdb", "--selector=app=web", "--min-available=50%")):
+        kubectl.run("create", *args, "-n", ns)
+    kubectl.run("run", "p", "-n", ns, "--image=nginx")
+    kubectl.run("wait", "deployment/web", "-n", ns, "--for=condition=Available", "--timeout=30s")
+    server = json.loads(kubectl.run("config", "view", "--minify", "-o", "json").stdout)["clusters"][0]["cluster"]
+    registry = Registry()
+    checked = 0
+    for group, versions in sorted(registry.groups().items()):
+        for version in versions:
+            for t in registry.in_group_version(group, version):
+                if "list" not in t.verbs:
+                    continue
+                url = f"{server['server']}/{'api' if not group else 'apis/' + group}/{version}/{t.plural}"
+                answers = []
+                for accept in ("application/json", protobuf.MEDIA_TYPE):
+                    with urllib.request.urlopen(urllib.request.Request(url, headers={"Accept": accept})) as resp:
+                        answers.append((resp.headers["Content-Type"], resp.read()))
+                (_, as_json), (ctype, as_pb) = answers
+                assert ctype == protobuf.MEDIA_TYPE, t.kind
+                assert _lost(json.loads(as_json), protobuf.decode(as_pb)) == [], t.kind
+                checked += len(json.loads(as_json)["items"])
+    assert checked >= 12
