@@ -242,6 +242,10 @@ def _service(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | Non
         if ip != "None":
             spec.setdefault("clusterIPs", [ip])
     spec.setdefault("sessionAffinity", "None")
+    if spec.get("type") != "ExternalName":
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
     for port in spec.get("ports") or []:
         if isinstance(port, dict):
             port.setdefault("protocol", "TCP")
@@ -434,12 +438,17 @@ def _workload(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | No
         spec.setdefault("revisionHistoryLimit", 10)
         _default_strategy(spec, "updateStrategy", {"maxUnavailable": 1, "maxSurge": 0})
     if rtype.kind == "StatefulSet":
+        spec.setdefault("persistentVolumeClaimRetentionPolicy", {"whenDeleted": "Retain", "whenScaled": "Retain"})
         spec.setdefault("podManagementPolicy", "OrderedReady")
         _default_strategy(spec, "updateStrategy", {"partition": 0})
     if rtype.kind == "Job":
         spec.setdefault("parallelism", 1)
         spec.setdefault("completions", 1)
         spec.setdefault("backoffLimit", 6)
+        spec.setdefault("completionMode", "NonIndexed")
+        spec.setdefault("suspend", False)
+        spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+        _job_selector(obj, spec)
     if rtype.kind == "CronJob":
         spec.setdefault("suspend", False)
         spec.setdefault("concurrencyPolicy", "Allow")
@@ -463,6 +472,25 @@ def _default_strategy(spec: dict[str, Any], key: str, rolling: dict[str, Any]) -
 
 
 _DS_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+
+
+def _job_selector(obj: dict[str, Any], spec: dict[str, Any]) -> None:
+    """The Job registry's generated selector: controller-uid labels on the selector and the pod template."""
+    if spec.get("manualSelector"):
+        return
+    meta = obj.get("metadata") or {}
+    uid, name = meta.get("uid"), meta.get("name", "")
+    if not uid:
+        return
+    template = spec.get("template")
+    if not isinstance(template, dict):
+        return
+    tmeta = template.setdefault("metadata", {})
+    labels = tmeta.setdefault("labels", {}) if isinstance(tmeta, dict) else None
+    if isinstance(labels, dict):
+        labels.update({"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
+                       "controller-uid": uid, "job-name": name})
+    spec.setdefault("selector", {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}})
 
 
 def _validate_selector_matches_template(rtype: ResourceType, obj: dict[str, Any]) -> None:

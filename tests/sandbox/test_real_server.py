@@ -193,3 +193,20 @@ def test_container_subresources_say_no_containers_run(api, sandbox):
     assert code == 404
     code, _, _ = _raw(sandbox, "GET", "/api/v1/namespaces/default/pods/p/nonsense")
     assert code == 404
+
+
+def test_job_and_service_registry_defaults(api):
+    batch = kubernetes.client.BatchV1Api(api)
+    job = batch.create_namespaced_job("default", {"metadata": {"name": "j"}, "spec": {"template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}})
+    uid = job.metadata.uid
+    assert job.spec.selector.match_labels == {"batch.kubernetes.io/controller-uid": uid}
+    assert job.spec.template.metadata.labels == {"batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
+                                                 "batch.kubernetes.io/job-name": "j", "job-name": "j"}
+    assert job.spec.completion_mode == "NonIndexed" and job.spec.suspend is False
+    # updating with the template as first sent is no change to the (immutable) template
+    batch.patch_namespaced_job("j", "default", {"metadata": {"labels": {"x": "y"}}})
+    core = kubernetes.client.CoreV1Api(api)
+    svc = core.create_namespaced_service("default", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
+    assert svc.spec.ip_families == ["IPv4"] and svc.spec.ip_family_policy == "SingleStack"
+    assert svc.spec.internal_traffic_policy == "Cluster"
