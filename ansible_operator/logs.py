@@ -262,6 +262,7 @@ def ansible_event_logger(
     item. Called on the event loop thread for each event, in order.
     """
     log = logger or logging.getLogger("ansible_operator.ansible")
+    secrets: set[str] = set()  # Secret values seen in this run's results so far (one logger per run)
 
     def on_event(event: dict[str, Any]) -> None:
         kind = event.get("event")
@@ -269,13 +270,13 @@ def ansible_event_logger(
         if kind in _RESULT_EVENTS:
             word = _result_word(event)
             failing = word in ("failed", "unreachable")
+            res = redact_result(data.get("res") or {}, secrets)  # also learns this run's Secret values
             if word == "skipped" and verbosity < 2:
                 return
             if not failing and word != "failed (ignored)" and verbosity < 1:
                 return
             task = data.get("task") or data.get("task_action") or "?"
             host = data.get("host") or data.get("remote_addr") or "?"
-            res = redact_result(data.get("res") or {})
             line = f"TASK [{task}] {word}: {host}"
             if kind == "runner_item_on_failed" and "item" in res:
                 line += f" (item={json.dumps(res['item'], default=str)})"

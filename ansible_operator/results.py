@@ -148,7 +148,7 @@ def _secret_values(values: Mapping[str, Any], field_name: str, found: set[str]) 
                 found.add(decoded)
 
 
-def redact_result(res: Any) -> Any:
+def redact_result(res: Any, seen: set[str] | None = None) -> Any:
     """A copy of a task result in which no Secret value survives, at any verbosity.
 
     Kubernetes Secrets anywhere in the result (``kind: Secret``, kind-less list items shaped like one, or
@@ -156,6 +156,9 @@ def redact_result(res: Any) -> Any:
     replaced by ``<redacted>``; then every occurrence of those values (and of the base64-decoded ``data``
     values) in any string of the same result (``msg``, ``stdout``, a loop ``item``...) is replaced too.
     Values Ansible already censored (``no_log``) stay censored.
+
+    ``seen`` (one set per run) remembers the values found so far, so a later task of the same run that
+    prints one (``fail: msg="{{ secret.data.pw | b64decode }}"``) has it scrubbed too.
     """
     if not isinstance(res, Mapping):
         return res
@@ -178,6 +181,9 @@ def redact_result(res: Any) -> Any:
         return value
 
     redacted = walk(res, False)
+    if seen is not None:
+        seen.update(v for v in found if len(v) >= _MIN_SCRUBBED)
+        found = found | seen
     secrets = sorted((v for v in found if len(v) >= _MIN_SCRUBBED), key=len, reverse=True)
     if not secrets:
         return redacted
@@ -350,6 +356,7 @@ class ResultCollector:
     _requeue: float | None = None
     _ansible_error: str | None = None
     events_seen: int = 0
+    _secrets: set[str] = field(default_factory=set)
 
     @property
     def failed_task(self) -> FailedTask | None:
@@ -386,7 +393,7 @@ class ResultCollector:
             return
         if not isinstance(name, str) or not name.startswith("runner_on_") or name == "runner_on_start":
             return
-        res = redact_result(data.get("res"))
+        res = redact_result(data.get("res"), self._secrets)
         task = str(data.get("task") or data.get("task_action") or "?")
         role = data.get("role") or None
         label = f"{role} : {task}" if role else task

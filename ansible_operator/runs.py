@@ -125,11 +125,12 @@ def run_tasks(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, dict[str, 
     """
     tasks: list[dict[str, Any]] = []
     recap: dict[str, dict[str, int]] = {}
+    secrets: set[str] = set()
     for event in _events(run_dir):
         kind = event.get("event")
         data = event.get("event_data") or {}
         if kind in _RESULT_EVENTS:
-            res = redact_result(data.get("res") or {})
+            res = redact_result(data.get("res") or {}, secrets)
             word = _RESULT_EVENTS[kind]
             if word == "ok" and res.get("changed"):
                 word = "changed"

@@ -237,3 +237,16 @@ def test_secret_values_never_reach_the_log(caplog: pytest.LogCaptureFixture, ver
         assert leaked not in text
     if verbosity >= 3:
         assert '"password": "<redacted>"' in text
+
+
+@pytest.mark.parametrize("verbosity", [0, 3])
+def test_a_secret_seen_earlier_in_the_run_is_scrubbed_from_later_lines(caplog: pytest.LogCaptureFixture,
+                                                                       verbosity: int) -> None:
+    with caplog.at_level(logging.DEBUG, logger="ansible_operator.ansible"):
+        on_event = ansible_event_logger(verbosity)  # one logger per run
+        on_event(_event(1, "runner_on_ok", task="read", task_action="k8s_info", host="localhost",
+                        res=SECRET_RESULT))
+        on_event(_event(2, "runner_on_failed", task="use", task_action="fail", host="localhost",
+                        res={"msg": "decoded: s3cr3t-password"}))
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "s3cr3t-password" not in text and "decoded: <redacted>" in text

@@ -371,3 +371,14 @@ def test_failed_task_message_never_carries_a_secret() -> None:
                 "resources": [{"metadata": {"name": "db"}, "type": "Opaque", "data": {"pw": "aHVudGVyMjI="}}],
                 "msg": "unexpected password hunter22"}}})
     assert c.failed_task is not None and c.failed_task.message == f"unexpected password {REDACTED}"
+
+
+def test_a_secret_seen_earlier_in_the_run_is_scrubbed_from_later_failures() -> None:
+    c = ResultCollector()
+    c.feed({"event": "runner_on_ok", "event_data": {
+        "task": "read", "task_action": "kubernetes.core.k8s_info", "host": "localhost",
+        "res": {"resources": [{"kind": "Secret", "metadata": {"name": "db"}, "type": "Opaque",
+                               "data": {"pw": "aHVudGVyMjI="}}]}}})
+    c.feed({"event": "runner_on_failed", "event_data": {
+        "task": "use", "task_action": "fail", "host": "localhost", "res": {"msg": "bad hunter22"}}})
+    assert c.failed_task is not None and c.failed_task.message == f"bad {REDACTED}"
