@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--expect", default=DEFAULT_EXPECT,
                         help="kubernetes.core version the bundle must carry ('' to accept any)")
     parser.add_argument("--target", type=Path, default=Path(sysconfig.get_paths()["purelib"]),
-                        help="directory that gets ansible_collections/ (default: this interpreter's site-packages)")
+                        help="directory that gets ansible_collections/"
+                             " (default: this interpreter's site-packages)")
     args = parser.parse_args(argv)
 
     if args.expect and installed_version(args.target) == args.expect:
@@ -78,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ansible-wheel-") as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                        "--dest", tmp, f"ansible=={args.bundle}"], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                        "--only-binary=:all:", "--dest", tmp, f"ansible=={args.bundle}"], check=True)
         wheels = list(Path(tmp).glob("ansible-*.whl"))
         if len(wheels) != 1:
             raise SystemExit(f"pip download ansible=={args.bundle} gave {[w.name for w in wheels]}")

@@ -12,7 +12,8 @@ watches its stdin (commands), a SIGCHLD wake-up pipe and one event pipe per chil
 sub-reaper so everything a run starts stays under it, even processes that ``setsid`` away: a kill takes
 the whole process tree of a run, and orphans are reaped. When the operator goes away -- even by SIGKILL:
 stdin reaches EOF and ``PR_SET_PDEATHSIG`` sends SIGTERM -- it kills every process below it before it
-exits (:mod:`ansible_operator.executors.lifetime`). Protocol: :mod:`ansible_operator.executors.zygote_protocol`.
+exits (:mod:`ansible_operator.executors.lifetime`).
+Protocol: :mod:`ansible_operator.executors.zygote_protocol`.
 """
 
 from __future__ import annotations

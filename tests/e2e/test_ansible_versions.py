@@ -57,13 +57,15 @@ def _run_processes(*needles: str) -> list[psutil.Process]:
     return found
 
 
-def test_a_killed_operator_leaves_no_process_of_its_runs(cluster: Cluster, start_operator, tmp_path: Path) -> None:
+def test_a_killed_operator_leaves_no_process_of_its_runs(cluster: Cluster, start_operator,
+                                                         tmp_path: Path) -> None:
     """issue 11 defect 3: SIGKILL the operator while a shell task runs; nothing the run started survives."""
     token = f"orphan-{secrets.token_hex(6)}"
     delay = f"4{secrets.randbelow(900) + 100}.{secrets.randbelow(900) + 100}"  # unique: finds the sleeps
     markers = tmp_path / "markers"
     markers.mkdir()
-    op: OperatorProcess = start_operator([default_watch(role=str(HERE / "roles" / "long_shell"), finalizer=None)])
+    op: OperatorProcess = start_operator([default_watch(role=str(HERE / "roles" / "long_shell"),
+                                                        finalizer=None)])
     cluster.create_widget("orphans", {"token": token, "sleepSeconds": delay, "markerDir": str(markers)})
 
     def started() -> bool:  # the task's shell and its setsid grandchild, each with its sleep

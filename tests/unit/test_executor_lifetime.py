@@ -19,15 +19,22 @@ from ansible_operator.executors import guard, lifetime
 pytestmark = pytest.mark.ansible_versions
 
 
-def _alive(marker: str) -> list[psutil.Process]:
+def _alive(marker: str, *, besides: tuple[int, ...] = ()) -> list[psutil.Process]:
+    """Live processes with ``marker`` in an argument (the tree's shells and sleeps), except ``besides``."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if any(marker in part for part in proc.info["cmdline"] or ()) and proc.status() != psutil.STATUS_ZOMBIE:
+            if (proc.pid not in besides and any(marker in part for part in proc.info["cmdline"] or ())
+                    and proc.status() != psutil.STATUS_ZOMBIE):
                 found.append(proc)
         except psutil.Error:
             continue
     return found
+
+
+def _marker() -> str:
+    """A sleep duration no other process uses: it names the tree's shells and sleeps."""
+    return f"3{secrets.randbelow(900) + 100}.{secrets.randbelow(900) + 100}"
 
 
 def _wait(predicate, timeout: float = 30.0) -> bool:  # type: ignore[no-untyped-def]
@@ -39,22 +46,32 @@ def _wait(predicate, timeout: float = 30.0) -> bool:  # type: ignore[no-untyped-
     return bool(predicate())
 
 
+def _sleeps(procs: list[psutil.Process]) -> int:
+    return sum(1 for p in procs if p.name() == "sleep")
+
+
+def _wait_for_child(pid: int) -> int:
+    assert _wait(lambda: bool(psutil.Process(pid).children()))
+    return int(psutil.Process(pid).children()[0].pid)
+
+
 def _tree_command(marker: str, out: Path) -> list[str]:
-    """A shell with a child in its group and a grandchild that escapes into its own session."""
-    return ["sh", "-c", f"setsid sh -c 'sleep 300 # {marker}; touch {out}/grandchild' </dev/null >/dev/null 2>&1 & "
-                        f"sh -c 'sleep 300 # {marker}; touch {out}/child'"]
+    """A shell with a child in its group and a grandchild that escapes into its own session: their shells
+    and 2 ``sleep`` processes carry ``marker``; each inner sh writes a file if its sleep ever ends."""
+    return ["sh", "-c", f"setsid sh -c 'sleep {marker}; touch {out}/grandchild' </dev/null >/dev/null 2>&1 & "
+                        f"sh -c 'sleep {marker}; touch {out}/child'"]
 
 
 def test_guard_exits_with_the_command_status() -> None:
     for code in (0, 3):
-        done = subprocess.run([sys.executable, "-m", "ansible_operator.executors.guard", str(os.getpid()), "--",
-                               "sh", "-c", f"exit {code}"], timeout=60)
+        done = subprocess.run([sys.executable, "-m", "ansible_operator.executors.guard", str(os.getpid()),
+                               "--", "sh", "-c", f"exit {code}"], timeout=60, check=False)
         assert done.returncode == code
     assert guard.main(["1"]) == 2  # usage
 
 
 def test_guard_kills_the_whole_tree_when_its_operator_is_sigkilled(tmp_path: Path) -> None:
-    marker = f"guard-test-{secrets.token_hex(6)}"
+    marker = _marker()
     command = _tree_command(marker, tmp_path)
     # a stand-in operator: starts the guard as the runner executor does, then waits forever
     fake_operator = textwrap.dedent(f"""
@@ -65,20 +82,22 @@ def test_guard_kills_the_whole_tree_when_its_operator_is_sigkilled(tmp_path: Pat
     """)
     operator = subprocess.Popen([sys.executable, "-c", fake_operator], start_new_session=True)
     try:
-        assert _wait(lambda: len(_alive(marker)) >= 4), _alive(marker)  # 2 sh -c + 2 sleeps
+        guard_pid = _wait_for_child(operator.pid)
+        me = (operator.pid, guard_pid)
+        assert _wait(lambda: _sleeps(_alive(marker, besides=me)) == 2), _alive(marker, besides=me)
         operator.kill()
         operator.wait(30)
-        assert _wait(lambda: not _alive(marker)), [p.cmdline() for p in _alive(marker)]
+        assert _wait(lambda: not _alive(marker)), [p.cmdline() for p in _alive(marker)]  # guard included
         assert list(tmp_path.iterdir()) == []
     finally:
-        for proc in _alive(marker):
+        for proc in _alive(marker, besides=(operator.pid,)):
             proc.kill()
         if operator.poll() is None:
             operator.kill()
 
 
 def test_kill_descendants_reaches_processes_that_left_the_group(tmp_path: Path) -> None:
-    marker = f"lifetime-test-{secrets.token_hex(6)}"
+    marker = _marker()
     script = textwrap.dedent(f"""
         import subprocess, sys
         from ansible_operator.executors import lifetime
@@ -90,22 +109,22 @@ def test_kill_descendants_reaches_processes_that_left_the_group(tmp_path: Path) 
         print(lifetime.kill_descendants(), flush=True)
         sys.stdin.readline()
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
     try:
-        assert _wait(lambda: len(_alive(marker)) >= 4), _alive(marker)
+        assert _wait(lambda: _sleeps(_alive(marker, besides=(proc.pid,))) == 2), _alive(marker)
         assert proc.stdin and proc.stdout
         proc.stdin.write("\n")
         proc.stdin.flush()
         killed = int(proc.stdout.readline())
-        assert killed >= 3  # the grandchild's sh and both sleeps (the shell itself was killed before)
-        assert [p for p in _alive(marker) if p.pid != proc.pid] == []
+        assert killed >= 3  # the grandchild's sh, the child's (if the shell did not exec it), both sleeps
+        assert _alive(marker, besides=(proc.pid,)) == []
         assert list(tmp_path.iterdir()) == []
     finally:
         proc.kill()
         proc.wait()
-        for left in _alive(marker):
-            if left.pid != proc.pid:
-                left.kill()
+        for left in _alive(marker, besides=(proc.pid,)):
+            left.kill()
 
 
 def test_descendants_lists_parents_before_children() -> None:

@@ -52,7 +52,8 @@ def test_zygote_refuses_another_ansible_core(monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.mark.parametrize("wrapper", [
     # 2.19's wrapper: the arguments of _ansiballz_main(), one per line
-    b"    _ansiballz_main(\nansible_module='k8s',\nmodule_fqn='ansible_collections.kubernetes.core.plugins.modules.k8s',\n",
+    b"    _ansiballz_main(\nansible_module='k8s',\n"
+    b"module_fqn='ansible_collections.kubernetes.core.plugins.modules.k8s',\n",
     # 2.16 - 2.18's wrapper
     b"        runpy.run_module(mod_name='ansible_collections.kubernetes.core.plugins.modules.k8s', "
     b"init_globals=dict(_module_fqn='ansible_collections.kubernetes.core.plugins.modules.k8s'),\n",
