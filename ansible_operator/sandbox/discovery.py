@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_operator.sandbox.resources import Registry
+from ansible_operator.sandbox.resources import Registry, ResourceType
+
+#: the media type of aggregated discovery (apidiscovery.k8s.io/v2), which kubectl 1.32 asks for first
+AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 
 KUBE_MAJOR = "1"
 KUBE_MINOR = "32"
@@ -44,6 +47,17 @@ def group(registry: Registry, name: str) -> dict[str, Any] | None:
     return dict(_group_doc(name, versions), kind="APIGroup", apiVersion="v1")
 
 
+def _subresource(t: ResourceType, sub: str) -> tuple[tuple[str, str, str], list[str]]:
+    """(group, version, kind) a subresource answers with, and its verbs."""
+    if sub == "scale":
+        return ("autoscaling", "v1", "Scale"), ["get", "patch", "update"]
+    if sub == "finalize":
+        return (t.group, t.version, t.kind), ["update"]
+    if sub == "token":  # TokenRequest (sandbox/auth.py)
+        return ("authentication.k8s.io", "v1", "TokenRequest"), ["create"]
+    return (t.group, t.version, t.kind), ["get", "patch", "update"]
+
+
 def resource_list(registry: Registry, group: str, version: str) -> dict[str, Any] | None:
     types = registry.in_group_version(group, version)
     if not types:
@@ -58,14 +72,11 @@ def resource_list(registry: Registry, group: str, version: str) -> dict[str, Any
             entry["categories"] = list(t.categories)
         resources.append(entry)
         for sub in t.subresources:
-            s: dict[str, Any] = {"name": f"{t.plural}/{sub}", "singularName": "", "namespaced": t.namespaced,
-                                 "kind": t.kind, "verbs": ["get", "patch", "update"]}
-            if sub == "scale":
-                s.update(kind="Scale", group="autoscaling", version="v1")
-            if sub == "finalize":
-                s["verbs"] = ["update"]
-            if sub == "token":  # TokenRequest (sandbox/auth.py)
-                s.update(kind="TokenRequest", group="authentication.k8s.io", version="v1", verbs=["create"])
+            s: dict[str, Any] = {"name": f"{t.plural}/{sub}", "singularName": "", "namespaced": t.namespaced}
+            gvk, verbs = _subresource(t, sub)
+            if gvk != (t.group, t.version, t.kind):
+                s.update(group=gvk[0], version=gvk[1])
+            s.update(kind=gvk[2], verbs=verbs)
             resources.append(s)
     gv = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
@@ -78,3 +89,50 @@ def root_paths(registry: Registry) -> list[str]:
             paths.append(f"/apis/{g}")
             paths.extend(f"/apis/{g}/{v}" for v in vs)
     return sorted(paths)
+
+
+def wants_aggregated(accept: str) -> bool:
+    """Whether an Accept header asks for apidiscovery.k8s.io/v2 APIGroupDiscoveryList in JSON."""
+    for part in accept.split(","):
+        fields = [f.strip() for f in part.split(";")]
+        params = dict(f.partition("=")[::2] for f in fields[1:])
+        if fields[0] in ("application/json", "*/*") and params.get("g") == "apidiscovery.k8s.io" and \
+                params.get("v") == "v2" and params.get("as") == "APIGroupDiscoveryList":
+            return True
+    return False
+
+
+def _gvk(group: str, version: str, kind: str) -> dict[str, str]:
+    return {"group": group, "version": version, "kind": kind}
+
+
+def _resource_discovery(t: ResourceType) -> dict[str, Any]:
+    entry: dict[str, Any] = {"resource": t.plural, "responseKind": _gvk(t.group, t.version, t.kind),
+                             "scope": "Namespaced" if t.namespaced else "Cluster",
+                             "singularResource": t.singular, "verbs": list(t.verbs)}
+    if t.short_names:
+        entry["shortNames"] = list(t.short_names)
+    if t.categories:
+        entry["categories"] = list(t.categories)
+    subs = []
+    for sub in t.subresources:
+        gvk, verbs = _subresource(t, sub)
+        subs.append({"subresource": sub, "responseKind": _gvk(*gvk), "verbs": verbs})
+    if subs:
+        entry["subresources"] = subs
+    return entry
+
+
+def aggregated(registry: Registry, legacy: bool) -> dict[str, Any]:
+    """``/api`` (``legacy``: the core group) or ``/apis`` as an APIGroupDiscoveryList: every group, version and
+    resource in one document, preferred version first (what ``/apis/<group>/<version>`` list one by one)."""
+    items = []
+    for name, versions in sorted(registry.groups().items()):
+        if bool(name) == legacy:
+            continue
+        vs = [{"version": v, "resources": [_resource_discovery(t) for t in registry.in_group_version(name, v)],
+               "freshness": "Current"} for v in versions]
+        items.append({"metadata": {"name": name, "creationTimestamp": None} if name else
+                      {"creationTimestamp": None}, "versions": vs})
+    return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
+            "items": items}

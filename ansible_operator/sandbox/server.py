@@ -209,10 +209,14 @@ class ApiServer:
         if head == "api":
             group = ""
             if len(parts) == 1:
+                if discovery.wants_aggregated(request.headers.get("Accept", "")):
+                    return self._aggregated(legacy=True)
                 return _json(discovery.api_versions(self.address))
             version, rest = parts[1], parts[2:]
         elif head == "apis":
             if len(parts) == 1:
+                if discovery.wants_aggregated(request.headers.get("Accept", "")):
+                    return self._aggregated(legacy=False)
                 return _json(discovery.group_list(self.registry))
             group = parts[1]
             if len(parts) == 2:
@@ -259,6 +263,11 @@ class ApiServer:
                 return await self._delete_collection(request, route)
             return await self._delete(request, route)
         raise method_not_allowed()
+
+    def _aggregated(self, legacy: bool) -> web.Response:
+        """Aggregated discovery (kubectl 1.32 asks for it first; every group in one answer)."""
+        return web.Response(body=_dumps(discovery.aggregated(self.registry, legacy)) + b"\n",
+                            headers={"Content-Type": discovery.AGGREGATED, "Vary": "Accept"})
 
     def _route(self, group: str, version: str, rest: list[str]) -> Route:
         watch = False
