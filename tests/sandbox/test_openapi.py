@@ -151,3 +151,20 @@ def test_builtin_type_errors_are_bad_requests(sandbox: SandboxHandle):
     assert (code, body["reason"]) == (400, "BadRequest")
     assert body["message"] == ('Deployment in version "v1" cannot be handled as a Deployment: json: cannot '
                                'unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32')
+
+
+def test_every_served_builtin_kind_has_a_schema_and_a_protobuf_message():
+    """A kind added to the registry without regenerating the artifacts (scripts/gen_k8s_*.py) fails here."""
+    from ansible_operator.sandbox import protobuf
+    from ansible_operator.sandbox.resources import Registry
+
+    registry = Registry()
+    missing = []
+    for group, versions in registry.groups().items():
+        for version in versions:
+            for t in registry.in_group_version(group, version):
+                if t.builtin and (builtin_schemas.definition_name(group, version, t.kind) is None or
+                                  protobuf.message_type(t.api_version, t.kind) is None or
+                                  protobuf.message_type(t.api_version, t.list_kind) is None):
+                    missing.append(f"{t.api_version} {t.kind}")
+    assert missing == []
