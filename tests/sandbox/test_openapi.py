@@ -165,6 +165,6 @@ def test_every_served_builtin_kind_has_a_schema_and_a_protobuf_message():
             for t in registry.in_group_version(group, version):
                 if t.builtin and (builtin_schemas.definition_name(group, version, t.kind) is None or
                                   protobuf.message_type(t.api_version, t.kind) is None or
-                                  protobuf.message_type(t.api_version, t.list_kind) is None):
+                                  ("list" in t.verbs and protobuf.message_type(t.api_version, t.list_kind) is None)):
                     missing.append(f"{t.api_version} {t.kind}")
     assert missing == []
