@@ -336,3 +336,16 @@ def test_protobuf_answers_match_json_for_every_kind(kubectl: Kubectl):
                 assert _lost(json.loads(as_json), protobuf.decode(as_pb)) == [], t.kind
                 checked += len(json.loads(as_json)["items"])
     assert checked >= 12
+
+
+def test_tokens_and_access_reviews(kubectl: Kubectl):
+    """create token (TokenRequest), auth can-i (SelfSubjectAccessReview), auth whoami (SelfSubjectReview)."""
+    ns = kubectl.namespace("tokens")
+    kubectl.run("create", "serviceaccount", "robot", "-n", ns)
+    token = kubectl.run("create", "token", "robot", "-n", ns, "--duration=10m", "--audience=api").stdout.strip()
+    payload = token.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    assert claims["sub"] == f"system:serviceaccount:{ns}:robot"
+    assert claims["aud"] == ["api"] and claims["exp"] - claims["iat"] == 600
+    assert kubectl.run("auth", "can-i", "create", "deployments", "-n", ns).stdout.strip() == "yes"
+    assert "Username" in kubectl.run("auth", "whoami").stdout
