@@ -33,7 +33,8 @@ from ansible_operator.sandbox.api import Api
 from ansible_operator.sandbox.cluster import (DEFAULT_SERVICE_ACCOUNT, NODE_IP, NODE_NAME, ROOT_CA_CONFIGMAP,
                                               ClusterObjects)
 from ansible_operator.sandbox.errors import ApiError
-from ansible_operator.sandbox.rollout import DeploymentRollout, RevisionHistory
+from ansible_operator.sandbox.pods import PodControl
+from ansible_operator.sandbox.rollout import CR_HASH_LABEL, DeploymentRollout, RevisionHistory
 from ansible_operator.sandbox.resources import ResourceType
 from ansible_operator.sandbox.store import Event, Key
 from ansible_operator.sandbox.timeutil import now, parse, rfc3339
@@ -67,6 +68,7 @@ class Simulator:
         self._running = False
         self._rollout = DeploymentRollout(api)
         self._history = RevisionHistory(api)
+        self._pods = PodControl(api)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -103,6 +105,11 @@ class Simulator:
                 for key, _ in list(self.store.items(gr, ev.namespace)):
                     self._schedule(key)
         if ev.type == "DELETED":
+            if ev.group_resource == "/pods":  # a controller replaces the Pods it loses
+                for ref in (ev.obj.get("metadata") or {}).get("ownerReferences") or []:
+                    gr = _CONTROLLER_KINDS.get((ref.get("apiVersion"), ref.get("kind")))
+                    if gr is not None and ref.get("controller"):
+                        self._schedule((gr, ev.namespace, ref.get("name", "")))
             return
         if ev.group_resource in _SIMULATED:
             meta = ev.obj.get("metadata") or {}
@@ -275,6 +282,7 @@ class Simulator:
         meta = obj["metadata"]
         self._claims(obj, replicas)
         revision = self._history.sync(obj, "StatefulSet")["metadata"]["name"]
+        self._pods.stateful(obj, replicas, revision)
         ready = 0 if _fails(obj) else replicas
         status = {"observedGeneration": meta.get("generation", 1), "replicas": replicas,
                   "availableReplicas": ready,
@@ -318,13 +326,15 @@ class Simulator:
                 "conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
                                 "message": why, "lastTransitionTime": (prev or {}).get("lastTransitionTime", now_s)}]})
             return
+        self._pods.replicas(obj, rtype.api_version, rtype.kind, replicas)
         status = {"observedGeneration": obj["metadata"].get("generation", 1), "replicas": replicas,
                   **_omit_zero({"fullyLabeledReplicas": replicas, "readyReplicas": replicas,
                                 "availableReplicas": replicas})}
         self._write_status(rtype, obj, status)
 
     def _daemonset(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
-        self._history.sync(obj, "DaemonSet")
+        revision = self._history.sync(obj, "DaemonSet")
+        self._pods.daemon(obj, NODE_NAME, (revision["metadata"].get("labels") or {}).get(CR_HASH_LABEL, ""))
         # one simulated node
         status = {"observedGeneration": obj["metadata"].get("generation", 1), "currentNumberScheduled": 1,
                   "desiredNumberScheduled": 1, "numberAvailable": 1, "numberMisscheduled": 0, "numberReady": 1,
@@ -352,12 +362,13 @@ class Simulator:
             return
         spec = obj.get("spec") or {}
         now_s = rfc3339(now())
-        failed = _fails(obj)
-        ready = "False" if failed else "True"
+        job = self._controller(obj, "batch/v1", "Job", "batch/jobs")
+        failed = _fails(obj) or (job is not None and _fails(job))
+        ready = "False" if failed or job is not None else "True"
         containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
         octets = obj["metadata"].get("uid", "0000").replace("-", "")[:4]
         new_status = {
-            "phase": "Failed" if failed else "Running",
+            "phase": "Failed" if failed else "Succeeded" if job is not None else "Running",
             "conditions": [{"type": t, "status": "True" if t in ("PodScheduled", "Initialized") else ready,
                             "lastProbeTime": None, "lastTransitionTime": now_s}
                            for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
@@ -368,12 +379,23 @@ class Simulator:
                 "name": c.get("name", ""), "image": c.get("image", ""), "imageID": "", "ready": not failed,
                 "restartCount": 0, "started": not failed,
                 "state": ({"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now_s, "finishedAt": now_s}}
-                          if failed else {"running": {"startedAt": now_s}})} for c in containers]}
+                          if failed else
+                          {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now_s,
+                                          "finishedAt": now_s}} if job is not None else
+                          {"running": {"startedAt": now_s}})} for c in containers]}
         if not spec.get("nodeName"):
             body = copy.deepcopy(obj)
             body["spec"]["nodeName"] = NODE_NAME
             obj = self.api.update(rtype, obj["metadata"].get("namespace"), obj["metadata"]["name"], body)
         self._write_status(rtype, obj, new_status)
+
+    def _controller(self, obj: dict[str, Any], api_version: str, kind: str, group_resource: str
+                    ) -> dict[str, Any] | None:
+        """The object's controller of the given kind, when it has one."""
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+            if ref.get("controller") and ref.get("kind") == kind and ref.get("apiVersion") == api_version:
+                return self.store.peek((group_resource, obj["metadata"].get("namespace", ""), ref.get("name", "")))
+        return None
 
     # ---- jobs ------------------------------------------------------------------------------------
     def _job(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
@@ -387,6 +409,7 @@ class Simulator:
         now_s = rfc3339(now())
         meta = obj["metadata"]
         if "startTime" not in status:
+            self._pods.job(obj, max(min(int(spec.get("parallelism", 1)), int(spec.get("completions") or 1)), 1))
             status.update(startTime=now_s, active=1, ready=0, uncountedTerminatedPods={})
             self._write_status(rtype, obj, status)
             self._schedule((rtype.group_resource, meta.get("namespace", ""), meta["name"]))
@@ -517,6 +540,12 @@ class Simulator:
                                     {"propagationPolicy": "Background"})
                 except ApiError:
                     pass
+
+
+#: (apiVersion, kind) of the controllers that own Pods -> their group/resource
+_CONTROLLER_KINDS = {("apps/v1", "ReplicaSet"): "apps/replicasets", ("v1", "ReplicationController"):
+                     "/replicationcontrollers", ("apps/v1", "StatefulSet"): "apps/statefulsets",
+                     ("apps/v1", "DaemonSet"): "apps/daemonsets"}
 
 
 def _max_unavailable(spec: dict[str, Any], replicas: int) -> int:

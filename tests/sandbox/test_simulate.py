@@ -330,3 +330,39 @@ def test_rollout_stuck_while_the_service_account_is_missing(api):
     wait_for(lambda: (d := apps.read_namespaced_deployment("sa", "default")).status.updated_replicas == 1
              and not any(c.type == "ReplicaFailure" for c in d.status.conditions))
     wait_for(lambda: sorted(_replica_sets(apps, "sa").values()) == [(1, 0), (2, 1)])
+
+
+def test_controllers_create_and_remove_their_pods(api):
+    apps = kubernetes.client.AppsV1Api(api)
+    core = kubernetes.client.CoreV1Api(api)
+    batch = kubernetes.client.BatchV1Api(api)
+
+    def pods(selector: str) -> list:
+        return core.list_namespaced_pod("default", label_selector=selector).items
+    apps.create_namespaced_deployment("default", _deploy("pw"))
+    running = wait_for(lambda: p if len(p := [x for x in pods("app=pw") if x.status.phase == "Running"]) == 2
+                       else None)
+    rs_name = running[0].metadata.owner_references[0].name
+    assert all(x.metadata.name.startswith(rs_name + "-") and x.metadata.labels["pod-template-hash"] for x in running)
+    assert running[0].spec.node_name == "sandbox-node"
+    core.delete_namespaced_pod(running[0].metadata.name, "default")  # the ReplicaSet replaces it
+    wait_for(lambda: len(p := pods("app=pw")) == 2 and running[0].metadata.name not in
+             [x.metadata.name for x in p])
+    apps.patch_namespaced_deployment_scale("pw", "default", {"spec": {"replicas": 1}})
+    wait_for(lambda: len(pods("app=pw")) == 1)
+    apps.create_namespaced_stateful_set("default", {"metadata": {"name": "ss"}, "spec": {
+        "replicas": 2, "serviceName": "ss", "selector": {"matchLabels": {"app": "ss"}},
+        "template": {"metadata": {"labels": {"app": "ss"}}, "spec": TEMPLATE["spec"]}}})
+    names = wait_for(lambda: n if (n := sorted(x.metadata.name for x in pods("app=ss"))) == ["ss-0", "ss-1"]
+                     else None)
+    assert names == ["ss-0", "ss-1"]
+    apps.create_namespaced_daemon_set("default", {"metadata": {"name": "dd"}, "spec": {
+        "selector": {"matchLabels": {"app": "dd"}},
+        "template": {"metadata": {"labels": {"app": "dd"}}, "spec": TEMPLATE["spec"]}}})
+    wait_for(lambda: len(pods("app=dd")) == 1)
+    batch.create_namespaced_job("default", {"metadata": {"name": "jj"}, "spec": {"template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}})
+    wait_for(lambda: [x for x in pods("job-name=jj") if x.status.phase == "Succeeded"])
+    # deleting the owner collects the pods (garbage collector)
+    apps.delete_namespaced_daemon_set("dd", "default")
+    wait_for(lambda: not pods("app=dd"))
