@@ -94,6 +94,11 @@ def _kopf_login(configuration: Any) -> Any:
     import kopf
 
     def login(**_: Any) -> kopf.ConnectionInfo:
+        # kopf logs in again after a 401: pick up a rotated token (in-cluster token file, expired exec/OIDC
+        # credentials) rather than answer with the one that was just refused
+        hook = getattr(configuration, "refresh_api_key_hook", None)
+        if hook is not None:
+            hook(configuration)
         token = None
         scheme = None
         header = configuration.api_key.get("BearerToken") or configuration.api_key.get("authorization")
@@ -121,7 +126,7 @@ def _kopf_login(configuration: Any) -> Any:
 async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
     import kopf
 
-    from ansible_operator.collections import paths as collection_paths
+    from ansible_operator.collections import COLLECTIONS_ROOT
     from ansible_operator.executors import make_executor
     from ansible_operator.intake import ObjectCache, WatchIntake
     from ansible_operator.logs import ansible_event_logger
@@ -168,7 +173,6 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
 
         artifacts_root = artifacts.ensure_root(_artifacts_root(args))
         artifacts.recover_interrupted(artifacts_root)  # runs a killed predecessor left "running"
-        artifacts.recover_interrupted(artifacts_root)  # runs a killed predecessor left "running"
         janitor = artifacts.Janitor(artifacts_root,
                                     getattr(args, "max_artifacts_size", artifacts.DEFAULT_MAX_BYTES))
         cleanups.append(janitor.close)
@@ -176,7 +180,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             kube=kube, executor=executor, artifacts_root=artifacts_root, credentials=credentials,
             janitor=janitor,
             run_timeout=_seconds(args.run_timeout),
-            collections_paths=tuple(collection_paths()), hooks=[metrics],
+            collections_paths=(COLLECTIONS_ROOT,), hooks=[metrics],
             event_loggers=_event_loggers(args.ansible_log_events, ansible_event_logger),
             executor_name=args.executor,
         )
@@ -410,7 +414,7 @@ async def _start_leader_election(args: argparse.Namespace, kube: Any, controller
 
 
 def _pod_namespace() -> str | None:
-    path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    path = kube_mod.service_account_dir() / "namespace"
     try:
         return path.read_text().strip() or None
     except OSError:
@@ -422,11 +426,14 @@ def _pod_namespace() -> str | None:
 
 def _export_ansible_paths(args: argparse.Namespace) -> None:
     """``--ansible-roles-path`` / ``--ansible-collections-path`` become ``$ANSIBLE_ROLES_PATH`` /
-    ``$ANSIBLE_COLLECTIONS_PATH`` for every run, exactly as the SDK's ``os.Setenv``."""
+    ``$ANSIBLE_COLLECTIONS_PATH`` for every run, as the SDK's ``os.Setenv``. The bundled ``operator_sdk.util``
+    shim goes after the collections path, so an installed ``operator_sdk.util`` is the one used."""
+    from ansible_operator.collections import search_path
+
     if args.ansible_roles_path:
         os.environ["ANSIBLE_ROLES_PATH"] = args.ansible_roles_path
-    if args.ansible_collections_path:
-        os.environ["ANSIBLE_COLLECTIONS_PATH"] = args.ansible_collections_path
+    user = args.ansible_collections_path or os.environ.get("ANSIBLE_COLLECTIONS_PATH")
+    os.environ["ANSIBLE_COLLECTIONS_PATH"] = search_path(user)
 
 
 async def _start_osdk_metric(args: argparse.Namespace, metrics: Any, cleanups: list[Any]) -> None:

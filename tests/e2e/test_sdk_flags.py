@@ -112,13 +112,19 @@ def test_graceful_shutdown_timeout_stops_the_run(cluster: Cluster, start_operato
 
 
 def test_readyz_fails_when_the_api_server_is_gone_healthz_stays(cluster: Cluster, start_operator) -> None:
-    health = free_port()
+    health, metrics = free_port(), free_port()
     start_operator(
         [default_watch(finalizer=None)],
         f"--health-probe-bind-address=127.0.0.1:{health}",
         "--api-unreachable-timeout=2s",
+        # the scaffold's metrics args: without a bearer token /metrics is refused
+        f"--metrics-bind-address=127.0.0.1:{metrics}",
+        "--metrics-secure",
+        "--metrics-require-rbac",
     )
     wait_for(lambda: get(f"http://127.0.0.1:{health}/readyz")[0] == 200, 60, what="ready")
+    status, text = get(f"https://127.0.0.1:{metrics}/metrics")
+    assert status == 401 and "bearer token" in text
     cluster.sandbox.stop_thread()
 
     def not_ready() -> str | None:
