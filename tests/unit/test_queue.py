@@ -405,3 +405,32 @@ async def test_keys_added_before_start_run_after_start() -> None:
     assert rec.calls == [A, ObjectKey(None, "cluster-scoped")]
     assert str(ObjectKey(None, "x")) == "x" and str(A) == "ns/a"
     await q.stop()
+
+
+async def test_requeue_after_zero_runs_again_at_once() -> None:
+    """What reconcile returns when the generation advanced during a run (issue 11 defect 2)."""
+    script = {1: ReconcileOutcome(requeue_after=0.0), 2: ReconcileOutcome()}
+    rec = Recorder(lambda key, n: script[n])
+    q = WorkQueue("w", rec, max_concurrent=1, rate_limiter=RateLimiter(base=30.0))
+    await q.start()
+    q.add(A)
+    await rec.wait_calls(2)
+    await idle(q)
+    assert rec.calls == [A, A] and q.delayed == 0
+    await q.stop()
+
+
+async def test_object_replaced_while_running_gets_exactly_one_follow_up() -> None:
+    """Intake forgets the old object and adds the new one (same name) while the old one's run goes on."""
+    rec = Recorder(lambda key, n: ReconcileOutcome(failed=True) if n == 1 else ReconcileOutcome(), gated=True)
+    q = WorkQueue("w", rec, max_concurrent=1, rate_limiter=RateLimiter(base=30.0))
+    await q.start()
+    q.add(A)
+    await rec.wait_calls(1)
+    q.forget(A)
+    q.add(A)
+    rec.gate.set()
+    await rec.wait_calls(2)
+    await idle(q)
+    assert rec.calls == [A, A] and q.delayed == 0 and q.rate_limiter.failures(A) == 0
+    await q.stop()
