@@ -128,6 +128,14 @@ def test_ansible_variables_in_spec_are_refused(cluster: Cluster, start_operator)
     assert "ansible_python_interpreter" in cond["message"]
     assert op.runs("sneaky") == []  # nothing ran
     assert cluster.configmap("sneaky-out") is None
+    # every other name ansible-core reserves too, in the form the role would see (issue 11 defect 6)
+    cluster.create_widget("omitter", {"color": "red", "omit": "__omit_place_holder__"})
+    cluster.create_widget("hoster", {"color": "red", "inventoryHostname": "evil"})
+    for name, variable in (("omitter", "'omit'"), ("hoster", "'inventory_hostname'")):
+        cond = cluster.wait_condition(name, "Failure")
+        assert cond["reason"] == "Refused" and variable in cond["message"], cond
+        assert op.runs(name) == [] and cluster.configmap(f"{name}-out") is None
+        assert any(e.reason == "Refused" for e in cluster.events_for(name))
 
 
 def test_failing_finalizer_keeps_object_until_it_succeeds(cluster: Cluster, start_operator) -> None:
