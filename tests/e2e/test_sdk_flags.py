@@ -134,3 +134,107 @@ def test_readyz_fails_when_the_api_server_is_gone_healthz_stays(cluster: Cluster
     text = wait_for(not_ready, 60, what="/readyz failing")
     assert "API server unreachable" in text
     assert get(f"http://127.0.0.1:{health}/healthz") == (200, "ok")
+
+
+def test_metrics_require_rbac_against_a_secure_api_server(tmp_path: Path, executor: str) -> None:
+    """--metrics-secure --metrics-require-rbac with a real TokenReview/SubjectAccessReview (the secure
+    sandbox enforces RBAC): no token 401, a token RBAC does not allow 403, the scaffold's metrics-reader
+    200."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from ansible_operator.sandbox.testing import start_in_thread
+
+    handle = start_in_thread(tmp_path / "admin.kubeconfig", crds=[HERE / "crds"], simulate=False, secure=True)
+    proc = None
+    try:
+        env = handle.kubectl_env()
+
+        def kubectl(*args: str) -> str:
+            r = subprocess.run(
+                ["kubectl", *args], env=env, capture_output=True, text=True, timeout=60, check=False
+            )
+            assert r.returncode == 0, (args, r.stderr)
+            return r.stdout.strip()
+
+        # config/rbac/metrics_reader_role.yaml of the scaffold, bound to the scraper's ServiceAccount
+        kubectl("create", "clusterrole", "metrics-reader", "--verb=get", "--non-resource-url=/metrics")
+        kubectl("create", "serviceaccount", "prometheus", "-n", "default")
+        kubectl("create", "serviceaccount", "nobody", "-n", "default")
+        kubectl(
+            "create",
+            "clusterrolebinding",
+            "metrics-reader",
+            "--clusterrole=metrics-reader",
+            "--serviceaccount=default:prometheus",
+        )
+        reader = kubectl("create", "token", "prometheus", "-n", "default")
+        nobody = kubectl("create", "token", "nobody", "-n", "default")
+
+        watches = tmp_path / "watches.yaml"
+        watches.write_text(yaml.safe_dump([default_watch(finalizer=None)]))
+        metrics = free_port()
+        proc_env = {**os.environ, "HOME": str(tmp_path), "ANSIBLE_GATHERING": "explicit"}
+        proc_env.pop("KUBECONFIG", None)
+        with open(tmp_path / "operator.log", "wb") as log:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "ansible_operator",
+                    "run",
+                    "--watches-file",
+                    str(watches),
+                    "--kubeconfig",
+                    str(handle.kubeconfig),
+                    "--artifacts-dir",
+                    str(tmp_path / "artifacts"),
+                    "--executor",
+                    executor,
+                    "--health-probe-bind-address=0",
+                    f"--metrics-bind-address=127.0.0.1:{metrics}",
+                    "--metrics-secure",
+                    "--metrics-require-rbac",
+                    "--osdk-metric-bind-address=0",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=tmp_path,
+                env=proc_env,
+                start_new_session=True,
+            )
+
+        def scrape(token: str | None) -> tuple[int, str]:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            request = urllib.request.Request(
+                f"https://127.0.0.1:{metrics}/metrics",
+                headers={"Authorization": f"Bearer {token}"} if token else {},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10, context=context) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as exc:
+                return exc.code, exc.read().decode()
+            except OSError:
+                return 0, ""
+
+        wait_for(lambda: scrape(None)[0] == 401, 60, what="metrics listener refusing anonymous scrapes")
+        assert scrape(reader[:-4] + "AAAA")[0] == 401
+        status, text = scrape(nobody)
+        assert status == 403 and "system:serviceaccount:default:nobody" in text
+        status, text = scrape(reader)
+        assert status == 200 and "ansible_operator_build_info" in text
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                assert proc.wait(60) == 0, (tmp_path / "operator.log").read_text()[-4000:]
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+        handle.sandbox.stop_thread()
