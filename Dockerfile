@@ -47,7 +47,7 @@ RUN python -m venv /opt/venv \
         "dumb-init==${DUMB_INIT_VERSION}" \
     && /opt/venv/bin/python scripts/install_kubernetes_core.py --bundle "${KUBERNETES_CORE_FROM_ANSIBLE}" \
     && /opt/venv/bin/ansible-operator --version \
-    && /opt/venv/bin/ansible-galaxy collection list kubernetes.core
+    && /opt/venv/bin/python -c "import ansible_collections.kubernetes.core.plugins.module_utils.k8s.core"
 
 # ---- runtime -------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
