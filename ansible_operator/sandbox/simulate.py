@@ -33,6 +33,7 @@ from ansible_operator.sandbox.api import Api
 from ansible_operator.sandbox.cluster import (DEFAULT_SERVICE_ACCOUNT, NODE_IP, NODE_NAME, ROOT_CA_CONFIGMAP,
                                               ClusterObjects)
 from ansible_operator.sandbox.errors import ApiError
+from ansible_operator.sandbox.endpoints import EndpointsControl
 from ansible_operator.sandbox.pods import PodControl
 from ansible_operator.sandbox.rollout import CR_HASH_LABEL, DeploymentRollout, RevisionHistory
 from ansible_operator.sandbox.resources import ResourceType
@@ -48,6 +49,7 @@ FAIL_ANNOTATION = "sandbox.ansible-operator.dev/fail"
 _WORKLOADS = {"apps/deployments", "apps/statefulsets", "apps/replicasets", "apps/daemonsets",
               "/replicationcontrollers"}
 _SIMULATED = _WORKLOADS | {"batch/jobs", "/persistentvolumeclaims", "/pods"}
+_ENDPOINTS = "endpoints-controller"  # scheduling key of a namespace's Endpoints/EndpointSlice sync
 
 
 def _omit_zero(d: dict[str, Any]) -> dict[str, Any]:
@@ -69,6 +71,7 @@ class Simulator:
         self._rollout = DeploymentRollout(api)
         self._history = RevisionHistory(api)
         self._pods = PodControl(api)
+        self._endpoints = EndpointsControl(api)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -99,6 +102,8 @@ class Simulator:
         if not self._running:
             return
         self._cluster_event(ev)
+        if ev.group_resource in ("/services", "/pods"):
+            self._schedule((_ENDPOINTS, ev.namespace, ""))
         if ev.group_resource == "/serviceaccounts" and ev.type == "ADDED":
             # pods refused for want of this ServiceAccount can be created now
             for gr in ("apps/deployments", "apps/replicasets", "/replicationcontrollers"):
@@ -151,6 +156,12 @@ class Simulator:
     def _run(self, key: Key) -> None:
         self._pending.pop(key, None)
         if not self._running:
+            return
+        if key[0] == _ENDPOINTS:
+            try:
+                self._endpoints.sync_namespace(key[1])
+            except Exception:
+                log.exception("simulated endpoints controller for %s failed", key[1])
             return
         obj = self.store.get(key)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):

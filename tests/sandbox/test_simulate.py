@@ -366,3 +366,24 @@ def test_controllers_create_and_remove_their_pods(api):
     # deleting the owner collects the pods (garbage collector)
     apps.delete_namespaced_daemon_set("dd", "default")
     wait_for(lambda: not pods("app=dd"))
+
+
+def test_services_get_endpoints_and_slices_of_ready_pods(api):
+    apps = kubernetes.client.AppsV1Api(api)
+    core = kubernetes.client.CoreV1Api(api)
+    disc = kubernetes.client.DiscoveryV1Api(api)
+    body = _deploy("ep")
+    body["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": 8080}]
+    apps.create_namespaced_deployment("default", body)
+    core.create_namespaced_service("default", {"metadata": {"name": "ep"}, "spec": {
+        "selector": {"app": "ep"}, "ports": [{"name": "web", "port": 80, "targetPort": "http"}]}})
+    ep = wait_for(lambda: (e := [x for x in core.list_namespaced_endpoints("default").items
+                                 if x.metadata.name == "ep"]) and e[0].subsets
+                  and len(e[0].subsets[0].addresses) == 2 and e[0])
+    assert ep.subsets[0].ports[0].port == 8080 and ep.subsets[0].ports[0].name == "web"
+    pod_ips = {p.status.pod_ip for p in core.list_namespaced_pod("default", label_selector="app=ep").items}
+    assert {a.ip for a in ep.subsets[0].addresses} == pod_ips
+    slices = disc.list_namespaced_endpoint_slice("default", label_selector="kubernetes.io/service-name=ep").items
+    assert len(slices) == 1 and {e.addresses[0] for e in slices[0].endpoints} == pod_ips
+    apps.patch_namespaced_deployment_scale("ep", "default", {"spec": {"replicas": 0}})
+    wait_for(lambda: not core.read_namespaced_endpoints("ep", "default").subsets)
