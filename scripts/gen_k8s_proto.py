@@ -4,17 +4,19 @@
     python scripts/gen_k8s_proto.py --src /tmp/k8ssrc [--release v0.32.9]
 
 ``--src`` holds checkouts (or ``git archive`` extracts) of four public repositories at the same release:
-``api`` (k8s.io/api), ``apimachinery``, ``apiextensions-apiserver`` and ``kube-aggregator``, e.g.::
+``api`` (k8s.io/api), ``apimachinery``, ``apiextensions-apiserver`` and ``kube-aggregator``, plus
+``gnostic-models`` (the OpenAPI v2 protobuf that client-go's ``OpenAPISchema()`` asks ``/openapi/v2`` for), e.g.::
 
     for r in api apimachinery apiextensions-apiserver kube-aggregator; do
       git clone -q --depth 1 -b v0.32.9 https://github.com/kubernetes/$r /tmp/k8ssrc/$r; done
+    git clone -q --depth 1 -b v0.6.9 https://github.com/google/gnostic-models /tmp/k8ssrc/gnostic-models
 
 Needs ``grpcio-tools`` (it ships protoc): ``python -m venv /tmp/gen && /tmp/gen/bin/pip install grpcio-tools``,
 then run this script with that interpreter. It writes two files into ``ansible_operator/sandbox/``:
 
 ``k8s.binpb``
     a FileDescriptorSet of the ``generated.proto`` files of every group/version the sandbox serves (and what
-    they import), without source info or comments, and with each field's ``json_name`` set to the Go type's
+    they import) and of gnostic's ``openapiv2/OpenAPIv2.proto``, without source info or comments, and with each field's ``json_name`` set to the Go type's
     ``json:"..."`` tag (the Kubernetes JSON name; protoc's default camel-casing differs for ``$ref``,
     ``x-kubernetes-*`` and others).
 ``k8s_fields.json``
@@ -118,9 +120,18 @@ def main() -> int:
             package = re.search(r"^package ([\w.]+);", src.read_text(), re.M)
             assert package is not None, src
             go[package.group(1)] = go_fields(src.parent)
+        gnostic = args.src / "gnostic-models" / "openapiv2" / "OpenAPIv2.proto"
+        if not gnostic.is_file():
+            print(f"missing {gnostic}", file=sys.stderr)
+            return 1
+        (tree / "openapiv2").mkdir()
+        shutil.copy(gnostic, tree / "openapiv2" / "OpenAPIv2.proto")
+        protos.append("openapiv2/OpenAPIv2.proto")
+        well_known = Path(protoc.__file__).parent / "_proto"  # google/protobuf/any.proto
         out_set = tree / "set.binpb"
         # (protoc warns about imports the .proto files do not use; harmless)
-        rc = protoc.main(["protoc", f"-I{tree}", "--include_imports", f"--descriptor_set_out={out_set}", *protos])
+        rc = protoc.main(["protoc", f"-I{tree}", f"-I{well_known}", "--include_imports",
+                          f"--descriptor_set_out={out_set}", *protos])
         if rc != 0:
             print(f"protoc failed ({rc})", file=sys.stderr)
             return 1
@@ -136,7 +147,9 @@ def main() -> int:
         f.ClearField("source_code_info")
         f.options.Clear()
         f.ClearField("options")
-        structs = go.get(f.package, {})
+        if f.package not in go:
+            continue  # gnostic's OpenAPI v2 and google.protobuf: proto3 names, no Go JSON tags to apply
+        structs = go[f.package]
         for msg in f.message_type:
             fields = structs.get(msg.name, {})
             for field in msg.field:

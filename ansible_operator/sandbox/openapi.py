@@ -9,8 +9,8 @@ Paths list every served resource with its operations and ``x-kubernetes-group-ve
 operation declares the ``fieldValidation`` query parameter, which is what kubectl (1.27+) checks before
 leaving validation to the server (``kubectl apply`` then sends ``fieldValidation=Strict``).
 
-``/openapi/v2`` is served as JSON; client-go's ``OpenAPISchema()`` asks only for the gnostic protobuf form,
-which the sandbox does not produce (406, as a server without that encoding; kubectl uses v3).
+``/openapi/v2`` is served as JSON, or in gnostic's protobuf form (:mod:`openapi_pb`) to clients that ask for
+it, as client-go's ``OpenAPISchema()`` does.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ import hashlib
 import json
 from typing import Any, Iterable, Mapping
 
-from ansible_operator.sandbox import builtin_schemas
-from ansible_operator.sandbox.errors import ApiError, path_not_found
+from ansible_operator.sandbox import builtin_schemas, openapi_pb
+from ansible_operator.sandbox.errors import path_not_found
 from ansible_operator.sandbox.resources import Registry, ResourceType
 
 TITLE = "Kubernetes"
 VERSION = "v1.32.0"
-V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2"
+V2_PROTOBUF = openapi_pb.MEDIA_TYPE
 _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 _STATUS = "io.k8s.apimachinery.pkg.apis.meta.v1.Status"
 _PATCH = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch"
@@ -252,18 +252,30 @@ def root(registry: Registry) -> dict[str, Any]:
     return {"paths": out}
 
 
-def not_acceptable(accept: str) -> ApiError:
-    return ApiError(406, "NotAcceptable", f"only the following media types are accepted: application/json "
-                                          f"(not {accept})")
+_V2_CACHE: dict[str, bytes] = {}
 
 
-def document(registry: Registry, parts: list[str], query: Mapping[str, str], accept: str = "") -> dict[str, Any]:
-    """``parts`` is the path after ``/openapi``: ``["v2"]``, ``["v3"]``, ``["v3", "apis", "apps", "v1"]``, ..."""
+def _v2_protobuf(doc: dict[str, Any]) -> bytes:
+    """The protobuf form of the v2 document, kept for the last document seen (building it takes ~0.3 s)."""
+    digest = _digest(doc)
+    if digest not in _V2_CACHE:
+        _V2_CACHE.clear()
+        _V2_CACHE[digest] = openapi_pb.document(doc)
+    return _V2_CACHE[digest]
+
+
+def document(registry: Registry, parts: list[str], query: Mapping[str, str], accept: str = ""
+             ) -> dict[str, Any] | bytes:
+    """``parts`` is the path after ``/openapi``: ``["v2"]``, ``["v3"]``, ``["v3", "apis", "apps", "v1"]``, ...
+
+    ``bytes`` (media type :data:`V2_PROTOBUF`) for a v2 request that prefers protobuf; a dict (JSON) otherwise.
+    """
     if parts == ["v2"]:
+        doc = v2_document(registry)
         wanted = [a.split(";")[0].strip() for a in accept.split(",") if a.strip()]
-        if wanted and all(a.startswith(V2_PROTOBUF) for a in wanted):
-            raise not_acceptable(accept)
-        return v2_document(registry)
+        if wanted and wanted[0] in openapi_pb.ACCEPTED:
+            return _v2_protobuf(doc)
+        return doc
     if not parts or parts[0] != "v3":
         raise path_not_found()
     rest = parts[1:]

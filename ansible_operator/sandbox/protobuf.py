@@ -82,6 +82,11 @@ def _cls(desc: Descriptor) -> type[Message]:
     return message_factory.GetMessageClass(desc)
 
 
+def message_class(full_name: str) -> type[Message]:
+    """The dynamic message class of any message in ``k8s.binpb`` (e.g. ``openapi.v2.Document``)."""
+    return _cls(_pool().FindMessageTypeByName(full_name))
+
+
 # ---- protobuf -> JSON ------------------------------------------------------------------------------
 def _go_duration(ns: int) -> str:
     """Go's time.Duration.String()."""

@@ -205,7 +205,10 @@ class ApiServer:
         if head == "version" and len(parts) == 1:
             return _json(discovery.version())
         if head == "openapi":
-            return _json(openapi.document(self.registry, parts[1:], request.query, request.headers.get("Accept", "")))
+            doc = openapi.document(self.registry, parts[1:], request.query, request.headers.get("Accept", ""))
+            if isinstance(doc, bytes):  # gnostic protobuf (client-go's OpenAPISchema)
+                return web.Response(body=doc, headers={"Content-Type": openapi.V2_PROTOBUF})
+            return _json(doc)
         if head == "api":
             group = ""
             if len(parts) == 1:

@@ -281,6 +281,11 @@ def test_explain_builtins_and_crds(kubectl: Kubectl):
     kubectl.run("wait", "--for=condition=Established", f"crd/{CRD['metadata']['name']}", "--timeout=20s")
     out = kubectl.run("explain", "widgets.spec").stdout
     assert "KIND:       Widget" in out and "size\t<integer> -required-" in out and "color\t<string>" in out
+    # the OpenAPI v2 renderer reads /openapi/v2 in gnostic's protobuf form
+    out = kubectl.run("explain", "deployment.spec.strategy", "--output=plaintext-openapiv2").stdout
+    assert "RESOURCE: strategy <Object>" in out and "rollingUpdate\t<Object>" in out
+    out = kubectl.run("explain", "widgets.spec", "--output=plaintext-openapiv2").stdout
+    assert "size\t<integer> -required-" in out
 
 
 def _lost(json_value: Any, pb_value: Any, path: str = "") -> list[str]:
