@@ -24,7 +24,7 @@ def executor() -> str:
 
 def _successful_generations(cluster: Cluster, name: str, seen: list[tuple[int, int]], stop: threading.Event,
                             ready: threading.Event) -> None:
-    """Every distinct (status.observedGeneration, metadata.generation) of a Successful=True status, in order."""
+    """Each distinct (status.observedGeneration, metadata.generation) of Successful=True, in order."""
     w = kubernetes.watch.Watch()
     ready.set()
     for event in w.stream(cluster.custom.list_namespaced_custom_object, GROUP, VERSION, NAMESPACE, PLURAL,
