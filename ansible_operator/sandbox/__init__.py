@@ -260,12 +260,18 @@ class Sandbox:
         return path
 
     def create_token(self, namespace: str, service_account: str, expiration_seconds: int = 3600,
-                     audiences: Iterable[str] = ()) -> str:
-        """A token for an existing ServiceAccount, as ``kubectl create token`` gets it (TokenRequest)."""
+                     audiences: Iterable[str] = (), bound_to: tuple[str, str] | None = None) -> str:
+        """A token for an existing ServiceAccount, as ``kubectl create token`` gets it (TokenRequest).
+
+        ``bound_to`` = (kind, name) of a Pod or Secret in ``namespace`` (or a Node): the token stops working when
+        that object is deleted, as the kubelet's pod-bound tokens do.
+        """
         if self.server is None:
             raise RuntimeError("sandbox not started")
         spec: dict[str, Any] = {"expirationSeconds": expiration_seconds}
         if audiences:
             spec["audiences"] = list(audiences)
+        if bound_to is not None:
+            spec["boundObjectRef"] = {"kind": bound_to[0], "apiVersion": "v1", "name": bound_to[1]}
         req = self.call(self.server.authenticator.token_request, namespace, service_account, {"spec": spec})
         return str(req["status"]["token"])

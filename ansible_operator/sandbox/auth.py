@@ -25,7 +25,10 @@ What kube-apiserver does, reduced to what clients can observe:
 * **Impersonation** (``Impersonate-User``/``-Group``/``-Uid`` headers, ``kubectl --as``): allowed when RBAC grants
   ``impersonate`` on ``users``/``groups``/``serviceaccounts``/``uids``, as the impersonation filter checks.
 
-Not emulated: ``Impersonate-Extra-*``, bound-object (Pod/Secret) token invalidation, token/webhook/OIDC authenticators,
+Tokens bound to a Pod or Secret (``boundObjectRef``, as the kubelet asks for them) stop working when that object
+is deleted, as on a real cluster.
+
+Not emulated: ``Impersonate-Extra-*``, token/webhook/OIDC authenticators,
 the Node and ABAC authorizers.
 """
 
@@ -509,6 +512,10 @@ def impersonate(user: UserInfo, headers: Mapping[str, str], groups: list[str], a
 # authentication, tokens and reviews
 
 
+#: kinds a token can be bound to: (store resource, namespaced)
+_BINDABLE = {"Pod": ("/pods", True), "Secret": ("/secrets", True), "Node": ("/nodes", False)}
+
+
 class Authenticator:
     """Identifies requests; issues and reviews ServiceAccount tokens."""
 
@@ -561,6 +568,12 @@ class Authenticator:
         sa_obj = self.store.peek(("/serviceaccounts", ns, str(sa.get("name") or "")))
         if sa_obj is None or (sa_obj.get("metadata") or {}).get("uid") != sa.get("uid"):
             return None, [f"invalid bearer token, service account {ns}/{sa.get('name')} has been deleted"]
+        for kind, (plural, scoped) in _BINDABLE.items():
+            ref = k8s.get(kind.lower())
+            if isinstance(ref, dict):
+                obj = self.store.peek((plural, ns if scoped else "", str(ref.get("name") or "")))
+                if obj is None or (obj.get("metadata") or {}).get("uid") != ref.get("uid"):
+                    return None, [f"invalid bearer token, {kind.lower()} {ref.get('name')} has been deleted"]
         extra: dict[str, tuple[str, ...]] = {}
         if claims.get("jti"):
             extra["authentication.kubernetes.io/credential-id"] = (f"JTI={claims['jti']}",)
@@ -596,8 +609,17 @@ class Authenticator:
         k8s: dict[str, Any] = {"namespace": namespace,
                                "serviceaccount": {"name": name, "uid": sa_meta.get("uid", "")}}
         bound = spec.get("boundObjectRef") or {}
-        if isinstance(bound, dict) and bound.get("kind") in ("Pod", "Secret", "Node") and bound.get("name"):
-            k8s[bound["kind"].lower()] = {"name": bound["name"], "uid": bound.get("uid", "")}
+        if bound:
+            if not isinstance(bound, dict) or bound.get("kind") not in _BINDABLE or not bound.get("name"):
+                raise bad_request("spec.boundObjectRef: must name a Pod, Secret or Node")
+            plural, scoped = _BINDABLE[bound["kind"]]
+            obj = self.store.peek((plural, namespace if scoped else "", str(bound["name"])))
+            uid = (obj or {}).get("metadata", {}).get("uid")
+            if obj is None or (bound.get("uid") and bound["uid"] != uid):
+                raise ApiError(404, "NotFound", f'{plural.lstrip("/")} "{bound["name"]}" not found',
+                               {"name": bound["name"], "kind": plural.lstrip("/")})
+            k8s[bound["kind"].lower()] = {"name": bound["name"], "uid": uid}
+            spec["boundObjectRef"] = dict(bound, uid=uid)
         claims = {"aud": audiences, "exp": now + seconds, "iat": now, "iss": ISSUER, "jti": str(uuid.uuid4()),
                   "kubernetes.io": k8s, "nbf": now, "sub": f"{SA_PREFIX}{namespace}:{name}"}
         spec.update(audiences=audiences, expirationSeconds=seconds)
