@@ -84,6 +84,10 @@ def load_incluster_config(configuration: kubernetes.client.Configuration) -> Non
     kubernetes.config.incluster_config.InClusterConfigLoader(
         token_filename=str(token_file), cert_filename=str(sa_dir / "ca.crt"), try_refresh_token=False,
     ).load_and_set(configuration)
+    # the client keeps the file's trailing newline, which no HTTP header may carry (`kubectl create token >
+    # token` writes one)
+    first = str(configuration.api_key.get("authorization") or "").strip()
+    configuration.api_key["authorization"] = first
     stamp = [_file_stamp(token_file)]
 
     def refresh(cfg: kubernetes.client.Configuration) -> None:
