@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 import kubernetes
+import urllib3
 from kubernetes.client.rest import ApiException
 
 
@@ -240,6 +241,8 @@ class Kube:
             except (ValueError, TypeError):
                 pass
             raise api_error(exc.status or 0, reason, message) from None
+        except urllib3.exceptions.HTTPError as exc:  # no answer: refused, reset, timed out
+            raise ServerError(0, "ServiceUnavailable", f"{method} {path}: {exc}") from None
         data = response.data
         return json.loads(data) if data else None
 

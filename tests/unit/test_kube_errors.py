@@ -32,3 +32,17 @@ def test_kube_raises_typed_errors_from_the_client() -> None:
     k.api_client = Failing()  # type: ignore[assignment]
     with pytest.raises(kube.Conflict, match="the object has been modified"):
         k._request_sync("PATCH", "/x", {}, None, [])
+
+
+def test_no_answer_is_a_server_error() -> None:
+    import urllib3
+
+    class Down:
+        def call_api(self, *args: object, **kwargs: object) -> None:
+            raise urllib3.exceptions.MaxRetryError(None, "/x", "connection refused")  # type: ignore[arg-type]
+
+    k = kube.Kube.__new__(kube.Kube)
+    k.api_client = Down()  # type: ignore[assignment]
+    with pytest.raises(kube.ServerError) as exc:
+        k._request_sync("GET", "/x", None, None, [])
+    assert exc.value.status == 0 and "connection refused" in exc.value.message
