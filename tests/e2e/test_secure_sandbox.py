@@ -17,7 +17,7 @@ import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from ansible_operator.sandbox.testing import SandboxHandle, api_client_for, start_in_thread
+from ansible_operator.sandbox.testing import SandboxHandle, api_client_for, start_in_thread, wait_for
 
 NS = "default"
 
@@ -71,7 +71,7 @@ def test_https_with_the_written_ca_and_an_admin_identity(secure: SandboxHandle) 
     # the CA really is what TLS is verified with: a context without it refuses the server
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(secure.url + "/healthz", context=ssl.create_default_context(), timeout=10)
-    # the cluster's kube-root-ca.crt is the serving CA (what in-cluster clients trust)
+    # with it, anonymous may read the public health endpoints (system:public-info-viewer)
     assert raw(secure, "/healthz") == (200, b"ok")
 
 
@@ -182,3 +182,32 @@ def test_impersonation_needs_rbac(secure: SandboxHandle, tmp_path: Path) -> None
     r = kubectl(secure, "get", "pods", "--as=someone", kubeconfig=kc)
     assert ('users "someone" is forbidden: User "system:serviceaccount:default:mimic" cannot impersonate resource '
             '"users" in API group "" at the cluster scope') in r.stderr
+
+
+def test_cli_secure_and_a_restart_on_the_data_dir_keeps_ca_and_tokens(tmp_path: Path) -> None:
+    """``ansible-operator sandbox --secure``: the printed kubeconfig is an admin one; with ``--data-dir`` the CA
+    and the signing key survive a restart, so kubeconfigs and tokens issued before still work."""
+    from ansible_operator.sandbox.testing import start_process
+
+    data = tmp_path / "data"
+    proc = start_process(tmp_path / "admin.kubeconfig", data_dir=data, secure=True)
+    try:
+        assert proc.url.startswith("https://")
+        core = kubernetes.client.CoreV1Api(proc.api_client())
+        core.create_namespaced_service_account(NS, {"metadata": {"name": "keeper"}})
+        # what pods get as ca.crt is the serving CA (the root-CA publisher runs with the simulated controllers)
+        cm = wait_for(lambda: [c for c in core.list_namespaced_config_map(NS).items
+                               if c.metadata.name == "kube-root-ca.crt"], what="kube-root-ca.crt")[0]
+        assert cm.data["ca.crt"] == (data / "pki" / "ca.crt").read_text()
+        token = core.create_namespaced_service_account_token("keeper", NS, {"spec": {}}).status.token
+        port = proc.port
+    finally:
+        assert proc.stop() == 0
+    again = start_process(tmp_path / "admin.kubeconfig", port=port, data_dir=data, secure=True, simulate=False)
+    try:
+        review = kubernetes.client.AuthenticationV1Api(again.api_client()).create_token_review(
+            {"spec": {"token": token}})
+        assert review.status.authenticated
+        assert review.status.user.username == "system:serviceaccount:default:keeper"
+    finally:
+        again.stop()
