@@ -27,10 +27,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
-from ansible_operator.executors.base import EventCallback, RunOutcome, RunRequest, RunStatus
-from ansible_operator.executors.zygote_modules import DEFAULT_FAST_MODULE_PREFIXES
 from ansible_operator.executors import ansible_compat
+from ansible_operator.executors.base import EventCallback, RunOutcome, RunRequest, RunStatus
 from ansible_operator.executors.lifetime import kill_group
+from ansible_operator.executors.zygote_modules import DEFAULT_FAST_MODULE_PREFIXES
 from ansible_operator.executors.zygote_protocol import RunSpec, encode
 
 __all__ = ["WarmExecutor", "check_ansible_core_version"]
