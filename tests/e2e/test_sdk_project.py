@@ -14,7 +14,9 @@ the manager container in ``kubectl kustomize config/default`` -- the scaffold's 
 (``--metrics-require-rbac --metrics-secure --metrics-bind-address=:8443 --leader-elect ...``) and ours
 (``--ansible-args=--vault-password-file=...``). Two things stand in for the pod: the ports are moved to
 free ones (a pod has its own network namespace), and the Deployment's volume mounts (the vault password
-Secret) are provided at a temporary path. The rendered manifests are applied to the sandbox as well.
+Secret) are provided at a temporary path. The rendered manifests are applied to the sandbox as well, and
+/metrics is scraped the way Prometheus would: with the token of a ServiceAccount bound to the project's
+metrics-reader ClusterRole, checked by the operator with a TokenReview and a SubjectAccessReview.
 """
 
 from __future__ import annotations
@@ -67,16 +69,6 @@ def _get(url: str, token: str | None = None) -> tuple[int, str]:
         return exc.code, exc.read().decode()
     except OSError:
         return 0, ""
-
-
-def _serves(api: Any, group_version: str, plural: str) -> bool:
-    try:
-        doc = api.call_api(f"/apis/{group_version}", "GET", response_type="object", _return_http_data_only=True)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return any(r.get("name") == plural for r in doc.get("resources") or [])
 
 
 def _rendered() -> list[dict[str, Any]]:
@@ -147,7 +139,9 @@ def test_sdk_scaffolded_project_runs_with_its_manager_args(sandbox: Any, tmp_pat
     assert list(mounts) == ["/etc/website-vault"]
     ports = {"--metrics-bind-address": _free_port(), "--health-probe-bind-address": _free_port()}
     command = _container_command(manager, ports, mounts)
-    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    # the image's HOME=/opt/ansible: run artifacts and Ansible's files stay in this test's copy
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "XDG_STATE_HOME", "XDG_CACHE_HOME")}
+    env["HOME"] = str(home)
     env.update(_container_env(manager))
     env["KUBECONFIG"] = str(sandbox.kubeconfig)
 
@@ -197,20 +191,25 @@ def test_sdk_scaffolded_project_runs_with_its_manager_args(sandbox: Any, tmp_pat
         # osdk_metric on /metrics, over HTTPS, behind the TokenReview + SubjectAccessReview filter
         metrics = f"https://127.0.0.1:{ports['--metrics-bind-address']}/metrics"
         assert _get(metrics)[0] == 401  # no bearer token
-        token = "sandbox-admin"
-        if _serves(api, "authentication.k8s.io/v1", "tokenreviews"):
-            def scraped() -> str | None:
-                status, text = _get(metrics, token)
-                return text if status == 200 and "website_ready_replicas" in text else None
+        # Prometheus' way in: a ServiceAccount bound to the project's metrics-reader ClusterRole, its token
+        core.create_namespaced_service_account(NS, {"metadata": {"name": "prometheus"}})
+        (reader,) = [d["metadata"]["name"] for d in rendered
+                     if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("metrics-reader")]
+        kubernetes.client.RbacAuthorizationV1Api(api).create_cluster_role_binding({
+            "metadata": {"name": "prometheus-website-metrics"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader},
+            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": NS}]})
+        token = sandbox.sandbox.create_token(NS, "prometheus")
+        assert _get(metrics, "not-a-token")[0] == 401  # the TokenReview rejects it
 
-            text = wait_for(scraped, timeout=30, interval=0.5, what="custom metrics on /metrics")
-            assert "website_ready_replicas 2.0" in text
-            reconciles = [line for line in text.splitlines() if line.startswith("website_reconciles_total ")]
-            assert reconciles and float(reconciles[0].split()[1]) >= 2  # at least the requeued run too
-        else:
-            # A sandbox without TokenReview: the filter asked the API server, and refuses rather than serve.
+        def scraped() -> str | None:
             status, text = _get(metrics, token)
-            assert status == 500 and "Authorization failed" in text, (status, text)
+            return text if status == 200 and "website_ready_replicas" in text else None
+
+        text = wait_for(scraped, timeout=30, interval=0.5, what="custom metrics on /metrics")
+        assert "website_ready_replicas 2.0" in text
+        reconciles = [line for line in text.splitlines() if line.startswith("website_reconciles_total ")]
+        assert reconciles and float(reconciles[0].split()[1]) >= 2  # the requeued runs counted too
         health = f"http://127.0.0.1:{ports['--health-probe-bind-address']}"
         assert _get(f"{health}/readyz")[0] == 200
 
