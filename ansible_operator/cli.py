@@ -342,6 +342,14 @@ def finish_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             note += (f": it would have used {args.leader_elect_resource_lock} for the lock; a"
                      " coordination.k8s.io Lease is used (the only lock client-go still supports)")
         warnings.append(note)
+    args.ansible_debug_logs = False
+    debug_logs = os.environ.get("ANSIBLE_DEBUG_LOGS")
+    if debug_logs:
+        try:
+            args.ansible_debug_logs = go_bool(debug_logs)
+        except argparse.ArgumentTypeError:
+            warnings.append(f"environment variable ANSIBLE_DEBUG_LOGS={debug_logs!r} is not a boolean;"
+                            " using false")
     if args.leader_election_id is None and os.environ.get("OPERATOR_NAME"):
         warnings.append("environment variable OPERATOR_NAME is deprecated: use --leader-election-id")
         args.leader_election_id = os.environ["OPERATOR_NAME"]
@@ -407,9 +415,9 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--no-simulate", dest="simulate", action="store_false",
                     help="turn off the simulated controllers (Deployment/StatefulSet/Job/PVC/CronJob status)")
     sb.add_argument("--secure", action="store_true",
-                    help="HTTPS with a generated CA, client-certificate and ServiceAccount-token authentication,"
-                         " enforced RBAC; the kubeconfig written holds the CA and an admin (system:masters)"
-                         " client certificate")
+                    help="HTTPS with a generated CA, client-certificate and ServiceAccount-token"
+                         " authentication, enforced RBAC; the kubeconfig written holds the CA and an admin"
+                         " (system:masters) client certificate")
     sb.add_argument("--log-level", type=log_level, default="INFO",
                     help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL")
 

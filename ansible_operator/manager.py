@@ -181,7 +181,8 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             janitor=janitor,
             run_timeout=_seconds(args.run_timeout),
             collections_paths=(COLLECTIONS_ROOT,), hooks=[metrics],
-            event_loggers=_event_loggers(args.ansible_log_events, ansible_event_logger),
+            event_loggers=_event_loggers(args.ansible_log_events, ansible_event_logger,
+                                         debug_logs=args.ansible_debug_logs),
             executor_name=args.executor,
         )
 
@@ -458,31 +459,54 @@ async def _start_osdk_metric(args: argparse.Namespace, metrics: Any, cleanups: l
     os.environ[OSDK_METRIC_ENV] = f"{handle.url}/metrics"
 
 
-def _event_loggers(mode: str, tasks_logger: Any) -> Any:
+def _event_loggers(mode: str, tasks_logger: Any, debug_logs: bool = False) -> Any:
     """``--ansible-log-events``: Nothing = no Ansible events in the log, Tasks = task results and the recap
-    (the verbosity decides which), Everything = that plus one line for every other event."""
-    if mode == "Nothing":
-        return None
-    if mode == "Tasks":
-        return tasks_logger
-    events_log = logging.getLogger("ansible_operator.ansible")
+    (the verbosity decides which), Everything = that plus one line for every other event.
 
-    def factory(verbosity: int) -> Any:
-        tasks = tasks_logger(verbosity)
+    ``debug_logs`` (the SDK's ``$ANSIBLE_DEBUG_LOGS``): also log each run's whole ansible-playbook output,
+    in one record, when the run ends."""
+    events_log = logging.getLogger("ansible_operator.ansible")
+    base: Any
+    if mode == "Nothing":
+        base = None
+    elif mode == "Tasks":
+        base = tasks_logger
+    else:
+        def base(verbosity: int) -> Any:
+            tasks = tasks_logger(verbosity)
+
+            def on_event(event: dict[str, Any]) -> None:
+                tasks(event)
+                kind = event.get("event", "")
+                if kind.startswith(("runner_on_", "runner_item_on_")) or kind == "playbook_on_stats":
+                    return  # the tasks logger's lines
+                data = event.get("event_data") or {}
+                what = data.get("task") or data.get("play") or data.get("playbook") or ""
+                events_log.info("%s%s", kind or "event", f" [{what}]" if what else "",
+                                extra={"ansible_event": kind})
+
+            return on_event
+
+    if not debug_logs:
+        return base
+
+    def with_output(verbosity: int) -> Any:
+        inner = base(verbosity) if base is not None else None
+        output: list[str] = []
 
         def on_event(event: dict[str, Any]) -> None:
-            tasks(event)
-            kind = event.get("event", "")
-            if kind.startswith(("runner_on_", "runner_item_on_")) or kind == "playbook_on_stats":
-                return  # the tasks logger's lines
-            data = event.get("event_data") or {}
-            what = data.get("task") or data.get("play") or data.get("playbook") or ""
-            events_log.info("%s%s", kind or "event", f" [{what}]" if what else "",
-                            extra={"ansible_event": kind})
+            if inner is not None:
+                inner(event)
+            if event.get("stdout"):
+                output.append(str(event["stdout"]))
+            if event.get("event") == "playbook_on_stats" and output:
+                events_log.info("Ansible Debug Result\n%s", "\n".join(output),
+                                extra={"ansible_event": "output"})
+                output.clear()
 
         return on_event
 
-    return factory
+    return with_output
 
 
 def _metrics_security(args: argparse.Namespace, kube: Any) -> dict[str, Any]:

@@ -133,6 +133,15 @@ def test_zap_devel_and_our_flags() -> None:
     assert parse("--log-level", "warning", "--log-format", "JSON").log_format == "json"
 
 
+def test_ansible_debug_logs_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse().ansible_debug_logs is False
+    monkeypatch.setenv("ANSIBLE_DEBUG_LOGS", "True")
+    assert parse().ansible_debug_logs is True
+    monkeypatch.setenv("ANSIBLE_DEBUG_LOGS", "yes please")
+    a = parse()
+    assert a.ansible_debug_logs is False and any("ANSIBLE_DEBUG_LOGS" in w for w in a.warnings)
+
+
 def test_environment_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOG_LEVEL", "error")
     monkeypatch.setenv("OPERATOR_NAME", "from-env")

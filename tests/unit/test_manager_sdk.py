@@ -88,3 +88,20 @@ def test_ansible_log_events(mode: str, lines: list[str], caplog: pytest.LogCaptu
         for event in EVENTS:
             on_event(event)
     assert [r.getMessage() for r in caplog.records] == lines
+
+
+def test_ansible_debug_logs_adds_the_whole_output_per_run(caplog: pytest.LogCaptureFixture) -> None:
+    """$ANSIBLE_DEBUG_LOGS (the SDK's): each run's ansible-playbook output in one record at its end."""
+    factory = _event_loggers("Nothing", ansible_event_logger, debug_logs=True)
+    caplog.set_level(logging.INFO, logger="ansible_operator.ansible")
+    on_event = factory(1)
+    for event in [*EVENTS, {"event": "playbook_on_stats", "event_data": {}}]:
+        on_event({**event, "stdout": f"out of {event['event']}"})
+    (record,) = caplog.records
+    assert record.getMessage().splitlines() == [
+        "Ansible Debug Result",
+        "out of playbook_on_play_start",
+        "out of playbook_on_task_start",
+        "out of runner_on_ok",
+        "out of playbook_on_stats",
+    ]
