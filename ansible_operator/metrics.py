@@ -357,8 +357,12 @@ def parse_bind_address(address: str) -> tuple[str | None, int] | None:
     host, sep, port_text = text.rpartition(":")
     if not sep:
         raise ValueError(f"invalid bind address {address!r}: expected HOST:PORT, :PORT, or 0 to disable")
-    if host.startswith("[") and host.endswith("]"):
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed:
         host = host[1:-1]
+    if host and not _valid_host(host, ipv6_ok=bracketed):
+        raise ValueError(f"invalid bind address {address!r}: {host!r} is not an IP address or host name"
+                         + (" (write IPv6 as [addr]:port)" if ":" in host and not bracketed else ""))
     try:
         port = int(port_text)
     except ValueError:
@@ -366,6 +370,21 @@ def parse_bind_address(address: str) -> tuple[str | None, int] | None:
     if not 0 <= port <= 65535:
         raise ValueError(f"invalid bind address {address!r}: port must be 0..65535")
     return (host or None), port
+
+
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def _valid_host(host: str, *, ipv6_ok: bool) -> bool:
+    """An IPv4 address or host name, or (``ipv6_ok``: it was written in brackets) an IPv6 address."""
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return not ipv6_ok and len(host) <= 253 \
+            and all(_HOST_LABEL.match(label) for label in host.rstrip(".").split("."))
+    return ip.version == 6 if ipv6_ok else ip.version == 4
 
 
 @dataclass

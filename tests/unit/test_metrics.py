@@ -62,13 +62,15 @@ def test_registries_are_independent_and_phase_is_checked() -> None:
 
 @pytest.mark.parametrize("text,expected", [
     (":8080", (None, 8080)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:9000", ("::1", 9000)),
-    ("0", None), ("", None),
+    ("0", None), ("", None), ("localhost:5050", ("localhost", 5050)),
+    ("metrics.example.com:80", ("metrics.example.com", 80)),
 ])
 def test_parse_bind_address(text: str, expected: object) -> None:
     assert parse_bind_address(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["8080x", "host:http", "host:70000", "localhost"])
+@pytest.mark.parametrize("bad", ["8080x", "host:http", "host:70000", "localhost", "http://localhost:8080",
+                                 "foo bar:80", "::1:80", "[not-an-ip]:80", "-host:80"])
 def test_parse_bind_address_rejects(bad: str) -> None:
     with pytest.raises(ValueError, match="bind address"):
         parse_bind_address(bad)
