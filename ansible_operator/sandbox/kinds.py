@@ -15,7 +15,7 @@ import ipaddress
 import random
 from typing import Any
 
-from ansible_operator.sandbox import labels, schema
+from ansible_operator.sandbox import builtin_schemas, labels, schema
 from ansible_operator.sandbox.errors import ApiError, bad_request, invalid
 from ansible_operator.sandbox.resources import ResourceType
 from ansible_operator.sandbox.timeutil import now_rfc3339
@@ -171,6 +171,35 @@ _GENERATION_KINDS = frozenset({
 _OMIT_EMPTY_META = ("labels", "annotations", "finalizers", "ownerReferences", "managedFields")
 
 
+def _omit_empty(node: dict[str, Any], value: Any, depth: int = 0) -> None:
+    """Drop empty lists and maps from optional fields, in place: what the stored object (protobuf in etcd, then
+    Go's ``omitempty``) serves back. Struct-typed fields (``securityContext: {}``) and required fields stay."""
+    node = builtin_schemas.resolve(node)
+    if depth > 64:
+        return
+    if isinstance(value, dict):
+        props = node.get("properties")
+        if isinstance(props, dict):
+            required = set(node.get("required") or ())
+            for key in list(value):
+                sub = props.get(key)
+                if not isinstance(sub, dict):
+                    continue
+                child = value[key]
+                resolved = builtin_schemas.resolve(sub)
+                is_map = resolved.get("type") == "object" and isinstance(resolved.get("additionalProperties"), dict)
+                if key not in required and (child == [] or (child == {} and is_map)):
+                    del value[key]
+                else:
+                    _omit_empty(sub, child, depth + 1)
+        elif isinstance(node.get("additionalProperties"), dict):
+            for child in value.values():
+                _omit_empty(node["additionalProperties"], child, depth + 1)
+    elif isinstance(value, list) and isinstance(node.get("items"), dict):
+        for child in value:
+            _omit_empty(node["items"], child, depth + 1)
+
+
 def has_generation(rtype: ResourceType) -> bool:
     """Whether objects of ``rtype`` carry ``metadata.generation`` (custom resources always do)."""
     return not rtype.builtin or (rtype.group, rtype.kind) in _GENERATION_KINDS
@@ -195,6 +224,9 @@ def normalize(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | No
     fn = _NORMALIZERS.get((rtype.group, rtype.kind))
     if fn is not None:
         fn(rtype, obj, old)
+    definition = builtin_schemas.definition_name(rtype.group, rtype.version, rtype.kind)
+    if definition is not None:
+        _omit_empty(builtin_schemas.definitions()[definition], obj)
     spec = obj.get("spec")
     if isinstance(spec, dict):
         template = spec.get("template")

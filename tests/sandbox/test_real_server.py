@@ -210,3 +210,23 @@ def test_job_and_service_registry_defaults(api):
     svc = core.create_namespaced_service("default", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
     assert svc.spec.ip_families == ["IPv4"] and svc.spec.ip_family_policy == "SingleStack"
     assert svc.spec.internal_traffic_policy == "Cluster"
+
+
+def test_empty_optional_lists_and_maps_are_not_stored(api):
+    apps = kubernetes.client.AppsV1Api(api)
+    d = api.sanitize_for_serialization(apps.create_namespaced_deployment("default", {
+        "metadata": {"name": "empty"}, "spec": {
+            "selector": {"matchLabels": {"app": "e"}},
+            "template": {"metadata": {"labels": {"app": "e"}, "annotations": {}}, "spec": {
+                "containers": [{"name": "c", "image": "x", "ports": [], "env": [], "args": []}],
+                "volumes": [], "nodeSelector": {}, "securityContext": {}}}}}))
+    pod_spec = d["spec"]["template"]["spec"]
+    container = pod_spec["containers"][0]
+    assert not {"ports", "env", "args"} & set(container)
+    assert "volumes" not in pod_spec and "nodeSelector" not in pod_spec
+    assert pod_spec["securityContext"] == {}  # a struct, serialized even when empty
+    assert "annotations" not in d["spec"]["template"]["metadata"]
+    disc = kubernetes.client.DiscoveryV1Api(api)
+    es = disc.create_namespaced_endpoint_slice("default", {"metadata": {"name": "none"}, "addressType": "IPv4",
+                                                           "endpoints": []})
+    assert es.endpoints == []  # a required field: kept
