@@ -159,6 +159,7 @@ def _add_run(sub: Any) -> None:
 
     ansible = run.add_argument_group("Ansible")
     ansible.add_argument("--watches-file", default=os.environ.get("WATCHES_FILE", "./watches.yaml"),
+                         metavar="PATH",
                          help="path to the watches file (default ./watches.yaml, or $WATCHES_FILE)")
     _bool_flag(ansible, "--inject-owner-ref", default=True,
                help="add ownerReferences (or primary-resource annotations) to objects roles create"
@@ -266,17 +267,19 @@ def _add_run(sub: Any) -> None:
                      help="accepted (epoch, millis, nano, iso8601, rfc3339, rfc3339nano); timestamps are"
                           " always RFC 3339 UTC")
     zap.add_argument("--log-format", type=_lower_choice(("text", "json"), "log format"), default=None,
+                     metavar="text|json",
                      help="text (default) or json: one JSON object per line and nothing else ($LOG_FORMAT)")
-    zap.add_argument("--log-level", type=log_level, default=None,
+    zap.add_argument("--log-level", type=log_level, default=None, metavar="LEVEL",
                      help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL ($LOG_LEVEL)")
 
     ours = run.add_argument_group("This runner (not in the Operator SDK)")
-    ours.add_argument("--kubeconfig", default=None,
+    ours.add_argument("--kubeconfig", default=None, metavar="PATH",
                       help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, then in-cluster config)")
     ours.add_argument("--namespace", action="append", default=None, metavar="NS",
                       help="watch only this namespace (repeatable; default: $WATCH_NAMESPACE,"
                            " comma-separated; empty means all namespaces)")
     ours.add_argument("--artifacts-dir", default=os.environ.get("ANSIBLE_OPERATOR_ARTIFACTS", None),
+                      metavar="DIR",
                       help="where run artifacts are kept (default: $XDG_STATE_HOME/ansible-operator/runs"
                            " or ~/.local/state/ansible-operator/runs)")
     ours.add_argument("--executor", choices=("warm", "runner"),
