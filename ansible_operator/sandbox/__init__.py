@@ -9,8 +9,8 @@ Usage::
     sb.start_in_thread(); sb.write_kubeconfig(path); ...; sb.stop_thread()
 
 ``secure=True`` serves HTTPS with a generated CA, authenticates client certificates and ServiceAccount tokens
-and enforces RBAC (:mod:`ansible_operator.sandbox.auth`); the written kubeconfig then holds the CA and an admin
-client certificate (``system:masters``), so everything that used the kubeconfig keeps working.
+and enforces RBAC (:mod:`ansible_operator.sandbox.auth`); the written kubeconfig then holds the CA and an
+admin client certificate (``system:masters``), so everything that used the kubeconfig keeps working.
 
 See docs/sandbox.md for what is emulated and what is not.
 """
@@ -237,7 +237,8 @@ class Sandbox:
         return fut.result(30)
 
     # ---- kubeconfig ------------------------------------------------------------------------------
-    def write_kubeconfig(self, path: str | Path, namespace: str = "default", token: str | None = None) -> Path:
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default",
+                         token: str | None = None) -> Path:
         """Write a kubeconfig for this sandbox (0600).
 
         In secure mode the user is the admin (client certificate ``kubernetes-admin`` in ``system:masters``)
@@ -255,7 +256,8 @@ class Sandbox:
             user = {"token": token}
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(kubeconfig_dict(self.url, namespace, self.ca_pem, user), sort_keys=False))
+        config = kubeconfig_dict(self.url, namespace, self.ca_pem, user)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
         path.chmod(0o600)
         return path
 
@@ -263,8 +265,8 @@ class Sandbox:
                      audiences: Iterable[str] = (), bound_to: tuple[str, str] | None = None) -> str:
         """A token for an existing ServiceAccount, as ``kubectl create token`` gets it (TokenRequest).
 
-        ``bound_to`` = (kind, name) of a Pod or Secret in ``namespace`` (or a Node): the token stops working when
-        that object is deleted, as the kubelet's pod-bound tokens do.
+        ``bound_to`` = (kind, name) of a Pod or Secret in ``namespace`` (or a Node): the token stops working
+        when that object is deleted, as the kubelet's pod-bound tokens do.
         """
         if self.server is None:
             raise RuntimeError("sandbox not started")

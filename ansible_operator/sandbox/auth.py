@@ -3,33 +3,33 @@
 What kube-apiserver does, reduced to what clients can observe:
 
 * **TLS**: a CA generated per sandbox (kept in ``<data-dir>/pki`` when there is a data dir), a serving
-  certificate for the listen address, ``localhost`` and ``127.0.0.1``/``::1``, and client certificates it signs
-  (CN = user, O = groups, as kube-apiserver's x509 authenticator reads them). The written kubeconfig holds the
-  CA and an admin client certificate in ``system:masters``.
-* **Authentication** (``authenticate``): a verified client certificate, or a bearer ServiceAccount token (a JWT
-  signed RS256 by the sandbox's service-account key, checked for signature, expiry, audience and that the
-  ServiceAccount still exists with the same uid). A request with no credentials is ``system:anonymous``; a
-  request with bad credentials gets ``401 Unauthorized``.
-* **TokenRequest** (``serviceaccounts/<name>/token``, what ``kubectl create token`` calls), **TokenReview** and
-  **SelfSubjectReview** (``kubectl auth whoami``), **SubjectAccessReview**, **LocalSubjectAccessReview** and
-  **SelfSubjectAccessReview** (``kubectl auth can-i``), answered by the same authorizer that guards requests.
+  certificate for the listen address, ``localhost`` and ``127.0.0.1``/``::1``, and client certificates it
+  signs (CN = user, O = groups, as kube-apiserver's x509 authenticator reads them). The written kubeconfig
+  holds the CA and an admin client certificate in ``system:masters``.
+* **Authentication** (``authenticate``): a verified client certificate, or a bearer ServiceAccount token (a
+  JWT signed RS256 by the sandbox's service-account key, checked for signature, expiry, audience and that
+  the ServiceAccount still exists with the same uid). A request with no credentials is ``system:anonymous``;
+  a request with bad credentials gets ``401 Unauthorized``.
+* **TokenRequest** (``serviceaccounts/<name>/token``, what ``kubectl create token`` calls), **TokenReview**
+  and **SelfSubjectReview** (``kubectl auth whoami``), **SubjectAccessReview**, **LocalSubjectAccessReview**
+  and **SelfSubjectAccessReview** (``kubectl auth can-i``), answered by the same authorizer that guards
+  requests.
 * **Authorization** (``RBACAuthorizer``): ``system:masters`` is always allowed (kube-apiserver's privileged
   group authorizer), everyone else is evaluated against the stored Role/ClusterRole/RoleBinding/
-  ClusterRoleBinding objects exactly as ``plugin/pkg/auth/authorizer/rbac/rbac.go`` does: ClusterRoleBindings
-  first, then RoleBindings of the request's namespace; verbs, apiGroups, resources with subresources
-  (``pods/status``, ``*/scale``), resourceNames and nonResourceURLs (``/healthz``, ``/apis/*``). Aggregated
-  ClusterRoles are evaluated with whatever rules they hold (the sandbox's aggregation controller fills them).
-  Denials are ``403 Forbidden`` with the apiserver's message (``pods is forbidden: User "..." cannot list
-  resource "pods" in API group "" in the namespace "ns"``).
+  ClusterRoleBinding objects exactly as ``plugin/pkg/auth/authorizer/rbac/rbac.go`` does:
+  ClusterRoleBindings first, then RoleBindings of the request's namespace; verbs, apiGroups, resources with
+  subresources (``pods/status``, ``*/scale``), resourceNames and nonResourceURLs (``/healthz``,
+  ``/apis/*``). ClusterRoles with an ``aggregationRule`` are evaluated with the rules they hold: no
+  aggregation controller fills them in. Denials are ``403 Forbidden`` with the apiserver's message (``pods is
+  forbidden: User "..." cannot list resource "pods" in API group "" in the namespace "ns"``).
+* **Impersonation** (``Impersonate-User``/``-Group``/``-Uid`` headers, ``kubectl --as``): allowed when RBAC
+  grants ``impersonate`` on ``users``/``groups``/``serviceaccounts``/``uids``, as the impersonation filter
+  checks.
 
-* **Impersonation** (``Impersonate-User``/``-Group``/``-Uid`` headers, ``kubectl --as``): allowed when RBAC grants
-  ``impersonate`` on ``users``/``groups``/``serviceaccounts``/``uids``, as the impersonation filter checks.
+Tokens bound to a Pod or Secret (``boundObjectRef``, as the kubelet asks for them) stop working when that
+object is deleted, as on a real cluster.
 
-Tokens bound to a Pod or Secret (``boundObjectRef``, as the kubelet asks for them) stop working when that object
-is deleted, as on a real cluster.
-
-Not emulated: ``Impersonate-Extra-*``, token/webhook/OIDC authenticators,
-the Node and ABAC authorizers.
+Not emulated: ``Impersonate-Extra-*``, token/webhook/OIDC authenticators, the Node and ABAC authorizers.
 """
 
 from __future__ import annotations
@@ -91,13 +91,23 @@ def _pem_cert(cert: x509.Certificate) -> bytes:
 
 
 def _pem_key(key: Any) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _key_usage(**on: bool) -> x509.KeyUsage:
-    names = ("digital_signature", "content_commitment", "key_encipherment", "data_encipherment", "key_agreement",
-             "key_cert_sign", "crl_sign", "encipher_only", "decipher_only")
+    names = (
+        "digital_signature",
+        "content_commitment",
+        "key_encipherment",
+        "data_encipherment",
+        "key_agreement",
+        "key_cert_sign",
+        "crl_sign",
+        "encipher_only",
+        "decipher_only",
+    )
     return x509.KeyUsage(**{n: on.get(n, False) for n in names})
 
 
@@ -123,13 +133,22 @@ class Pki:
             name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sandbox-ca")])
             start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
             self.ca_cert = (
-                x509.CertificateBuilder().subject_name(name).issuer_name(name)
-                .public_key(self.ca_key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(start).not_valid_after(start + dt.timedelta(days=3650))
+                x509.CertificateBuilder()
+                .subject_name(name)
+                .issuer_name(name)
+                .public_key(self.ca_key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(start)
+                .not_valid_after(start + dt.timedelta(days=3650))
                 .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-                .add_extension(_key_usage(digital_signature=True, key_cert_sign=True, crl_sign=True), critical=True)
-                .add_extension(x509.SubjectKeyIdentifier.from_public_key(self.ca_key.public_key()), critical=False)
-                .sign(self.ca_key, hashes.SHA256()))
+                .add_extension(
+                    _key_usage(digital_signature=True, key_cert_sign=True, crl_sign=True), critical=True
+                )
+                .add_extension(
+                    x509.SubjectKeyIdentifier.from_public_key(self.ca_key.public_key()), critical=False
+                )
+                .sign(self.ca_key, hashes.SHA256())
+            )
             self.sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
             self._write(ca_key, _pem_key(self.ca_key))
             self._write(sa_key, _pem_key(self.sa_key))
@@ -148,36 +167,56 @@ class Pki:
         path.chmod(0o600)
 
     def _sa_public_der_digest(self) -> bytes:
-        der = self.sa_key.public_key().public_bytes(serialization.Encoding.DER,
-                                                    serialization.PublicFormat.SubjectPublicKeyInfo)
+        der = self.sa_key.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
         digest = hashes.Hash(hashes.SHA256())
         digest.update(der)
         return digest.finalize()
 
-    def _issue(self, common_name: str, groups: Iterable[str], server_hosts: tuple[str, ...] = (),
-               days: int = 365) -> tuple[bytes, bytes]:
+    def _issue(
+        self, common_name: str, groups: Iterable[str], server_hosts: tuple[str, ...] = (), days: int = 365
+    ) -> tuple[bytes, bytes]:
         key = ec.generate_private_key(ec.SECP256R1())
         attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
         attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
         start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
-        builder = (x509.CertificateBuilder().subject_name(x509.Name(attrs)).issuer_name(self.ca_cert.subject)
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(start).not_valid_after(start + dt.timedelta(days=days))
-                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                   .add_extension(_key_usage(digital_signature=True, key_encipherment=True), critical=True))
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name(attrs))
+            .issuer_name(self.ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(start)
+            .not_valid_after(start + dt.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(_key_usage(digital_signature=True, key_encipherment=True), critical=True)
+        )
         if server_hosts:
             sans: list[x509.GeneralName] = []
-            for h in dict.fromkeys(server_hosts + ("localhost", "127.0.0.1", "::1", "kubernetes",
-                                                   "kubernetes.default", "kubernetes.default.svc")):
+            for h in dict.fromkeys(
+                server_hosts
+                + (
+                    "localhost",
+                    "127.0.0.1",
+                    "::1",
+                    "kubernetes",
+                    "kubernetes.default",
+                    "kubernetes.default.svc",
+                )
+            ):
                 try:
                     sans.append(x509.IPAddress(ipaddress.ip_address(h)))
                 except ValueError:
                     if h:
                         sans.append(x509.DNSName(h))
-            builder = (builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-                       .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False))
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False).add_extension(
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+            )
         else:
-            builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            builder = builder.add_extension(
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+            )
         cert = builder.sign(self.ca_key, hashes.SHA256())
         return _pem_cert(cert), _pem_key(key)
 
@@ -199,8 +238,11 @@ class Pki:
     # ---- JWT (RS256) ---------------------------------------------------------------------------
     def sign_jwt(self, claims: dict[str, Any]) -> str:
         header = {"alg": "RS256", "kid": self.key_id}
-        signing_input = (_b64url(json.dumps(header, separators=(",", ":")).encode()) + "."
-                         + _b64url(json.dumps(claims, separators=(",", ":")).encode()))
+        signing_input = (
+            _b64url(json.dumps(header, separators=(",", ":")).encode())
+            + "."
+            + _b64url(json.dumps(claims, separators=(",", ":")).encode())
+        )
         signature = self.sa_key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
         return signing_input + "." + _b64url(signature)
 
@@ -213,8 +255,12 @@ class Pki:
             header = json.loads(_b64url_decode(parts[0]))
             if not isinstance(header, dict) or header.get("alg") != "RS256":
                 return None
-            self.sa_key.public_key().verify(_b64url_decode(parts[2]), f"{parts[0]}.{parts[1]}".encode(),
-                                            padding.PKCS1v15(), hashes.SHA256())
+            self.sa_key.public_key().verify(
+                _b64url_decode(parts[2]),
+                f"{parts[0]}.{parts[1]}".encode(),
+                padding.PKCS1v15(),
+                hashes.SHA256(),
+            )
             claims = json.loads(_b64url_decode(parts[1]))
         except (ValueError, InvalidSignature, UnicodeDecodeError):
             return None
@@ -262,12 +308,19 @@ class Attributes:
     name: str = ""
 
 
-_VERBS = {"POST": "create", "GET": "get", "HEAD": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+_VERBS = {
+    "POST": "create",
+    "GET": "get",
+    "HEAD": "get",
+    "PUT": "update",
+    "PATCH": "patch",
+    "DELETE": "delete",
+}
 _NAMESPACE_SUBRESOURCES = ("status", "finalize")
 
 
 def request_attributes(user: UserInfo, method: str, path: str, query: Mapping[str, str]) -> Attributes:
-    """The authorization attributes of an HTTP request (k8s.io/apiserver/pkg/endpoints/request/requestinfo.go)."""
+    """The authorization attributes of an HTTP request (apiserver's endpoints/request/requestinfo.go)."""
     parts = [p for p in path.split("/") if p]
     nonresource = Attributes(user, method.lower(), False, path=path)
     if not parts or parts[0] not in ("api", "apis"):
@@ -303,8 +356,18 @@ def request_attributes(user: UserInfo, method: str, path: str, query: Mapping[st
                 name = value.strip()
     if not name and verb == "delete":
         verb = "deletecollection"
-    return Attributes(user, verb, True, path=path, namespace=namespace, api_group=group, api_version=version,
-                      resource=resource, subresource=sub, name=name)
+    return Attributes(
+        user,
+        verb,
+        True,
+        path=path,
+        namespace=namespace,
+        api_group=group,
+        api_version=version,
+        resource=resource,
+        subresource=sub,
+        name=name,
+    )
 
 
 def forbidden(attrs: Attributes, reason: str = "") -> ApiError:
@@ -314,17 +377,25 @@ def forbidden(attrs: Attributes, reason: str = "") -> ApiError:
         msg = f"User {json.dumps(user)} cannot {attrs.verb} path {json.dumps(attrs.path)}"
     else:
         resource = attrs.resource + (f"/{attrs.subresource}" if attrs.subresource else "")
-        msg = (f"User {json.dumps(user)} cannot {attrs.verb} resource {json.dumps(resource)} in API group "
-               f"{json.dumps(attrs.api_group)}")
-        msg += f" in the namespace {json.dumps(attrs.namespace)}" if attrs.namespace else " at the cluster scope"
+        msg = (
+            f"User {json.dumps(user)} cannot {attrs.verb} resource {json.dumps(resource)} in API group "
+            f"{json.dumps(attrs.api_group)}"
+        )
+        msg += (
+            f" in the namespace {json.dumps(attrs.namespace)}" if attrs.namespace else " at the cluster scope"
+        )
     if reason:
         msg = f"{msg}: {reason}"
     if not attrs.resource_request:
         return ApiError(403, "Forbidden", f"forbidden: {msg}", {})
     qualified = f"{attrs.resource}.{attrs.api_group}" if attrs.api_group else attrs.resource
     prefix = f"{qualified} {json.dumps(attrs.name)}" if attrs.name else qualified
-    return ApiError(403, "Forbidden", f"{prefix} is forbidden: {msg}",
-                    {"name": attrs.name, "group": attrs.api_group, "kind": attrs.resource})
+    return ApiError(
+        403,
+        "Forbidden",
+        f"{prefix} is forbidden: {msg}",
+        {"name": attrs.name, "group": attrs.api_group, "kind": attrs.resource},
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -364,8 +435,12 @@ def rule_allows(attrs: Attributes, rule: Mapping[str, Any]) -> bool:
     """rbac.RuleAllows."""
     if attrs.resource_request:
         combined = attrs.resource + (f"/{attrs.subresource}" if attrs.subresource else "")
-        return (_verb_matches(rule, attrs.verb) and _group_matches(rule, attrs.api_group)
-                and _resource_matches(rule, combined, attrs.subresource) and _name_matches(rule, attrs.name))
+        return (
+            _verb_matches(rule, attrs.verb)
+            and _group_matches(rule, attrs.api_group)
+            and _resource_matches(rule, combined, attrs.subresource)
+            and _name_matches(rule, attrs.name)
+        )
     return _verb_matches(rule, attrs.verb) and _url_matches(rule, attrs.path)
 
 
@@ -413,14 +488,18 @@ class RBACAuthorizer:
             return True, ""
         errors: list[str] = []
         bindings: list[tuple[str, dict[str, Any]]] = [
-            ("ClusterRoleBinding", b) for _, b in self.store.items(f"{RBAC_GROUP}/clusterrolebindings")]
+            ("ClusterRoleBinding", b) for _, b in self.store.items(f"{RBAC_GROUP}/clusterrolebindings")
+        ]
         if attrs.namespace:
-            bindings += [("RoleBinding", b)
-                         for _, b in self.store.items(f"{RBAC_GROUP}/rolebindings", attrs.namespace)]
+            bindings += [
+                ("RoleBinding", b) for _, b in self.store.items(f"{RBAC_GROUP}/rolebindings", attrs.namespace)
+            ]
         for kind, binding in bindings:
             meta = binding.get("metadata") or {}
             bns = meta.get("namespace") or "" if kind == "RoleBinding" else ""
-            subject = next((s for s in binding.get("subjects") or [] if _applies_to(attrs.user, s, bns)), None)
+            subject = next(
+                (s for s in binding.get("subjects") or [] if _applies_to(attrs.user, s, bns)), None
+            )
             if subject is None:
                 continue
             ref = binding.get("roleRef") or {}
@@ -431,8 +510,10 @@ class RBACAuthorizer:
             for rule in rules:
                 if isinstance(rule, dict) and rule_allows(attrs, rule):
                     bname = meta.get("name", "") + (f"/{bns}" if kind == "RoleBinding" else "")
-                    return True, (f"RBAC: allowed by {kind} {json.dumps(bname)} of {ref.get('kind')} "
-                                  f"{json.dumps(ref.get('name', ''))} to {_describe_subject(subject, bns)}")
+                    return True, (
+                        f"RBAC: allowed by {kind} {json.dumps(bname)} of {ref.get('kind')} "
+                        f"{json.dumps(ref.get('name', ''))} to {_describe_subject(subject, bns)}"
+                    )
         if not errors:
             return False, ""
         agg = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
@@ -441,61 +522,114 @@ class RBACAuthorizer:
 
 def bootstrap_policy() -> list[tuple[str, dict[str, Any]]]:
     """The bootstrap ClusterRoles/ClusterRoleBindings secure mode relies on (plural, object)."""
-    meta = {"labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
-            "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}}
+    meta = {
+        "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+        "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"},
+    }
     api = f"{RBAC_GROUP}/v1"
 
     def role(name: str, rules: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-        return "clusterroles", {"apiVersion": api, "kind": "ClusterRole",
-                                "metadata": dict(meta, name=name), "rules": rules}
+        return "clusterroles", {
+            "apiVersion": api,
+            "kind": "ClusterRole",
+            "metadata": dict(meta, name=name),
+            "rules": rules,
+        }
 
     def binding(name: str, groups: Iterable[str]) -> tuple[str, dict[str, Any]]:
         return "clusterrolebindings", {
-            "apiVersion": api, "kind": "ClusterRoleBinding", "metadata": dict(meta, name=name),
+            "apiVersion": api,
+            "kind": "ClusterRoleBinding",
+            "metadata": dict(meta, name=name),
             "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": name},
-            "subjects": [{"apiGroup": RBAC_GROUP, "kind": "Group", "name": g} for g in groups]}
+            "subjects": [{"apiGroup": RBAC_GROUP, "kind": "Group", "name": g} for g in groups],
+        }
 
     info_urls = ["/healthz", "/livez", "/readyz", "/version", "/version/"]
     return [
-        role("cluster-admin", [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-                               {"nonResourceURLs": ["*"], "verbs": ["*"]}]),
+        role(
+            "cluster-admin",
+            [
+                {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+                {"nonResourceURLs": ["*"], "verbs": ["*"]},
+            ],
+        ),
         binding("cluster-admin", [MASTERS]),
-        role("system:discovery", [{"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz",
-                                                       "/livez", "/openapi", "/openapi/*", "/readyz", "/version",
-                                                       "/version/"], "verbs": ["get"]}]),
+        role(
+            "system:discovery",
+            [
+                {
+                    "nonResourceURLs": [
+                        "/api",
+                        "/api/*",
+                        "/apis",
+                        "/apis/*",
+                        "/healthz",
+                        "/livez",
+                        "/openapi",
+                        "/openapi/*",
+                        "/readyz",
+                        "/version",
+                        "/version/",
+                    ],
+                    "verbs": ["get"],
+                }
+            ],
+        ),
         binding("system:discovery", [AUTHENTICATED]),
-        role("system:basic-user", [
-            {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"], "verbs": ["create"]},
-            {"apiGroups": ["authorization.k8s.io"],
-             "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"], "verbs": ["create"]}]),
+        role(
+            "system:basic-user",
+            [
+                {
+                    "apiGroups": ["authentication.k8s.io"],
+                    "resources": ["selfsubjectreviews"],
+                    "verbs": ["create"],
+                },
+                {
+                    "apiGroups": ["authorization.k8s.io"],
+                    "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                    "verbs": ["create"],
+                },
+            ],
+        ),
         binding("system:basic-user", [AUTHENTICATED]),
         role("system:public-info-viewer", [{"nonResourceURLs": info_urls, "verbs": ["get"]}]),
         binding("system:public-info-viewer", [AUTHENTICATED, UNAUTHENTICATED]),
     ]
 
 
-def impersonate(user: UserInfo, headers: Mapping[str, str], groups: list[str], authorizer: RBACAuthorizer
-                ) -> UserInfo:
+def impersonate(
+    user: UserInfo, headers: Mapping[str, str], groups: list[str], authorizer: RBACAuthorizer
+) -> UserInfo:
     """The identity a request asks to act as (k8s.io/apiserver/pkg/endpoints/filters/impersonation.go)."""
     name = headers.get("Impersonate-User", "")
     uid = headers.get("Impersonate-Uid", "")
     if not name:
         if groups or uid:
-            raise ApiError(500, "InternalError", "Internal error occurred: requested impersonation is not "
-                           "supported: impersonating groups or uid requires impersonating a user")
+            raise ApiError(
+                500,
+                "InternalError",
+                "Internal error occurred: requested impersonation is not "
+                "supported: impersonating groups or uid requires impersonating a user",
+            )
         return user
     checks: list[Attributes] = []
     if name.startswith(SA_PREFIX) and name.count(":") == 3:
         _, _, ns, sa = name.split(":")
-        checks.append(Attributes(user, "impersonate", True, namespace=ns, resource="serviceaccounts", name=sa))
+        checks.append(
+            Attributes(user, "impersonate", True, namespace=ns, resource="serviceaccounts", name=sa)
+        )
         default_groups: tuple[str, ...] = ("system:serviceaccounts", f"system:serviceaccounts:{ns}")
     else:
         checks.append(Attributes(user, "impersonate", True, resource="users", name=name))
         default_groups = ()
     checks += [Attributes(user, "impersonate", True, resource="groups", name=g) for g in groups]
     if uid:
-        checks.append(Attributes(user, "impersonate", True, api_group="authentication.k8s.io", resource="uids",
-                                 name=uid))
+        checks.append(
+            Attributes(
+                user, "impersonate", True, api_group="authentication.k8s.io", resource="uids", name=uid
+            )
+        )
     for attrs in checks:
         allowed, reason = authorizer.authorize(attrs)
         if not allowed:
@@ -553,15 +687,20 @@ class Authenticator:
         if claims is None or claims.get("iss") != ISSUER:
             return None, ["invalid bearer token"]
         now = time.time()
-        if not isinstance(claims.get("exp"), (int, float)) or claims["exp"] < now or \
-                (isinstance(claims.get("nbf"), (int, float)) and claims["nbf"] > now + 60):
+        if (
+            not isinstance(claims.get("exp"), (int, float))
+            or claims["exp"] < now
+            or (isinstance(claims.get("nbf"), (int, float)) and claims["nbf"] > now + 60)
+        ):
             return None, ["invalid bearer token, Token has expired."]
         aud = claims.get("aud") or []
         aud = [aud] if isinstance(aud, str) else list(aud)
         good = [a for a in audiences if a in aud]
         if not good:
-            return None, ["invalid bearer token, token audiences " + json.dumps(aud) + " is invalid for the "
-                          "target audiences " + json.dumps(list(audiences))]
+            return None, [
+                "invalid bearer token, token audiences " + json.dumps(aud) + " is invalid for the "
+                "target audiences " + json.dumps(list(audiences))
+            ]
         k8s = claims.get("kubernetes.io") or {}
         ns = str(k8s.get("namespace") or "")
         sa = k8s.get("serviceaccount") or {}
@@ -577,9 +716,12 @@ class Authenticator:
         extra: dict[str, tuple[str, ...]] = {}
         if claims.get("jti"):
             extra["authentication.kubernetes.io/credential-id"] = (f"JTI={claims['jti']}",)
-        user = UserInfo(f"{SA_PREFIX}{ns}:{sa.get('name')}",
-                        ("system:serviceaccounts", f"system:serviceaccounts:{ns}", AUTHENTICATED),
-                        str(sa.get("uid") or ""), extra)
+        user = UserInfo(
+            f"{SA_PREFIX}{ns}:{sa.get('name')}",
+            ("system:serviceaccounts", f"system:serviceaccounts:{ns}", AUTHENTICATED),
+            str(sa.get("uid") or ""),
+            extra,
+        )
         return user, good
 
     def token_request(self, namespace: str, name: str, body: Any) -> dict[str, Any]:
@@ -590,24 +732,47 @@ class Authenticator:
             raise bad_request("TokenRequest body must be an object")
         sa = self.store.peek(("/serviceaccounts", namespace, name))
         if sa is None:
-            raise ApiError(404, "NotFound", f'serviceaccounts "{name}" not found',
-                           {"name": name, "kind": "serviceaccounts"})
+            raise ApiError(
+                404,
+                "NotFound",
+                f'serviceaccounts "{name}" not found',
+                {"name": name, "kind": "serviceaccounts"},
+            )
         spec = dict(body.get("spec") or {})
         seconds = spec.get("expirationSeconds") or DEFAULT_TOKEN_SECONDS
-        if not isinstance(seconds, int) or seconds < MIN_TOKEN_SECONDS or seconds > 2 ** 32:
-            msg = (f"spec.expirationSeconds: Invalid value: {seconds}: may not specify a duration less than 10 "
-                   "minutes" if isinstance(seconds, int) and seconds < MIN_TOKEN_SECONDS else
-                   f"spec.expirationSeconds: Invalid value: {seconds}: may not specify a duration larger than 2^32 "
-                   "seconds")
-            raise ApiError(422, "Invalid", f'TokenRequest.authentication.k8s.io "{name}" is invalid: {msg}',
-                           {"name": name, "group": "authentication.k8s.io", "kind": "TokenRequest",
-                            "causes": [{"reason": "FieldValueInvalid", "message": msg.split(": ", 1)[1],
-                                        "field": "spec.expirationSeconds"}]})
+        if not isinstance(seconds, int) or seconds < MIN_TOKEN_SECONDS or seconds > 2**32:
+            msg = (
+                f"spec.expirationSeconds: Invalid value: {seconds}: may not specify a duration less than 10 "
+                "minutes"
+                if isinstance(seconds, int) and seconds < MIN_TOKEN_SECONDS
+                else f"spec.expirationSeconds: Invalid value: {seconds}: "
+                "may not specify a duration larger than 2^32 "
+                "seconds"
+            )
+            raise ApiError(
+                422,
+                "Invalid",
+                f'TokenRequest.authentication.k8s.io "{name}" is invalid: {msg}',
+                {
+                    "name": name,
+                    "group": "authentication.k8s.io",
+                    "kind": "TokenRequest",
+                    "causes": [
+                        {
+                            "reason": "FieldValueInvalid",
+                            "message": msg.split(": ", 1)[1],
+                            "field": "spec.expirationSeconds",
+                        }
+                    ],
+                },
+            )
         audiences = [a for a in spec.get("audiences") or [] if isinstance(a, str)] or list(API_AUDIENCES)
         now = int(time.time())
         sa_meta = sa.get("metadata") or {}
-        k8s: dict[str, Any] = {"namespace": namespace,
-                               "serviceaccount": {"name": name, "uid": sa_meta.get("uid", "")}}
+        k8s: dict[str, Any] = {
+            "namespace": namespace,
+            "serviceaccount": {"name": name, "uid": sa_meta.get("uid", "")},
+        }
         bound = spec.get("boundObjectRef") or {}
         if bound:
             if not isinstance(bound, dict) or bound.get("kind") not in _BINDABLE or not bound.get("name"):
@@ -616,18 +781,33 @@ class Authenticator:
             obj = self.store.peek((plural, namespace if scoped else "", str(bound["name"])))
             uid = (obj or {}).get("metadata", {}).get("uid")
             if obj is None or (bound.get("uid") and bound["uid"] != uid):
-                raise ApiError(404, "NotFound", f'{plural.lstrip("/")} "{bound["name"]}" not found',
-                               {"name": bound["name"], "kind": plural.lstrip("/")})
+                raise ApiError(
+                    404,
+                    "NotFound",
+                    f'{plural.lstrip("/")} "{bound["name"]}" not found',
+                    {"name": bound["name"], "kind": plural.lstrip("/")},
+                )
             k8s[bound["kind"].lower()] = {"name": bound["name"], "uid": uid}
             spec["boundObjectRef"] = dict(bound, uid=uid)
-        claims = {"aud": audiences, "exp": now + seconds, "iat": now, "iss": ISSUER, "jti": str(uuid.uuid4()),
-                  "kubernetes.io": k8s, "nbf": now, "sub": f"{SA_PREFIX}{namespace}:{name}"}
+        claims = {
+            "aud": audiences,
+            "exp": now + seconds,
+            "iat": now,
+            "iss": ISSUER,
+            "jti": str(uuid.uuid4()),
+            "kubernetes.io": k8s,
+            "nbf": now,
+            "sub": f"{SA_PREFIX}{namespace}:{name}",
+        }
         spec.update(audiences=audiences, expirationSeconds=seconds)
         spec.setdefault("boundObjectRef", None)
-        return {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
-                "metadata": {"name": name, "namespace": namespace, "creationTimestamp": _rfc3339(now)},
-                "spec": spec,
-                "status": {"token": self.pki.sign_jwt(claims), "expirationTimestamp": _rfc3339(now + seconds)}}
+        return {
+            "kind": "TokenRequest",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": name, "namespace": namespace, "creationTimestamp": _rfc3339(now)},
+            "spec": spec,
+            "status": {"token": self.pki.sign_jwt(claims), "expirationTimestamp": _rfc3339(now + seconds)},
+        }
 
     def token_review(self, body: dict[str, Any]) -> dict[str, Any]:
         spec = body.get("spec") or {}
@@ -635,48 +815,86 @@ class Authenticator:
         audiences = [a for a in spec.get("audiences") or [] if isinstance(a, str)] or list(API_AUDIENCES)
         user, info = self.review_token(str(token), audiences) if token else (None, ["invalid bearer token"])
         if user is None:
-            status: dict[str, Any] = {"user": {}, "error": info[0] if len(info) == 1 else "[" + ", ".join(info) + "]"}
+            status: dict[str, Any] = {
+                "user": {},
+                "error": info[0] if len(info) == 1 else "[" + ", ".join(info) + "]",
+            }
         else:
             status = {"authenticated": True, "user": user.to_json(), "audiences": info}
         return dict(body, status=status)
 
 
 def _review_error(kind: str, msg: str) -> ApiError:
-    return ApiError(422, "Invalid", f"{kind}.authorization.k8s.io \"\" is invalid: {msg}",
-                    {"group": "authorization.k8s.io", "kind": kind,
-                     "causes": [{"reason": "FieldValueInvalid", "message": msg.split(": ", 1)[-1],
-                                 "field": msg.split(":", 1)[0]}]})
+    return ApiError(
+        422,
+        "Invalid",
+        f'{kind}.authorization.k8s.io "" is invalid: {msg}',
+        {
+            "group": "authorization.k8s.io",
+            "kind": kind,
+            "causes": [
+                {
+                    "reason": "FieldValueInvalid",
+                    "message": msg.split(": ", 1)[-1],
+                    "field": msg.split(":", 1)[0],
+                }
+            ],
+        },
+    )
 
 
-def access_review(kind: str, body: dict[str, Any], requester: UserInfo, authorizer: RBACAuthorizer | None,
-                  namespace: str | None = None) -> dict[str, Any]:
-    """SubjectAccessReview / LocalSubjectAccessReview / SelfSubjectAccessReview: the status the authorizer gives.
+def access_review(
+    kind: str,
+    body: dict[str, Any],
+    requester: UserInfo,
+    authorizer: RBACAuthorizer | None,
+    namespace: str | None = None,
+) -> dict[str, Any]:
+    """Subject/LocalSubject/SelfSubjectAccessReview: the status the authorizer gives.
 
     ``authorizer`` None (the sandbox's default, non-secure mode) allows everything, as that mode does.
     """
     spec = dict(body.get("spec") or {})
     ra, nra = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
+    if not isinstance(ra or {}, dict) or not isinstance(nra or {}, dict):
+        raise bad_request(f"{kind}.spec: resourceAttributes and nonResourceAttributes must be objects")
     if bool(ra) == bool(nra):
-        raise _review_error(kind, "spec.resourceAttributes: Invalid value: \"null\": exactly one of "
-                            "nonResourceAttributes or resourceAttributes must be specified")
+        raise _review_error(
+            kind,
+            'spec.resourceAttributes: Invalid value: "null": exactly one of '
+            "nonResourceAttributes or resourceAttributes must be specified",
+        )
     if kind == "SelfSubjectAccessReview":
         user = requester
     else:
         if not spec.get("user") and not spec.get("groups"):
-            raise _review_error(kind, "spec.user: Invalid value: \"\": at least one of user or group must be "
-                                "specified")
+            raise _review_error(
+                kind, 'spec.user: Invalid value: "": at least one of user or group must be specified'
+            )
         extra = {k: tuple(v) for k, v in (spec.get("extra") or {}).items() if isinstance(v, list)}
-        user = UserInfo(str(spec.get("user") or ""), tuple(spec.get("groups") or ()), str(spec.get("uid") or ""),
-                        extra)
+        user = UserInfo(
+            str(spec.get("user") or ""), tuple(spec.get("groups") or ()), str(spec.get("uid") or ""), extra
+        )
     if ra:
         if namespace is not None and (ra.get("namespace") or "") != namespace:
-            raise _review_error(kind, f"spec.resourceAttributes.namespace: Invalid value: "
-                                f"{json.dumps(ra.get('namespace') or '')}: must match metadata.namespace")
-        attrs = Attributes(user, str(ra.get("verb") or ""), True, namespace=str(ra.get("namespace") or ""),
-                           api_group=str(ra.get("group") or ""), api_version=str(ra.get("version") or ""),
-                           resource=str(ra.get("resource") or ""), subresource=str(ra.get("subresource") or ""),
-                           name=str(ra.get("name") or ""))
+            raise _review_error(
+                kind,
+                f"spec.resourceAttributes.namespace: Invalid value: "
+                f"{json.dumps(ra.get('namespace') or '')}: must match metadata.namespace",
+            )
+        attrs = Attributes(
+            user,
+            str(ra.get("verb") or ""),
+            True,
+            namespace=str(ra.get("namespace") or ""),
+            api_group=str(ra.get("group") or ""),
+            api_version=str(ra.get("version") or ""),
+            resource=str(ra.get("resource") or ""),
+            subresource=str(ra.get("subresource") or ""),
+            name=str(ra.get("name") or ""),
+        )
     else:
+        nra = nra or {}
         attrs = Attributes(user, str(nra.get("verb") or ""), False, path=str(nra.get("path") or ""))
     if authorizer is None:
         allowed, reason = True, "the sandbox does not enforce authorization (start it with --secure)"

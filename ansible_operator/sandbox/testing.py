@@ -67,7 +67,7 @@ def api_client_for(kubeconfig: str | Path) -> Any:
 
 def start_in_thread(kubeconfig: str | Path, crds: Iterable[str | Path] = (), simulate: bool = True,
                     data_dir: str | Path | None = None, port: int = 0, secure: bool = False) -> SandboxHandle:
-    """An in-thread sandbox and its kubeconfig (``secure``: TLS, authentication, enforced RBAC; admin kubeconfig)."""
+    """An in-thread sandbox and its kubeconfig (``secure``: TLS, authentication, enforced RBAC)."""
     sb = Sandbox(port=port, data_dir=data_dir, crds=crds, simulate=simulate, secure=secure)
     sb.start_in_thread()
     return SandboxHandle(sb, sb.write_kubeconfig(kubeconfig))

@@ -56,8 +56,9 @@ TOUCH_ROLE = """\
 
 
 def _kubectl(handle: SandboxHandle, *args: str, stdin: str | None = None) -> str:
-    r = subprocess.run(["kubectl", *args], env=handle.kubectl_env(), input=stdin, capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        ["kubectl", *args], env=handle.kubectl_env(), input=stdin, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, f"kubectl {' '.join(args)}: {r.stderr}"
     return r.stdout
 
@@ -71,8 +72,13 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tasks = root / "roles" / "kind_toucher" / "tasks"
     tasks.mkdir(parents=True)
     (tasks / "main.yml").write_text(TOUCH_ROLE)
-    memcached = next(w for w in yaml.safe_load((REPO / "watches.yaml").read_text()) if w["kind"] == "Memcached")
-    watches = [memcached, {"group": WIDGET[0], "version": WIDGET[1], "kind": WIDGET[3], "role": "kind_toucher"}]
+    memcached = next(
+        w for w in yaml.safe_load((REPO / "watches.yaml").read_text()) if w["kind"] == "Memcached"
+    )
+    watches = [
+        memcached,
+        {"group": WIDGET[0], "version": WIDGET[1], "kind": WIDGET[3], "role": "kind_toucher"},
+    ]
     (root / "watches.yaml").write_text(yaml.safe_dump(watches))
     return root
 
@@ -80,24 +86,48 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory, project: Path) -> Iterator[SandboxHandle]:
     kubeconfig = tmp_path_factory.mktemp("secure-admin") / "admin.kubeconfig"
-    handle = start_in_thread(kubeconfig, crds=[REPO / "crds" / "cache.example.com_memcacheds.yaml",
-                                               HERE / "crds" / "widget.yaml"], secure=True)
+    handle = start_in_thread(
+        kubeconfig,
+        crds=[REPO / "crds" / "cache.example.com_memcacheds.yaml", HERE / "crds" / "widget.yaml"],
+        secure=True,
+    )
     try:
         generated = subprocess.run(
-            [sys.executable, "-m", "ansible_operator", "generate", "rbac", "--watches-file",
-             str(project / "watches.yaml")], capture_output=True, text=True, timeout=120, cwd=project)
+            [
+                sys.executable,
+                "-m",
+                "ansible_operator",
+                "generate",
+                "rbac",
+                "--watches-file",
+                str(project / "watches.yaml"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=project,
+        )
         assert generated.returncode == 0, generated.stderr
         # generate says what it could not resolve: the spec-chosen kind
-        assert "touch_kind" in generated.stdout + generated.stderr or "dynamic" in generated.stdout + \
-            generated.stderr or "no kind" in generated.stdout + generated.stderr, generated.stdout
+        assert (
+            "touch_kind" in generated.stdout + generated.stderr
+            or "dynamic" in generated.stdout + generated.stderr
+            or "no kind" in generated.stdout + generated.stderr
+        ), generated.stdout
         role = yaml.safe_load(generated.stdout)
         assert not any("secrets" in (r.get("resources") or []) for r in role["rules"])
         _kubectl(handle, "apply", "-f", "-", stdin=generated.stdout)
         for ns in (OPERATOR_NS, NS):
             _kubectl(handle, "create", "namespace", ns)
         _kubectl(handle, "create", "serviceaccount", SA, "-n", OPERATOR_NS)
-        _kubectl(handle, "create", "clusterrolebinding", "ansible-operator", f"--clusterrole={role['metadata']['name']}",
-                 f"--serviceaccount={OPERATOR_NS}:{SA}")
+        _kubectl(
+            handle,
+            "create",
+            "clusterrolebinding",
+            "ansible-operator",
+            f"--clusterrole={role['metadata']['name']}",
+            f"--serviceaccount={OPERATOR_NS}:{SA}",
+        )
         yield handle
     finally:
         handle.sandbox.stop_thread()
@@ -127,15 +157,33 @@ def run_operator(project: Path, tmp_path: Path) -> Iterator[Any]:
 
     def start(*args: str, env: dict[str, str] | None = None) -> Operator:
         log = tmp_path / f"operator-{len(started)}.log"
-        proc_env = {**os.environ, "PYTHONUNBUFFERED": "1", "ANSIBLE_GATHERING": "explicit",
-                    "HOME": str(tmp_path), **(env or {})}  # no ~/.kube/config to fall back on
+        proc_env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "ANSIBLE_GATHERING": "explicit",
+            "HOME": str(tmp_path),
+            **(env or {}),
+        }  # no ~/.kube/config to fall back on
         proc_env.pop("KUBECONFIG", None)
-        cmd = [sys.executable, "-m", "ansible_operator", "run", "--watches-file", str(project / "watches.yaml"),
-               "--artifacts-dir", str(tmp_path / "artifacts"), "--metrics-bind-address", "0",
-               "--health-probe-bind-address", "0", *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "ansible_operator",
+            "run",
+            "--watches-file",
+            str(project / "watches.yaml"),
+            "--artifacts-dir",
+            str(tmp_path / "artifacts"),
+            "--metrics-bind-address",
+            "0",
+            "--health-probe-bind-address",
+            "0",
+            *args,
+        ]
         with open(log, "wb") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=project, env=proc_env,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, cwd=project, env=proc_env, start_new_session=True
+            )
         op = Operator(proc, log)
         started.append(op)
         return op
@@ -152,23 +200,37 @@ def _create(handle: SandboxHandle, gvrk: tuple[str, str, str, str], name: str, s
 
     group, version, plural, kind = gvrk
     custom = kubernetes.client.CustomObjectsApi(handle.api_client())
-    custom.create_namespaced_custom_object(group, version, NS, plural, {
-        "apiVersion": f"{group}/{version}", "kind": kind, "metadata": {"name": name, "namespace": NS}, "spec": spec})
+    custom.create_namespaced_custom_object(
+        group,
+        version,
+        NS,
+        plural,
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": kind,
+            "metadata": {"name": name, "namespace": NS},
+            "spec": spec,
+        },
+    )
 
 
-def _condition(handle: SandboxHandle, gvrk: tuple[str, str, str, str], name: str, ctype: str
-               ) -> dict[str, Any] | None:
+def _condition(
+    handle: SandboxHandle, gvrk: tuple[str, str, str, str], name: str, ctype: str
+) -> dict[str, Any] | None:
     import kubernetes
 
     group, version, plural, _ = gvrk
     try:
         obj = kubernetes.client.CustomObjectsApi(handle.api_client()).get_namespaced_custom_object(
-            group, version, NS, plural, name)
+            group, version, NS, plural, name
+        )
     except ApiException as e:
         if e.status == 404:
             return None
         raise
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == ctype), None)
+    return next(
+        (c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == ctype), None
+    )
 
 
 def _wait_successful(handle: SandboxHandle, gvrk: tuple[str, str, str, str], name: str, op: Operator) -> None:
@@ -177,6 +239,7 @@ def _wait_successful(handle: SandboxHandle, gvrk: tuple[str, str, str, str], nam
             raise AssertionError(f"operator exited {op.proc.returncode}:\n{op.logs()[-6000:]}")
         cond = _condition(handle, gvrk, name, "Successful")
         return bool(cond and cond.get("status") == "True")
+
     try:
         wait_for(done, 180, 0.3, what=f"{gvrk[3]} {name} Successful")
     except AssertionError:
@@ -184,8 +247,9 @@ def _wait_successful(handle: SandboxHandle, gvrk: tuple[str, str, str, str], nam
         raise
 
 
-def test_generated_rbac_is_enough_and_a_kind_outside_it_is_a_clear_403(secure: SandboxHandle, tmp_path: Path,
-                                                                         run_operator: Any) -> None:
+def test_generated_rbac_is_enough_and_a_kind_outside_it_is_a_clear_403(
+    secure: SandboxHandle, tmp_path: Path, run_operator: Any
+) -> None:
     token = secure.sandbox.create_token(OPERATOR_NS, SA)
     kubeconfig = secure.sandbox.write_kubeconfig(tmp_path / "operator.kubeconfig", OPERATOR_NS, token=token)
     op = run_operator("--kubeconfig", str(kubeconfig))
@@ -199,18 +263,23 @@ def test_generated_rbac_is_enough_and_a_kind_outside_it_is_a_clear_403(secure: S
     def failed() -> dict[str, Any] | None:
         cond = _condition(secure, WIDGET, "toucher", "Failure")
         return cond if cond and cond.get("status") == "True" else None
+
     cond = wait_for(failed, 180, 0.3, what="Widget toucher Failure")
     # kubernetes.core reads before it creates: the first call RBAC refuses is the get
-    assert (f'secrets "toucher-touched" is forbidden: User "{USER}" cannot get resource "secrets" in API group "" '
-            f'in the namespace "{NS}" (403 Forbidden)') in cond.get("message", ""), cond
+    assert (
+        f'secrets "toucher-touched" is forbidden: User "{USER}" cannot get resource "secrets" in API group '
+        f'"" in the namespace "{NS}" (403 Forbidden)'
+    ) in cond.get("message", ""), cond
     with pytest.raises(ApiException) as err:
         import kubernetes
+
         kubernetes.client.CoreV1Api(secure.api_client()).read_namespaced_secret("toucher-touched", NS)
     assert err.value.status == 404
 
 
-def test_in_cluster_credentials_and_a_rotated_token(secure: SandboxHandle, tmp_path: Path,
-                                                     run_operator: Any) -> None:
+def test_in_cluster_credentials_and_a_rotated_token(
+    secure: SandboxHandle, tmp_path: Path, run_operator: Any
+) -> None:
     sa_dir = tmp_path / "serviceaccount"
     sa_dir.mkdir()
     assert secure.sandbox.ca_pem
@@ -219,10 +288,17 @@ def test_in_cluster_credentials_and_a_rotated_token(secure: SandboxHandle, tmp_p
     # tokens bound to a Secret each (the kubelet binds them to the Pod): deleting it revokes the token
     _kubectl(secure, "create", "secret", "generic", "token-a", "-n", OPERATOR_NS)
     _kubectl(secure, "create", "secret", "generic", "token-b", "-n", OPERATOR_NS)
-    (sa_dir / "token").write_text(secure.sandbox.create_token(OPERATOR_NS, SA, bound_to=("Secret", "token-a")))
+    (sa_dir / "token").write_text(
+        secure.sandbox.create_token(OPERATOR_NS, SA, bound_to=("Secret", "token-a"))
+    )
     host, port = secure.url.removeprefix("https://").rsplit(":", 1)
-    op = run_operator(env={"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port,
-                           "ANSIBLE_OPERATOR_SERVICE_ACCOUNT_DIR": str(sa_dir)})
+    op = run_operator(
+        env={
+            "KUBERNETES_SERVICE_HOST": host,
+            "KUBERNETES_SERVICE_PORT": port,
+            "ANSIBLE_OPERATOR_SERVICE_ACCOUNT_DIR": str(sa_dir),
+        }
+    )
     _create(secure, MEMCACHED, "incluster", {"size": 1})
     _wait_successful(secure, MEMCACHED, "incluster", op)
 
@@ -234,8 +310,10 @@ def test_in_cluster_credentials_and_a_rotated_token(secure: SandboxHandle, tmp_p
     assert (sa_dir / "token").read_text() != old
     _kubectl(secure, "delete", "secret", "token-a", "-n", OPERATOR_NS)
     import kubernetes
+
     review = kubernetes.client.AuthenticationV1Api(secure.api_client()).create_token_review(
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": old}})
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": old}}
+    )
     assert not review.status.authenticated and "token-a has been deleted" in review.status.error
     # kopf's open watch streams were authenticated with the old token: end them so it must re-watch
     store = secure.sandbox.server.store
@@ -245,6 +323,8 @@ def test_in_cluster_credentials_and_a_rotated_token(secure: SandboxHandle, tmp_p
     _create(secure, MEMCACHED, "rotated", {"size": 1})  # seen by a re-made watch, run through the proxy
     _wait_successful(secure, MEMCACHED, "rotated", op)
     # ... at the first attempt: no run of it failed on a 401 (runner client, proxy and kopf all switched)
-    rotated_runs = [line for line in op.logs().splitlines() if "[Memcached apps/rotated] reconcile run" in line]
+    rotated_runs = [
+        line for line in op.logs().splitlines() if "[Memcached apps/rotated] reconcile run" in line
+    ]
     assert rotated_runs and not [line for line in rotated_runs if " failed " in line], rotated_runs
     assert "Unauthorized" not in op.logs()

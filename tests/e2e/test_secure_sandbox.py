@@ -24,26 +24,39 @@ NS = "default"
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxHandle]:
-    handle = start_in_thread(tmp_path_factory.mktemp("secure") / "admin.kubeconfig", simulate=False, secure=True)
+    handle = start_in_thread(
+        tmp_path_factory.mktemp("secure") / "admin.kubeconfig", simulate=False, secure=True
+    )
     try:
         yield handle
     finally:
         handle.sandbox.stop_thread()
 
 
-def kubectl(handle: SandboxHandle, *args: str, kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+def kubectl(
+    handle: SandboxHandle, *args: str, kubeconfig: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     env = handle.kubectl_env()
     if kubeconfig is not None:
         env["KUBECONFIG"] = str(kubeconfig)
     return subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, timeout=60)
 
 
-def raw(handle: SandboxHandle, path: str, headers: dict[str, str] | None = None,
-        method: str = "GET", body: Any = None) -> tuple[int, bytes]:
+def raw(
+    handle: SandboxHandle,
+    path: str,
+    headers: dict[str, str] | None = None,
+    method: str = "GET",
+    body: Any = None,
+) -> tuple[int, bytes]:
     ctx = ssl.create_default_context(cadata=handle.sandbox.ca_pem)
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(handle.url + path, headers=dict(headers or {}, **(
-        {"Content-Type": "application/json"} if data else {})), method=method, data=data)
+    req = urllib.request.Request(
+        handle.url + path,
+        headers=dict(headers or {}, **({"Content-Type": "application/json"} if data else {})),
+        method=method,
+        data=data,
+    )
     try:
         with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
             return resp.status, resp.read()
@@ -78,13 +91,17 @@ def test_https_with_the_written_ca_and_an_admin_identity(secure: SandboxHandle) 
 def test_anonymous_and_bad_credentials(secure: SandboxHandle) -> None:
     code, body = raw(secure, "/api/v1/namespaces/default/pods")
     assert code == 403
-    assert body == (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods is '
-                    b'forbidden: User \\"system:anonymous\\" cannot list resource \\"pods\\" in API group \\"\\" in '
-                    b'the namespace \\"default\\"","reason":"Forbidden","details":{"kind":"pods"},"code":403}\n')
+    assert body == (
+        b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods is '
+        b'forbidden: User \\"system:anonymous\\" cannot list resource \\"pods\\" in API group \\"\\" in '
+        b'the namespace \\"default\\"","reason":"Forbidden","details":{"kind":"pods"},"code":403}\n'
+    )
     code, body = raw(secure, "/api", {"Authorization": "Bearer not-a-token"})
     assert code == 401
-    assert body == (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized",'
-                    b'"reason":"Unauthorized","code":401}\n')
+    assert body == (
+        b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized",'
+        b'"reason":"Unauthorized","code":401}\n'
+    )
     code, body = raw(secure, "/apis")
     assert code == 403
     assert json.loads(body)["message"] == 'forbidden: User "system:anonymous" cannot get path "/apis"'
@@ -95,57 +112,99 @@ def test_service_account_token_rbac_and_reviews(secure: SandboxHandle, tmp_path:
     user = "system:serviceaccount:default:reader"
     denied = kubectl(secure, "get", "pods", kubeconfig=kc)
     assert denied.returncode != 0
-    assert (f'pods is forbidden: User "{user}" cannot list resource "pods" in API group "" in the namespace '
-            '"default"') in denied.stderr
+    assert (
+        f'pods is forbidden: User "{user}" cannot list resource "pods" in API group "" in the namespace '
+        '"default"'
+    ) in denied.stderr
     assert kubectl(secure, "auth", "can-i", "list", "pods", f"--as={user}").stdout.strip() == "no"
 
-    for args in (["create", "role", "pod-reader", "--verb=get,list,watch", "--resource=pods,pods/status",
-                  "-n", NS],
-                 ["create", "rolebinding", "pod-reader", "--role=pod-reader", f"--serviceaccount={NS}:reader",
-                  "-n", NS],
-                 ["create", "clusterrole", "one-cm", "--verb=get", "--resource=configmaps",
-                  "--resource-name=allowed"],
-                 ["create", "rolebinding", "one-cm", "--clusterrole=one-cm", f"--serviceaccount={NS}:reader",
-                  "-n", NS],
-                 ["create", "configmap", "allowed", "-n", NS], ["create", "configmap", "other", "-n", NS]):
+    for args in (
+        ["create", "role", "pod-reader", "--verb=get,list,watch", "--resource=pods,pods/status", "-n", NS],
+        [
+            "create",
+            "rolebinding",
+            "pod-reader",
+            "--role=pod-reader",
+            f"--serviceaccount={NS}:reader",
+            "-n",
+            NS,
+        ],
+        ["create", "clusterrole", "one-cm", "--verb=get", "--resource=configmaps", "--resource-name=allowed"],
+        [
+            "create",
+            "rolebinding",
+            "one-cm",
+            "--clusterrole=one-cm",
+            f"--serviceaccount={NS}:reader",
+            "-n",
+            NS,
+        ],
+        ["create", "configmap", "allowed", "-n", NS],
+        ["create", "configmap", "other", "-n", NS],
+    ):
         r = kubectl(secure, *args)
         assert r.returncode == 0, (args, r.stderr)
 
     assert kubectl(secure, "get", "pods", kubeconfig=kc).returncode == 0
-    assert kubectl(secure, "auth", "can-i", "get", "pods", "--subresource=status",
-                   f"--as={user}").stdout.strip() == "yes"
-    assert kubectl(secure, "auth", "can-i", "update", "pods", "--subresource=status",
-                   f"--as={user}").stdout.strip() == "no"
+    assert (
+        kubectl(secure, "auth", "can-i", "get", "pods", "--subresource=status", f"--as={user}").stdout.strip()
+        == "yes"
+    )
+    assert (
+        kubectl(
+            secure, "auth", "can-i", "update", "pods", "--subresource=status", f"--as={user}"
+        ).stdout.strip()
+        == "no"
+    )
     # another namespace: the RoleBinding does not reach it
     other = kubectl(secure, "get", "pods", "-n", "kube-system", kubeconfig=kc)
     assert 'cannot list resource "pods" in API group "" in the namespace "kube-system"' in other.stderr
     # resourceNames
     assert kubectl(secure, "get", "configmap", "allowed", kubeconfig=kc).returncode == 0
     named = kubectl(secure, "get", "configmap", "other", kubeconfig=kc)
-    assert ('configmaps "other" is forbidden: User "system:serviceaccount:default:reader" cannot get resource '
-            '"configmaps" in API group "" in the namespace "default"') in named.stderr
+    assert (
+        'configmaps "other" is forbidden: User "system:serviceaccount:default:reader" cannot get resource '
+        '"configmaps" in API group "" in the namespace "default"'
+    ) in named.stderr
     # cluster scope
     nodes = kubectl(secure, "get", "nodes", kubeconfig=kc)
     assert 'cannot list resource "nodes" in API group "" at the cluster scope' in nodes.stderr
     # the token's own view of itself, and TokenReview / SubjectAccessReview answered by the same machinery
-    assert json.loads(kubectl(secure, "auth", "whoami", "-o", "json", kubeconfig=kc).stdout)[
-        "status"]["userInfo"]["username"] == user
+    assert (
+        json.loads(kubectl(secure, "auth", "whoami", "-o", "json", kubeconfig=kc).stdout)["status"][
+            "userInfo"
+        ]["username"]
+        == user
+    )
     api = kubernetes.client.AuthenticationV1Api(secure.api_client())
-    review = api.create_token_review({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-                                      "spec": {"token": token}})
+    review = api.create_token_review(
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+    )
     assert review.status.authenticated and review.status.user.username == user
-    assert set(review.status.user.groups) == {"system:serviceaccounts", "system:serviceaccounts:default",
-                                              "system:authenticated"}
+    assert set(review.status.user.groups) == {
+        "system:serviceaccounts",
+        "system:serviceaccounts:default",
+        "system:authenticated",
+    }
     bad = api.create_token_review({"spec": {"token": token[:-4] + "AAAA"}})
     assert not bad.status.authenticated and bad.status.error
     authz = kubernetes.client.AuthorizationV1Api(secure.api_client())
-    sar = authz.create_subject_access_review({"spec": {"user": user, "resourceAttributes": {
-        "namespace": NS, "verb": "watch", "resource": "pods"}}})
+    sar = authz.create_subject_access_review(
+        {"spec": {"user": user, "resourceAttributes": {"namespace": NS, "verb": "watch", "resource": "pods"}}}
+    )
     assert sar.status.allowed
-    assert sar.status.reason == ('RBAC: allowed by RoleBinding "pod-reader/default" of Role "pod-reader" to '
-                                 'ServiceAccount "reader/default"')
-    sar = authz.create_subject_access_review({"spec": {"user": user, "resourceAttributes": {
-        "namespace": NS, "verb": "delete", "resource": "pods"}}})
+    assert sar.status.reason == (
+        'RBAC: allowed by RoleBinding "pod-reader/default" of Role "pod-reader" to '
+        'ServiceAccount "reader/default"'
+    )
+    sar = authz.create_subject_access_review(
+        {
+            "spec": {
+                "user": user,
+                "resourceAttributes": {"namespace": NS, "verb": "delete", "resource": "pods"},
+            }
+        }
+    )
     assert not sar.status.allowed
 
     # deleting the ServiceAccount invalidates its tokens (uid check): 401 from then on
@@ -165,8 +224,16 @@ def test_token_request_validation_and_missing_role(secure: SandboxHandle, tmp_pa
         core.create_namespaced_service_account_token("nobody", NS, {"spec": {}})
     assert err.value.status == 404
     # a binding to a role that does not exist: the reason names it, as the RBAC authorizer does
-    r = kubectl(secure, "create", "rolebinding", "dangling", "--role=nonexistent", f"--serviceaccount={NS}:short",
-                "-n", NS)
+    r = kubectl(
+        secure,
+        "create",
+        "rolebinding",
+        "dangling",
+        "--role=nonexistent",
+        f"--serviceaccount={NS}:short",
+        "-n",
+        NS,
+    )
     assert r.returncode == 0, r.stderr
     token = secure.sandbox.create_token(NS, "short")
     kc = secure.sandbox.write_kubeconfig(tmp_path / "short.kubeconfig", NS, token=token)
@@ -174,19 +241,22 @@ def test_token_request_validation_and_missing_role(secure: SandboxHandle, tmp_pa
         kubernetes.client.CoreV1Api(api_client_for(kc)).list_namespaced_secret(NS)
     assert err.value.status == 403
     assert json.loads(err.value.body)["message"].endswith(
-        ': RBAC: role.rbac.authorization.k8s.io "nonexistent" not found')
+        ': RBAC: role.rbac.authorization.k8s.io "nonexistent" not found'
+    )
 
 
 def test_impersonation_needs_rbac(secure: SandboxHandle, tmp_path: Path) -> None:
     _, kc = sa_kubeconfig(secure, tmp_path, "mimic")
     r = kubectl(secure, "get", "pods", "--as=someone", kubeconfig=kc)
-    assert ('users "someone" is forbidden: User "system:serviceaccount:default:mimic" cannot impersonate resource '
-            '"users" in API group "" at the cluster scope') in r.stderr
+    assert (
+        'users "someone" is forbidden: User "system:serviceaccount:default:mimic" cannot impersonate '
+        'resource "users" in API group "" at the cluster scope'
+    ) in r.stderr
 
 
 def test_cli_secure_and_a_restart_on_the_data_dir_keeps_ca_and_tokens(tmp_path: Path) -> None:
-    """``ansible-operator sandbox --secure``: the printed kubeconfig is an admin one; with ``--data-dir`` the CA
-    and the signing key survive a restart, so kubeconfigs and tokens issued before still work."""
+    """``ansible-operator sandbox --secure``: the printed kubeconfig is an admin one; with ``--data-dir`` the
+    CA and the signing key survive a restart, so kubeconfigs and tokens issued before still work."""
     from ansible_operator.sandbox.testing import start_process
 
     data = tmp_path / "data"
@@ -195,18 +265,25 @@ def test_cli_secure_and_a_restart_on_the_data_dir_keeps_ca_and_tokens(tmp_path: 
         assert proc.url.startswith("https://")
         core = kubernetes.client.CoreV1Api(proc.api_client())
         core.create_namespaced_service_account(NS, {"metadata": {"name": "keeper"}})
-        # what pods get as ca.crt is the serving CA (the root-CA publisher runs with the simulated controllers)
-        cm = wait_for(lambda: [c for c in core.list_namespaced_config_map(NS).items
-                               if c.metadata.name == "kube-root-ca.crt"], what="kube-root-ca.crt")[0]
+        # pods get the serving CA as ca.crt (the root-CA publisher runs with the simulated controllers)
+        cm = wait_for(
+            lambda: [
+                c for c in core.list_namespaced_config_map(NS).items if c.metadata.name == "kube-root-ca.crt"
+            ],
+            what="kube-root-ca.crt",
+        )[0]
         assert cm.data["ca.crt"] == (data / "pki" / "ca.crt").read_text()
         token = core.create_namespaced_service_account_token("keeper", NS, {"spec": {}}).status.token
         port = proc.port
     finally:
         assert proc.stop() == 0
-    again = start_process(tmp_path / "admin.kubeconfig", port=port, data_dir=data, secure=True, simulate=False)
+    again = start_process(
+        tmp_path / "admin.kubeconfig", port=port, data_dir=data, secure=True, simulate=False
+    )
     try:
         review = kubernetes.client.AuthenticationV1Api(again.api_client()).create_token_review(
-            {"spec": {"token": token}})
+            {"spec": {"token": token}}
+        )
         assert review.status.authenticated
         assert review.status.user.username == "system:serviceaccount:default:keeper"
     finally:

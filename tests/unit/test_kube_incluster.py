@@ -1,5 +1,6 @@
-"""In-cluster credentials (kube.load_client_config's last resort): the service-account directory override and a
-token file re-read as soon as it changes (the kubelet rotates projected tokens by replacing the file)."""
+"""In-cluster credentials (kube.load_client_config's last resort): the service-account directory override
+and a token file re-read as soon as it changes (the kubelet rotates projected tokens by replacing the
+file)."""
 
 from __future__ import annotations
 
