@@ -206,6 +206,11 @@ class Simulator:
         template = (obj.get("spec") or {}).get("template")
         blocked = self._pods_forbidden(obj, template, f"{obj['metadata']['name']}-")
         obj, new_rs = self._rollout.sync(rtype, obj, scale_down_old=blocked is None)
+        if blocked is None:
+            # the ReplicaSets' pods exist before the Deployment reports them (the ReplicaSet controller's work,
+            # done here at once so status never counts pods that are not there)
+            for rs in self._rollout.replica_sets(obj):
+                self._pods.replicas(rs, "apps/v1", "ReplicaSet", int((rs.get("spec") or {}).get("replicas", 0)))
         if blocked is not None and not _fails(obj):
             self._deployment_blocked(rtype, obj, new_rs, blocked)
             return

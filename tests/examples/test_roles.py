@@ -171,13 +171,15 @@ def test_memcached_scales_and_reports_pods(cluster: Cluster) -> None:
     assert run.requeue_after == 2.0
     assert (available()["status"], available()["reason"]) == ("False", "RolloutInProgress")
     # The next run finds the rollout done (the sandbox's simulated controller made the Deployment ready).
-    # No pods run in the sandbox: status.nodes lists the real pods, i.e. none; readiness comes from the Deployment.
+    # status.nodes lists the Deployment's pods (the sandbox's ReplicaSet controller creates them; nothing runs).
     wait_for(lambda: cluster.apps.read_namespaced_deployment("mc-memcached", NS).status.ready_replicas == 3, timeout=30)
+    pods = sorted(p.metadata.name for p in cluster.core.list_namespaced_pod(
+        NS, label_selector="app.kubernetes.io/name=memcached,app.kubernetes.io/instance=mc").items)
     run = cluster.reconcile("memcached", MEMCACHED, "mc")
     ok(run)
     assert run.requeue_after is None
     status = cluster.get(MEMCACHED, "mc")["status"]
-    assert (status["nodes"], status["readyReplicas"]) == ([], 3)
+    assert len(pods) == 3 and (status["nodes"], status["readyReplicas"]) == (pods, 3)
     assert (available()["status"], available()["reason"], available()["message"]) == (
         "True", "RolloutComplete", "3 of 3 memcached pods ready")
     # Scaling down: in progress until the Deployment controller has seen the new spec.
