@@ -482,6 +482,37 @@ class RBACAuthorizer:
                 return [], f'role.{RBAC_GROUP} "{name}" not found'
         return list(obj.get("rules") or []), ""
 
+    def rules_for(self, user: UserInfo, namespace: str) -> dict[str, Any]:
+        """SelfSubjectRulesReview status: the rules of every binding that applies (rbac.RulesFor)."""
+        resource_rules: list[dict[str, Any]] = []
+        nonresource_rules: list[dict[str, Any]] = []
+        errors: list[str] = []
+        bindings = [("", b) for _, b in self.store.items(f"{RBAC_GROUP}/clusterrolebindings")]
+        if namespace:
+            bindings += [(namespace, b) for _, b in self.store.items(f"{RBAC_GROUP}/rolebindings", namespace)]
+        for bns, binding in bindings:
+            if not any(_applies_to(user, s, bns) for s in binding.get("subjects") or []):
+                continue
+            rules, err = self._role_rules(binding.get("roleRef") or {}, bns)
+            if err:
+                errors.append(err)
+            for rule in rules:
+                if not isinstance(rule, dict):
+                    continue
+                if rule.get("nonResourceURLs"):
+                    nonresource_rules.append({"verbs": list(rule.get("verbs") or []),
+                                              "nonResourceURLs": list(rule["nonResourceURLs"])})
+                else:
+                    out = {k: list(rule.get(k) or []) for k in ("verbs", "apiGroups", "resources",
+                                                                  "resourceNames") if rule.get(k)}
+                    out.setdefault("verbs", [])
+                    resource_rules.append(out)
+        status: dict[str, Any] = {"resourceRules": resource_rules, "nonResourceRules": nonresource_rules,
+                                  "incomplete": bool(errors)}
+        if errors:
+            status["evaluationError"] = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+        return status
+
     def authorize(self, attrs: Attributes) -> tuple[bool, str]:
         """(allowed, reason) as the union of the privileged-group and RBAC authorizers answers."""
         if MASTERS in attrs.user.groups:

@@ -130,6 +130,8 @@ BUILTINS: tuple[ResourceType, ...] = (
        verbs=("create",)),
     _b("authorization.k8s.io", "v1", "LocalSubjectAccessReview", "localsubjectaccessreviews", True, (), (),
        verbs=("create",)),
+    _b("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews", False, (), (),
+       verbs=("create",)),
     # answered by sandbox/auth.py (tokens the sandbox signed)
     _b("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", False, (), (), verbs=("create",)),
     _b("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", False, (), (), verbs=("create",)),

@@ -373,6 +373,17 @@ class ApiServer:
                                                                    (auth.MASTERS, auth.AUTHENTICATED))
         if route.rtype.kind == "TokenReview":
             return _json(self.authenticator.token_review(review), 201)
+        if route.rtype.kind == "SelfSubjectRulesReview":
+            namespace = str((review.get("spec") or {}).get("namespace") or "")
+            if self.authorizer is None:
+                everything = {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}
+                review["status"] = {"resourceRules": [everything],
+                                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                                    "incomplete": False}
+            else:
+                review["status"] = self.authorizer.rules_for(user, namespace)
+            review.setdefault("metadata", {})
+            return _json(review, 201)
         if route.rtype.kind == "SelfSubjectReview":
             review["status"] = {"userInfo": user.to_json()}
             review.setdefault("metadata", {})

@@ -288,3 +288,19 @@ def test_cli_secure_and_a_restart_on_the_data_dir_keeps_ca_and_tokens(tmp_path: 
         assert review.status.user.username == "system:serviceaccount:default:keeper"
     finally:
         again.stop()
+
+
+def test_can_i_list_shows_the_rules_rbac_grants(secure: SandboxHandle, tmp_path: Path) -> None:
+    _, kc = sa_kubeconfig(secure, tmp_path, "lister")
+    for args in (
+        ["create", "role", "lister", "--verb=get,list", "--resource=leases.coordination.k8s.io", "-n", NS],
+        ["create", "rolebinding", "lister", "--role=lister", f"--serviceaccount={NS}:lister", "-n", NS],
+    ):
+        r = kubectl(secure, *args)
+        assert r.returncode == 0, (args, r.stderr)
+    listed = kubectl(secure, "auth", "can-i", "--list", "-n", NS, kubeconfig=kc)
+    assert listed.returncode == 0, listed.stderr
+    lines = [line.split() for line in listed.stdout.splitlines()]
+    assert ["leases.coordination.k8s.io", "[]", "[]", "[get", "list]"] in lines, listed.stdout
+    assert any(line[:1] == ["selfsubjectaccessreviews.authorization.k8s.io"] for line in lines)
+    assert not any(line[:1] == ["pods"] for line in lines)
