@@ -115,7 +115,8 @@ def _json_kind(value: Any) -> str:
         return f"number {value:g}" if value != int(value) else "number"
     if isinstance(value, int):
         return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), "value")
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return names.get(type(value), "value")
 
 
 def _type_ok(node: dict[str, Any], ref: str | None, value: Any) -> bool:

@@ -51,8 +51,8 @@ def crd_definition_name(group: str, version: str, kind: str) -> str:
 
 
 def _crd_definitions(t: ResourceType, ref_prefix: str) -> dict[str, dict[str, Any]]:
-    schema = copy.deepcopy(t.schema) if t.schema else {"type": "object",
-                                                        "x-kubernetes-preserve-unknown-fields": True}
+    schema: dict[str, Any] = (copy.deepcopy(t.schema) if t.schema else
+                              {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
     props = dict(schema.get("properties") or {})
     props["apiVersion"] = {"description": _API_VERSION_DOC, "type": "string"}
     props["kind"] = {"description": _KIND_DOC, "type": "string"}
@@ -271,11 +271,11 @@ def document(registry: Registry, parts: list[str], query: Mapping[str, str], acc
     ``bytes`` (media type :data:`V2_PROTOBUF`) for a v2 request that prefers protobuf; a dict (JSON) otherwise.
     """
     if parts == ["v2"]:
-        doc = v2_document(registry)
+        v2 = v2_document(registry)
         wanted = [a.split(";")[0].strip() for a in accept.split(",") if a.strip()]
         if wanted and wanted[0] in openapi_pb.ACCEPTED:
-            return _v2_protobuf(doc)
-        return doc
+            return _v2_protobuf(v2)
+        return v2
     if not parts or parts[0] != "v3":
         raise path_not_found()
     rest = parts[1:]

@@ -205,10 +205,10 @@ class ApiServer:
         if head == "version" and len(parts) == 1:
             return _json(discovery.version())
         if head == "openapi":
-            doc = openapi.document(self.registry, parts[1:], request.query, request.headers.get("Accept", ""))
-            if isinstance(doc, bytes):  # gnostic protobuf (client-go's OpenAPISchema)
-                return web.Response(body=doc, headers={"Content-Type": openapi.V2_PROTOBUF})
-            return _json(doc)
+            spec = openapi.document(self.registry, parts[1:], request.query, request.headers.get("Accept", ""))
+            if isinstance(spec, bytes):  # gnostic protobuf (client-go's OpenAPISchema)
+                return web.Response(body=spec, headers={"Content-Type": openapi.V2_PROTOBUF})
+            return _json(spec)
         if head == "api":
             group = ""
             if len(parts) == 1:

@@ -8,11 +8,11 @@ import urllib.request
 from typing import Any
 
 import pytest
-
 import yaml
 
 from ansible_operator.sandbox import builtin_schemas, protobuf
 from ansible_operator.sandbox.testing import SandboxHandle
+
 from .helpers import install_crd
 
 
@@ -69,11 +69,11 @@ def test_pruning_walks_the_upstream_definitions():
     ("Deployment", {"spec": {"replicas": 1.5}},
      "json: cannot unmarshal number 1.5 into Go struct field DeploymentSpec.spec.replicas of type int32"),
     ("Deployment", {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": 5}]}}}},
-     "json: cannot unmarshal number into Go struct field Container.spec.template.spec.containers.image of type "
-     "string"),
+     ("json: cannot unmarshal number into Go struct field Container.spec.template.spec.containers.image of type "
+      "string")),
     ("Deployment", {"spec": {"template": {"spec": {"containers": {"name": "c"}}}}},
-     "json: cannot unmarshal object into Go struct field PodSpec.spec.template.spec.containers of type "
-     "[]v1.Container"),
+     ("json: cannot unmarshal object into Go struct field PodSpec.spec.template.spec.containers of type "
+      "[]v1.Container")),
     ("Deployment", {"metadata": {"labels": {"a": 1}}},
      "json: cannot unmarshal number into Go struct field ObjectMeta.metadata.labels of type string"),
     ("Deployment", {"spec": {"selector": "app=web"}},
