@@ -293,14 +293,19 @@ def test_in_cluster_credentials_and_a_rotated_token(
     )
     host, port = secure.url.removeprefix("https://").rsplit(":", 1)
     op = run_operator(
+        "--leader-elect",
         env={
             "KUBERNETES_SERVICE_HOST": host,
             "KUBERNETES_SERVICE_PORT": port,
             "ANSIBLE_OPERATOR_SERVICE_ACCOUNT_DIR": str(sa_dir),
-        }
+        },
     )
     _create(secure, MEMCACHED, "incluster", {"size": 1})
     _wait_successful(secure, MEMCACHED, "incluster", op)
+    # leader election took its Lease in the pod's namespace (the service-account namespace file), within the
+    # generated RBAC
+    leases = yaml.safe_load(_kubectl(secure, "get", "leases", "-n", OPERATOR_NS, "-o", "yaml"))["items"]
+    assert [lease["spec"]["holderIdentity"] for lease in leases], leases
 
     # rotate as the kubelet does (a new token, atomic rename), then revoke the old one
     old = (sa_dir / "token").read_text()
