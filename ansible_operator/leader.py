@@ -244,7 +244,10 @@ class LeaderElector:
             if exc.status == 404:
                 return None
             raise
-        return json.loads(resp.data)
+        lease = json.loads(resp.data)
+        if not isinstance(lease, dict):
+            raise ValueError(f"lease {self.namespace}/{self.name}: not a JSON object")
+        return lease
 
     def _spec(self, *, acquire_time: str, now: float, transitions: int, holder: str | None = None,
               duration: float | None = None) -> dict[str, Any]:
