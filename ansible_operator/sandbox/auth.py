@@ -19,9 +19,10 @@ What kube-apiserver does, reduced to what clients can observe:
   ClusterRoleBinding objects exactly as ``plugin/pkg/auth/authorizer/rbac/rbac.go`` does:
   ClusterRoleBindings first, then RoleBindings of the request's namespace; verbs, apiGroups, resources with
   subresources (``pods/status``, ``*/scale``), resourceNames and nonResourceURLs (``/healthz``,
-  ``/apis/*``). ClusterRoles with an ``aggregationRule`` are evaluated with the rules they hold: no
-  aggregation controller fills them in. Denials are ``403 Forbidden`` with the apiserver's message (``pods is
-  forbidden: User "..." cannot list resource "pods" in API group "" in the namespace "ns"``).
+  ``/apis/*``). A ClusterRole with an ``aggregationRule`` has the rules of the ClusterRoles its selectors
+  match (what the aggregation controller would write into it). Denials are ``403 Forbidden`` with the
+  apiserver's message (``pods is forbidden: User "..." cannot list resource "pods" in API group "" in the
+  namespace "ns"``).
 * **Impersonation** (``Impersonate-User``/``-Group``/``-Uid`` headers, ``kubectl --as``): allowed when RBAC
   grants ``impersonate`` on ``users``/``groups``/``serviceaccounts``/``uids``, as the impersonation filter
   checks.
@@ -51,6 +52,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ansible_operator.sandbox.errors import ApiError, bad_request
+from ansible_operator.sandbox.selectors import SelectorError, label_selector_from_dict
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 API_AUDIENCES = (ISSUER,)
@@ -476,11 +478,32 @@ class RBACAuthorizer:
             obj = self.store.peek((f"{RBAC_GROUP}/clusterroles", "", name))
             if obj is None:
                 return [], f'clusterrole.{RBAC_GROUP} "{name}" not found'
+            aggregation = obj.get("aggregationRule") or {}
+            if isinstance(aggregation, dict) and aggregation.get("clusterRoleSelectors"):
+                return self._aggregated(name, aggregation["clusterRoleSelectors"]), ""
         else:
             obj = self.store.peek((f"{RBAC_GROUP}/roles", namespace, name))
             if obj is None:
                 return [], f'role.{RBAC_GROUP} "{name}" not found'
         return list(obj.get("rules") or []), ""
+
+    def _aggregated(self, name: str, selectors: Any) -> list[Any]:
+        """An aggregated ClusterRole's rules: those of every ClusterRole its selectors match, as the
+        clusterrole-aggregation controller writes them (computed at evaluation instead)."""
+        predicates = []
+        for sel in selectors if isinstance(selectors, list) else []:
+            try:
+                predicates.append(label_selector_from_dict(sel if isinstance(sel, dict) else {}))
+            except SelectorError:
+                continue
+        rules: list[Any] = []
+        for _, role in self.store.items(f"{RBAC_GROUP}/clusterroles"):
+            meta = role.get("metadata") or {}
+            if meta.get("name") == name:
+                continue
+            if any(p(meta.get("labels") or {}) for p in predicates):
+                rules += [r for r in role.get("rules") or [] if r not in rules]
+        return rules
 
     def rules_for(self, user: UserInfo, namespace: str) -> dict[str, Any]:
         """SelfSubjectRulesReview status: the rules of every binding that applies (rbac.RulesFor)."""

@@ -304,3 +304,35 @@ def test_can_i_list_shows_the_rules_rbac_grants(secure: SandboxHandle, tmp_path:
     assert ["leases.coordination.k8s.io", "[]", "[]", "[get", "list]"] in lines, listed.stdout
     assert any(line[:1] == ["selfsubjectaccessreviews.authorization.k8s.io"] for line in lines)
     assert not any(line[:1] == ["pods"] for line in lines)
+
+
+def test_aggregated_cluster_role(secure: SandboxHandle, tmp_path: Path) -> None:
+    """A ClusterRole with an aggregationRule grants what the ClusterRoles its selectors match grant."""
+    _, kc = sa_kubeconfig(secure, tmp_path, "aggregated")
+    for args in (
+        [
+            "create",
+            "clusterrole",
+            "monitoring",
+            "--aggregation-rule=example.com/aggregate-to-monitoring=true",
+        ],
+        [
+            "create",
+            "rolebinding",
+            "monitoring",
+            "--clusterrole=monitoring",
+            f"--serviceaccount={NS}:aggregated",
+            "-n",
+            NS,
+        ],
+        ["create", "clusterrole", "endpoints-reader", "--verb=list", "--resource=endpoints"],
+    ):
+        r = kubectl(secure, *args)
+        assert r.returncode == 0, (args, r.stderr)
+    assert kubectl(secure, "get", "endpoints", kubeconfig=kc).returncode != 0
+    r = kubectl(
+        secure, "label", "clusterrole", "endpoints-reader", "example.com/aggregate-to-monitoring=true"
+    )
+    assert r.returncode == 0, r.stderr
+    r = kubectl(secure, "get", "endpoints", kubeconfig=kc)
+    assert r.returncode == 0, r.stderr
