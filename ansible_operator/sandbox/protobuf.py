@@ -387,3 +387,53 @@ def negotiate(accept: str, resp: Any) -> Any:
         return resp
     headers = {k: v for k, v in resp.headers.items() if k.lower() not in ("content-type", "content-length")}
     return web.Response(body=body, status=resp.status, headers=headers, content_type=MEDIA_TYPE)
+
+
+#: the media type of a protobuf watch stream (length-delimited frames)
+WATCH_MEDIA_TYPE = MEDIA_TYPE + ";stream=watch"
+
+
+def watch_frames(lines: bytes) -> bytes:
+    """JSON watch lines (``{"type": ..., "object": ...}\\n``) → the protobuf stream kube-apiserver writes.
+
+    Each event is a ``meta.v1.WatchEvent`` serialized raw (the stream serializer adds no envelope), prefixed
+    with its length as 4 big-endian bytes (LengthDelimitedFramer); its ``object.raw`` is the object in the
+    usual ``k8s\\0`` + ``runtime.Unknown`` form, as client-go's embedded decoder expects.
+    """
+    out = bytearray()
+    for line in lines.splitlines():
+        if not line.strip():
+            continue
+        event = json.loads(line)
+        msg = message_class(f"{_META}.WatchEvent")()
+        try:
+            obj = encode(event["object"])
+        except ProtobufError as e:  # an object without a protobuf form: the stream reports it, as the server does
+            event = {"type": "ERROR"}
+            obj = encode({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": 500,
+                          "reason": "InternalError", "message": f"unable to encode watch object: {e}"})
+        msg.type = event["type"]  # type: ignore[attr-defined]
+        msg.object.raw = obj  # type: ignore[attr-defined]
+        raw = msg.SerializeToString()
+        out += len(raw).to_bytes(4, "big") + raw
+    return bytes(out)
+
+
+def read_watch_frames(stream: bytes) -> list[dict[str, Any]]:
+    """The inverse of :func:`watch_frames` (``{"type", "object"}`` per frame); raises ProtobufError."""
+    events = []
+    pos = 0
+    while pos < len(stream):
+        if pos + 4 > len(stream):
+            raise ProtobufError("truncated frame length")
+        size = int.from_bytes(stream[pos:pos + 4], "big")
+        frame = stream[pos + 4:pos + 4 + size]
+        if len(frame) != size:
+            raise ProtobufError("truncated frame")
+        pos += 4 + size
+        try:
+            msg = message_class(f"{_META}.WatchEvent").FromString(frame)
+        except DecodeError as e:
+            raise ProtobufError(f"malformed watch event: {e}") from None
+        events.append({"type": msg.type, "object": decode(msg.object.raw)})  # type: ignore[attr-defined]
+    return events

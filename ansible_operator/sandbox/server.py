@@ -568,10 +568,17 @@ class ApiServer:
             for _, obj in self.store.items(rtype.group_resource, namespace):
                 if accept is None or accept(obj):
                     initial.append(obj)
-        resp = web.StreamResponse(status=200, headers={"Content-Type": JSON, "Cache-Control": "no-cache"})
+        # a client that accepts only protobuf gets length-delimited protobuf frames of the same events
+        as_protobuf = (rtype.builtin and not as_table and not as_partial
+                       and protobuf.accepts_only_protobuf(request.headers.get("Accept", "")))
+        resp = web.StreamResponse(status=200, headers={
+            "Content-Type": protobuf.WATCH_MEDIA_TYPE if as_protobuf else JSON, "Cache-Control": "no-cache"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
         sent_columns = False
+
+        async def write(lines: bytes) -> None:
+            await resp.write(protobuf.watch_frames(lines) if as_protobuf else lines)
 
         def encode(ev_type: str, obj: dict[str, Any], ev: Event | None = None) -> bytes:
             nonlocal sent_columns
@@ -614,7 +621,7 @@ class ApiServer:
         deadline = loop.time() + timeout if timeout is not None else None
         try:
             if error_line is not None:
-                await resp.write(error_line)
+                await write(error_line)
                 return resp
             assert watcher is not None
             chunk = [encode("ADDED", o) for o in initial]
@@ -625,7 +632,7 @@ class ApiServer:
             if _flag(q.get("sendInitialEvents")) and bookmarks:
                 chunk.append(bookmark({"k8s.io/initial-events-end": "true"}))
             if chunk:
-                await resp.write(b"".join(chunk))
+                await write(b"".join(chunk))
             last_bookmark = loop.time()
             while True:
                 now = loop.time()
@@ -643,7 +650,7 @@ class ApiServer:
                     if transport is None or transport.is_closing():
                         break
                     if bookmarks and loop.time() - last_bookmark >= BOOKMARK_INTERVAL:
-                        await resp.write(bookmark())
+                        await write(bookmark())
                         last_bookmark = loop.time()
                     continue
                 if ev is None:  # closed: overflow or shutdown
@@ -662,7 +669,7 @@ class ApiServer:
                     if line is not None:
                         out.append(line)
                 if out:
-                    await resp.write(b"".join(out))
+                    await write(b"".join(out))
                 if closed:
                     break
         except (ConnectionResetError, ConnectionError):

@@ -181,3 +181,26 @@ def test_mutated_bodies_and_odd_objects_only_raise_protobuf_errors():
                 {"spec": {"template": {"spec": {"containers": {"name": "c"}}}}}):
         with pytest.raises(protobuf.ProtobufError):
             protobuf.encode({"apiVersion": "apps/v1", "kind": "Deployment", **odd})
+
+
+def test_watch_streams_length_delimited_protobuf_to_protobuf_only_clients(sandbox: SandboxHandle):
+    import kubernetes
+
+    core = kubernetes.client.CoreV1Api(sandbox.api_client())
+    core.create_namespaced_config_map("default", {"metadata": {"name": "first"}, "data": {"a": "b"}})
+    path = "/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=2&allowWatchBookmarks=false"
+    code, ctype, raw = _request(sandbox, "GET", path, protobuf.MEDIA_TYPE)
+    assert (code, ctype) == (200, protobuf.WATCH_MEDIA_TYPE)
+    events = protobuf.read_watch_frames(raw)
+    names = [(e["type"], e["object"]["kind"], e["object"]["metadata"]["name"]) for e in events]
+    assert ("ADDED", "ConfigMap", "first") in names
+    first = next(e["object"] for e in events if e["object"]["metadata"]["name"] == "first")
+    assert first["data"] == {"a": "b"}
+    # replay from a resourceVersion: the history's events, framed the same way
+    code, _, raw = _request(sandbox, "GET", "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1"
+                            "&timeoutSeconds=1", protobuf.MEDIA_TYPE)
+    replayed = [(e["type"], e["object"]["metadata"]["name"]) for e in protobuf.read_watch_frames(raw)]
+    assert ("ADDED", "first") in replayed
+    # JSON stays the answer for clients that accept it
+    _, ctype, raw = _request(sandbox, "GET", path, f"{protobuf.MEDIA_TYPE}, application/json")
+    assert ctype == "application/json" and b'"first"' in raw
