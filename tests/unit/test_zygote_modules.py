@@ -19,13 +19,13 @@ from ansible_operator.executors.warm import WarmExecutor
 from ansible_operator.executors.zygote_modules import plan_for
 from executor_helpers import started
 
+pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
+
 PROBE_MODULE = '''
 import os
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-
-pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
 
 
 def main():
@@ -127,8 +127,11 @@ def _request(tmp_path: Path, playbook: str, **kw: Any) -> RunRequest:
 
 
 def _strip(value: Any) -> Any:
+    """Without volatile fields, and without a dict that held nothing else (a diff's ``metadata`` is
+    there only when managedFields' time moved to the next second between two writes)."""
     if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items() if k not in VOLATILE}
+        return {k: _strip(v) for k, v in value.items() if k not in VOLATILE
+                and not (isinstance(v, dict) and v and set(v) <= VOLATILE)}
     if isinstance(value, list):
         return [_strip(v) for v in value]
     return value

@@ -16,11 +16,11 @@ from ansible_operator.executors.warm import WarmExecutor
 from ansible_operator.executors.zygote_payloads import PayloadStore, decode_entry, encode_entry, is_fresh
 from executor_helpers import started
 
+pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
+
 MODULE = '''
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.testns.pay.plugins.module_utils.answer import ANSWER
-
-pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
 
 
 def main():
