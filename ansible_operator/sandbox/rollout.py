@@ -66,8 +66,18 @@ def _revision(obj: dict[str, Any], key: str = REVISION) -> int:
         return 0
 
 
+def _without_nulls(value: Any) -> Any:
+    """Go's view of JSON: a null field is an unset one (``creationTimestamp: null`` in templates kubectl sends)."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
 def _without_hash(template: dict[str, Any]) -> dict[str, Any]:
-    t = copy.deepcopy(template)
+    """A pod template as EqualIgnoreHash compares it: no pod-template-hash label, nulls as unset."""
+    t = _without_nulls(copy.deepcopy(template))
     labels = (t.get("metadata") or {}).get("labels")
     if isinstance(labels, dict):
         labels.pop(HASH_LABEL, None)
@@ -221,7 +231,7 @@ class RevisionHistory:
         spec = owner.get("spec") or {}
         data = {"spec": {"template": dict(copy.deepcopy(spec.get("template") or {}), **{"$patch": "replace"})}}
         revisions = _owned(self.api, "apps/controllerrevisions", owner)
-        current = next((r for r in revisions if r.get("data") == data), None)
+        current = next((r for r in revisions if _without_nulls(r.get("data")) == _without_nulls(data)), None)
         top = max((int(r.get("revision") or 0) for r in revisions), default=0)
         if current is None:
             collisions = int((owner.get("status") or {}).get("collisionCount") or 0)

@@ -387,3 +387,24 @@ def test_services_get_endpoints_and_slices_of_ready_pods(api):
     assert len(slices) == 1 and {e.addresses[0] for e in slices[0].endpoints} == pod_ips
     apps.patch_namespaced_deployment_scale("ep", "default", {"spec": {"replicas": 0}})
     wait_for(lambda: not core.read_namespaced_endpoints("ep", "default").subsets)
+
+
+def test_kubectl_rollout_history_undo_and_restart(sandbox):
+    import subprocess
+
+    env = sandbox.kubectl_env()
+
+    def kubectl(*args: str) -> str:
+        proc = subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+    kubectl("create", "deployment", "web", "--image=nginx:1", "--replicas=2")
+    kubectl("rollout", "status", "deployment/web", "--timeout=30s")
+    kubectl("set", "image", "deployment/web", "nginx=nginx:2")
+    kubectl("rollout", "status", "deployment/web", "--timeout=30s")
+    kubectl("rollout", "undo", "deployment/web")  # back to revision 1's ReplicaSet, as revision 3
+    kubectl("rollout", "status", "deployment/web", "--timeout=30s")
+    history = kubectl("rollout", "history", "deployment/web").split("\n")
+    assert [line.split()[0] for line in history[2:] if line.strip()] == ["2", "3"]
+    assert len(kubectl("get", "rs", "-o", "name").split()) == 2
+    assert "nginx:1" in kubectl("get", "deployment", "web", "-o", "jsonpath={.spec.template.spec.containers[0].image}")
