@@ -32,8 +32,16 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import BENCH, NOOP, BenchError, Kube, OperatorProcess, Reaper, SandboxProcess  # noqa: E402
-from harness import ConditionWatcher  # noqa: E402
+from harness import (
+    BENCH,
+    NOOP,
+    BenchError,
+    ConditionWatcher,
+    Kube,
+    OperatorProcess,
+    Reaper,
+    SandboxProcess,
+)
 
 NAMESPACE = "soak"
 RSS_TOLERANCE = 0.10

@@ -6,12 +6,15 @@ burst) names a generation that a successful run really used (``run.json``); runs
 
 from __future__ import annotations
 
+import itertools
 import threading
 from datetime import datetime
-from pathlib import Path
+from typing import Self
 
 import kubernetes
 import pytest
+import urllib3
+from kubernetes.client.rest import ApiException
 
 from tests.faults.conftest import GROUP, PLURAL, VERSION, Cluster, wait_for, widget_watch
 
@@ -48,7 +51,7 @@ class StatusRecorder:
                     self._record(obj)
                     if self._stop.is_set():
                         break
-            except Exception:  # a dropped or expired stream: list again
+            except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError):  # dropped/expired: list again
                 rv = ""
 
     def _record(self, obj: dict) -> None:
@@ -56,7 +59,7 @@ class StatusRecorder:
             if cond.get("type") == "Successful" and cond.get("status") == "True":
                 self.claims.add((obj["metadata"]["name"], int(cond["observedGeneration"])))
 
-    def __enter__(self) -> StatusRecorder:
+    def __enter__(self) -> Self:
         self._thread.start()
         self.ready.wait(30)
         return self
@@ -83,7 +86,7 @@ def test_bursts_of_edits_end_with_status_naming_the_applied_generation(
     for obj in objs:
         name = obj["metadata"]["name"]
         assert obj["metadata"]["generation"] == EDITS + 1
-        wait_for(lambda: (cluster.configmap(NS, f"{name}-out") or {}).get("size") == str(EDITS), 30,
+        wait_for(lambda name=name: (cluster.configmap(NS, f"{name}-out") or {}).get("size") == str(EDITS), 30,
                  what=f"{name}-out shows the last edit")
         runs = op.runs(NS, name)
         applied = {r["generation"] for r in runs if r["result"] == "successful"}
@@ -92,7 +95,7 @@ def test_bursts_of_edits_end_with_status_naming_the_applied_generation(
             f"{name}: status claimed generations no successful run used: {sorted(claimed - applied)}")
         assert EDITS + 1 in applied
         spans = sorted((_ts(r["started"]), _ts(r["finished"])) for r in runs if r.get("finished"))
-        overlaps = sum(1 for (_, end), (start, _) in zip(spans, spans[1:]) if start < end)
+        overlaps = sum(1 for (_, end), (start, _) in itertools.pairwise(spans) if start < end)
         assert overlaps == 0
     figures.update(executor=executor, crs=len(CRS), edits_per_cr=EDITS, final_generation=EDITS + 1,
                    runs=sum(len(op.runs(NS, n)) for n in CRS), false_status_claims=0,
@@ -107,4 +110,4 @@ def _pruned_below(runs: list[dict]) -> set[int]:
 
 
 def _ts(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return datetime.fromisoformat(text)

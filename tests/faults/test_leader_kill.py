@@ -39,9 +39,11 @@ def test_leader_killed_mid_batch_standby_takes_over(cluster: Cluster, operators,
 
     cluster.patch(NS, names[0], {"spec": {"color": "after-kill"}})
     cluster.create(NS, "late", {"color": "late"})
-    lease = wait_for(lambda: (lambda spec: spec if spec.holder_identity and str(standby.proc.pid)
-                              in spec.holder_identity else None)(
-        coordination.read_namespaced_lease(LEASE, NS).spec), 120, what="the stand-by holding the Lease")
+    def standby_holds() -> object:
+        spec = coordination.read_namespaced_lease(LEASE, NS).spec
+        return spec if spec.holder_identity and str(standby.proc.pid) in spec.holder_identity else None
+
+    lease = wait_for(standby_holds, 120, what="the stand-by holding the Lease")
     assert (lease.lease_transitions or 0) > transitions
     cluster.wait_converged(NS, names + ["late"], timeout=300)
     wait_for(lambda: (cluster.configmap(NS, f"{names[0]}-out") or {}).get("color") == "after-kill", 60,

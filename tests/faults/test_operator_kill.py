@@ -76,8 +76,11 @@ def test_sigkill_mid_run_leaves_no_orphan_and_converges_after_restart(
     cluster.wait_converged(ns, [name])
     lines = marker.read_text().splitlines()
     assert len(lines) == 1, f"side effect ran {len(lines)} times: {lines}"
-    runs = wait_for(lambda: (lambda rs: rs if rs and rs[0]["result"] != "running" else None)(
-        again.runs(ns, name)), 30, what="the killed run marked")
+    def killed_run_marked() -> list[dict] | None:
+        runs = again.runs(ns, name)
+        return runs if runs and runs[0]["result"] != "running" else None
+
+    runs = wait_for(killed_run_marked, 30, what="the killed run marked")
     assert runs[0]["result"] == "interrupted", runs[0]
     assert runs[-1]["result"] == "successful"
     again.stop()
