@@ -437,6 +437,7 @@ class Api:
         else:
             raise bad_request(f"unsupported subresource {subresource!r}")
         meta = new["metadata"]
+        sent_managed = meta.get("managedFields") if managed is None else None
         for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace",
                   "name", "generation"):
             if k in old_meta:
@@ -477,7 +478,9 @@ class Api:
         if managed is None:
             manager = managedfields.manager_name(opts.field_manager, opts.user_agent)
             managed = managedfields.record_update(old, new, manager, rtype.api_version,
-                                                  "status" if subresource == "status" else None, _shape(rtype))
+                                                  "status" if subresource == "status" else None, _shape(rtype),
+                                                  sent_managed if sent_managed != old_meta.get("managedFields")
+                                                  else None)
         meta["managedFields"] = managed
         if strip_for_compare(new) == strip_for_compare(self.present(rtype, copy.deepcopy(old))) and \
                 _owners(managed) == _owners(old_meta.get("managedFields")):

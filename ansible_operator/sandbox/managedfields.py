@@ -272,9 +272,17 @@ def _restrict(entries: list[Entry], live: set[Path], subresource: str | None) ->
 
 
 def record_update(old: dict[str, Any] | None, new: dict[str, Any], manager: str, api_version: str,
-                  subresource: str | None, shape: Shape) -> list[dict[str, Any]]:
-    """managedFields after a create/update/patch by ``manager``: it owns what it changed."""
+                  subresource: str | None, shape: Shape, sent: Any = None) -> list[dict[str, Any]]:
+    """managedFields after a create/update/patch by ``manager``: it owns what it changed.
+
+    ``sent`` are the managedFields the request itself carried: when non-empty (and not a subresource write)
+    they replace the stored ones before this write's changes are recorded, as kube-apiserver lets clients
+    rewrite ownership (kubectl's client-side-apply to server-side-apply migration does)."""
     entries = decode(old) if old is not None else []
+    if sent and subresource is None and isinstance(sent, list):
+        given = decode({"metadata": {"managedFields": sent}})
+        if given:
+            entries = given
     new_fields = fields_of(new, shape, subresource)
     if old is None:
         changed = new_fields

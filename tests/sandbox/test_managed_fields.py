@@ -147,3 +147,22 @@ def test_kubectl_server_side_apply_conflict(sandbox):
                              "someone-else", "-f", "-"], input=changed, env=env, capture_output=True, text=True,
                             timeout=60)
     assert forced.returncode == 0, forced.stderr
+
+
+def test_kubectl_migrates_client_side_apply_ownership(sandbox):
+    """kubectl apply --server-side after a client-side apply: a changed value conflicts with
+    "kubectl-client-side-apply"; with the same values it succeeds and kubectl rewrites managedFields (a JSON patch
+    of metadata.managedFields, which the server honours), after which kubectl owns the fields."""
+    env = sandbox.kubectl_env()
+
+    def apply(value: str, *flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["kubectl", "apply", *flags, "-f", "-"], input=json.dumps(_cm("mig", a=value)),
+                              env=env, capture_output=True, text=True, timeout=60)
+    assert apply("1").returncode == 0
+    clash = apply("2", "--server-side")
+    assert clash.returncode != 0 and 'conflict with "kubectl-client-side-apply" using v1' in clash.stderr
+    assert apply("1", "--server-side").returncode == 0
+    managers = subprocess.run(["kubectl", "get", "cm", "mig", "-o", "jsonpath={.metadata.managedFields[*].manager}"],
+                              env=env, capture_output=True, text=True, timeout=60).stdout.split()
+    assert "kubectl-client-side-apply" not in managers and "kubectl" in managers
+    assert apply("3", "--server-side").returncode == 0
