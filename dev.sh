@@ -20,22 +20,36 @@ install_venv() {
   if [ ! -x "$venv/bin/python" ]; then
     "$PY" -m venv "$venv"
   fi
-  local stamp="$venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)-$core"
+  local stamp="$venv/.installed-$(checksum pyproject.toml)-$core"
   if [ ! -f "$stamp" ]; then
-    echo "installing into $venv (ansible-core $core)..." >&2
+    echo "installing into $venv (ansible-core $core; the first time takes about a minute)..." >&2
     "$venv/bin/pip" install --quiet --upgrade pip
-    "$venv/bin/pip" install --quiet -e ".[test]" "ansible-core==$core"
+    # progress on stderr (one line per package); pipefail keeps pip's exit status
+    "$venv/bin/pip" install -e ".[test]" "ansible-core==$core" | { grep -v '^Requirement already' >&2 || true; }
+    "$venv/bin/python" -c "import sys, ansible.release; sys.exit(ansible.release.__version__ != '$core')" \
+      || { echo "$venv does not have ansible-core $core after the install" >&2; exit 1; }
     "$venv/bin/python" scripts/install_kubernetes_core.py >&2
     touch "$stamp"
   fi
 }
 
+# First 16 hex digits of a file's SHA-256 (GNU coreutils on Linux, shasum on macOS).
+checksum() {
+  if command -v sha256sum >/dev/null 2>&1; then sha256sum "$1" | cut -c1-16
+  else shasum -a 256 "$1" | cut -c1-16; fi
+}
+
 install() {
   install_venv "$VENV" "$ANSIBLE_CORE_HIGH"
   if ! command -v kubectl >/dev/null 2>&1; then
-    echo "kubectl not found: installing Debian's kubernetes-client" >&2
-    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq kubernetes-client;
-    else sudo apt-get update -qq && sudo apt-get install -y -qq kubernetes-client; fi
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "kubectl not found: installing Debian's kubernetes-client (apt-get, as root)" >&2
+      apt-get update -qq && apt-get install -y -qq kubernetes-client
+    else
+      echo "kubectl not found: install it (https://kubernetes.io/docs/tasks/tools/; Debian/Ubuntu:" \
+           "sudo apt-get install kubernetes-client; macOS: brew install kubectl) and run again" >&2
+      exit 1
+    fi
   fi
 }
 
