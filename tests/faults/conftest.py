@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,6 +252,12 @@ class Cluster:
                 return None
             raise
 
+    def read(self, ns: str, name: str) -> dict[str, Any]:
+        """The object (it must exist)."""
+        obj = self.get(ns, name)
+        assert obj is not None, f"{ns}/{name} not found"
+        return obj
+
     def patch(self, ns: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return self.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, patch)
 
@@ -272,8 +278,8 @@ class Cluster:
     def wait_converged(self, ns: str, names: list[str], timeout: float = 180.0) -> list[dict[str, Any]]:
         """Every name converged (all at once, so a stuck CR is named in the failure)."""
         def all_done() -> list[dict[str, Any]] | None:
-            objs = [self.converged(ns, n) for n in names]
-            return objs if all(objs) else None
+            objs = [o for o in (self.converged(ns, n) for n in names) if o is not None]
+            return objs if len(objs) == len(names) else None
 
         try:
             return wait_for(all_done, timeout, 0.3, what=f"{names} Successful at their generation")
@@ -425,7 +431,7 @@ FIGURES: dict[str, dict[str, Any]] = {}
 
 
 @pytest.fixture
-def figures(request: pytest.FixtureRequest) -> dict[str, Any]:
+def figures(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     """This test's figures (a dict it fills in); recorded only if the test passes."""
     fig: dict[str, Any] = {}
     yield fig
@@ -435,7 +441,7 @@ def figures(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
     outcome = yield
     rep = outcome.get_result()
     if rep.when == "call":

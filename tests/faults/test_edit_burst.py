@@ -86,8 +86,12 @@ def test_bursts_of_edits_end_with_status_naming_the_applied_generation(
     for obj in objs:
         name = obj["metadata"]["name"]
         assert obj["metadata"]["generation"] == EDITS + 1
-        wait_for(lambda name=name: (cluster.configmap(NS, f"{name}-out") or {}).get("size") == str(EDITS), 30,
-                 what=f"{name}-out shows the last edit")
+        out = f"{name}-out"
+
+        def shows_last_edit(out: str = out) -> bool:
+            return (cluster.configmap(NS, out) or {}).get("size") == str(EDITS)
+
+        wait_for(shows_last_edit, 30, what=f"{out} shows the last edit")
         runs = op.runs(NS, name)
         applied = {r["generation"] for r in runs if r["result"] == "successful"}
         claimed = {g for n, g in claims if n == name}

@@ -100,7 +100,7 @@ def test_secret_values_never_leak(cluster: Cluster, operators, cap: str, figures
         assert base64.b64decode(written["shared"]).decode() == secret_value
     places = {
         "operator stdout": op.logs(),
-        "status": json.dumps([cluster.get(ns, n)["status"] for n in names]),
+        "status": json.dumps([cluster.read(ns, n)["status"] for n in names]),
         "events": json.dumps(kubernetes.client.ApiClient().sanitize_for_serialization(
             cluster.core.list_namespaced_event(ns).items)),
         "runs output": runs_output(op, ns),

@@ -8,6 +8,7 @@ artifacts are removed, and the operator got a 410 and re-listed."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ NS = "gap"
 
 
 @pytest.fixture(scope="module")
-def proxy(cluster: Cluster) -> CutProxy:
+def proxy(cluster: Cluster) -> Iterator[CutProxy]:
     p = CutProxy(cluster.handle.sandbox.port).start()
     yield p
     p.close()
@@ -34,7 +35,7 @@ def test_deletes_recreates_and_edits_during_a_410_gap_converge(cluster: Cluster,
     for name in ("keep", "gone", "reborn", "steady"):
         cluster.create(NS, name, {"color": "first"})
     cluster.wait_converged(NS, ["keep", "gone", "reborn", "steady"])
-    old_reborn_uid = cluster.get(NS, "reborn")["metadata"]["uid"]
+    old_reborn_uid = cluster.read(NS, "reborn")["metadata"]["uid"]
     gone_artifacts = op.artifacts / GROUP / VERSION / KIND / NS / "gone"
     assert any(gone_artifacts.glob("*/run.json"))
     lists_before, expired_before = proxy.relists(), proxy.expired
