@@ -386,7 +386,7 @@ class Api:
         self._check_crd(rtype, obj)
         manager = managedfields.manager_name(opts.field_manager, opts.user_agent)
         obj["metadata"]["managedFields"] = (
-            managedfields.created_by_apply(obj, manager, rtype.api_version, _shape(rtype)) if applied else
+            managedfields.created_by_apply(body, manager, rtype.api_version, _shape(rtype)) if applied else
             managedfields.record_update(None, obj, manager, rtype.api_version, None, _shape(rtype)))
         if self.lifecycle is not None:
             self.lifecycle.on_create(rtype, obj)

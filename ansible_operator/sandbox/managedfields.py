@@ -346,8 +346,9 @@ def apply(current: dict[str, Any], merged: dict[str, Any], applied: dict[str, An
     return result
 
 
-def created_by_apply(obj: dict[str, Any], manager: str, api_version: str, shape: Shape) -> list[dict[str, Any]]:
-    e = Entry(manager, "Apply", api_version, "", now_rfc3339(), fields_of(obj, shape))
+def created_by_apply(applied: dict[str, Any], manager: str, api_version: str, shape: Shape) -> list[dict[str, Any]]:
+    """The managedFields of an object an apply created: the manager owns what it applied (not the defaults)."""
+    e = Entry(manager, "Apply", api_version, "", now_rfc3339(), fields_of(applied, shape))
     return encode([e])
 
 

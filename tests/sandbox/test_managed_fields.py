@@ -166,3 +166,12 @@ def test_kubectl_migrates_client_side_apply_ownership(sandbox):
                               env=env, capture_output=True, text=True, timeout=60).stdout.split()
     assert "kubectl-client-side-apply" not in managers and "kubectl" in managers
     assert apply("3", "--server-side").returncode == 0
+
+
+def test_apply_that_creates_owns_only_what_it_applied(api):
+    body = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc"},
+            "spec": {"ports": [{"port": 80, "protocol": "TCP"}], "selector": {"app": "x"}}}
+    created = _apply(api, "/api/v1/namespaces/default/services/svc", body, "roles")
+    fields = _entries(created)[("roles", "Apply")]["fieldsV1"]
+    assert set(fields["f:spec"]) == {"f:ports", "f:selector"}  # not f:type, f:clusterIP, f:sessionAffinity...
+    assert created["spec"]["type"] == "ClusterIP"  # defaulted, owned by nobody
