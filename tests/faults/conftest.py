@@ -45,7 +45,13 @@ GROUP, VERSION, PLURAL, KIND = "test.ansible-operator.dev", "v1", "widgets", "Wi
 WIDGETS_PATH = f"/apis/{GROUP}/{VERSION}/"
 NAMESPACE = "faults"
 
-pytestmark = pytest.mark.e2e
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every fault test starts a sandbox and operators: mark them ``e2e`` (``-m "not e2e"`` skips them)."""
+    for item in items:
+        if HERE in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.e2e)
 
 
 # ------------------------------------------------------------------------------------------------ waiting
