@@ -17,7 +17,7 @@ import yaml
 
 from .conftest import GROUP, KIND, NAMESPACE, VERSION, Cluster, wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.ansible_versions]  # on the lowest ansible-core too
 
 USER_OBJECTS = ("user-settings", "user-applied", "user-patched")
 

@@ -34,8 +34,6 @@ from typing import Any, Iterator
 
 import kubernetes
 import pytest
-import yaml
-from kubernetes.client.rest import ApiException
 
 from ansible_operator.sandbox.testing import start_in_thread, wait_for
 
