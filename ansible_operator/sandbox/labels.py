@@ -91,7 +91,7 @@ def validate_annotations(annotations: Any, path: str = "metadata.annotations") -
     total = 0
     for k, v in annotations.items():
         out.extend(schema.invalid(path, k, d) for d in qualified_name_errors(str(k).lower()))
-        total += len(str(k)) + len(str(v) if v is not None else "")
+        total += len(str(k).encode()) + len((str(v) if v is not None else "").encode())  # bytes, as Go len()
     if total > ANNOTATIONS_MAX_BYTES:
         out.append(schema.FieldError("FieldValueTooLong", path,
                                      f"Too long: may not be more than {ANNOTATIONS_MAX_BYTES} bytes"))
