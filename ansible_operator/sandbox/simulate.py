@@ -4,11 +4,18 @@ Roles under test wait for Deployments to become Available, Jobs to complete and 
 containers exist here, so these controllers write the status a healthy cluster converges to, shortly
 (:data:`DELAY`) after each change:
 
-* Deployment / StatefulSet / ReplicaSet / DaemonSet: ``observedGeneration`` and all replicas ready
-  (Deployment: ``Available`` and ``Progressing`` conditions); scaling to 0 works. With the fail annotation
-  (below) a Deployment/StatefulSet never gets ready (Deployment: ``Available=False``,
+* Deployment / StatefulSet / ReplicaSet / ReplicationController / DaemonSet: ``observedGeneration`` and all
+  replicas ready (Deployment: ``Available`` and ``Progressing`` conditions); scaling to 0 works. With the fail
+  annotation (below) a Deployment/StatefulSet never gets ready (Deployment: ``Available=False``,
   ``ProgressDeadlineExceeded``), like a crash-looping rollout. A StatefulSet's
   ``volumeClaimTemplates`` produce PVCs ``<template>-<statefulset>-<ordinal>`` as the real controller does.
+  Deployments keep ReplicaSets with revisions, StatefulSets/DaemonSets ControllerRevisions (:mod:`rollout`);
+  the workloads create their Pods (:mod:`pods`); a template naming a missing ServiceAccount stalls the
+  rollout as admission would.
+* Pod: scheduled on the one Node, ``Running`` and Ready (a Job's pods ``Succeeded``).
+* Service: Endpoints and an EndpointSlice of its ready Pods (:mod:`endpoints`).
+* Cluster objects (:mod:`cluster`): the ``default`` ServiceAccount and ``kube-root-ca.crt`` in every namespace,
+  the ``kubernetes`` Service, the Node.
 * Job: ``startTime``/``active``, then ``succeeded`` with ``Complete`` (and ``completionTime``). With the
   annotation ``sandbox.ansible-operator.dev/fail: "true"`` the Job fails instead (``Failed``,
   ``BackoffLimitExceeded``) so failure paths are testable. ``spec.suspend: true`` keeps it idle.
