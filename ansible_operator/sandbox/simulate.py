@@ -13,7 +13,8 @@ containers exist here, so these controllers write the status a healthy cluster c
   the workloads create their Pods (:mod:`pods`); a template naming a missing ServiceAccount stalls the
   rollout as admission would.
 * Pod: scheduled on the one Node, ``Running`` and Ready (a Job's pods ``Succeeded``).
-* Service: Endpoints and an EndpointSlice of its ready Pods (:mod:`endpoints`).
+* Service: Endpoints and an EndpointSlice of its ready Pods (:mod:`endpoints`); PodDisruptionBudget: status
+  from the Pods it selects (:mod:`disruption`).
 * Cluster objects (:mod:`cluster`): the ``default`` ServiceAccount and ``kube-root-ca.crt`` in every namespace,
   the ``kubernetes`` Service, the Node.
 * Job: ``startTime``/``active``, then ``succeeded`` with ``Complete`` (and ``completionTime``). With the
@@ -40,6 +41,7 @@ from ansible_operator.sandbox.api import Api
 from ansible_operator.sandbox.cluster import (DEFAULT_SERVICE_ACCOUNT, NODE_IP, NODE_NAME, ROOT_CA_CONFIGMAP,
                                               ClusterObjects)
 from ansible_operator.sandbox.errors import ApiError
+from ansible_operator.sandbox.disruption import DisruptionControl
 from ansible_operator.sandbox.endpoints import EndpointsControl
 from ansible_operator.sandbox.pods import PodControl
 from ansible_operator.sandbox.rollout import CR_HASH_LABEL, DeploymentRollout, RevisionHistory
@@ -56,7 +58,7 @@ FAIL_ANNOTATION = "sandbox.ansible-operator.dev/fail"
 _WORKLOADS = {"apps/deployments", "apps/statefulsets", "apps/replicasets", "apps/daemonsets",
               "/replicationcontrollers"}
 _SIMULATED = _WORKLOADS | {"batch/jobs", "/persistentvolumeclaims", "/pods"}
-_ENDPOINTS = "endpoints-controller"  # scheduling key of a namespace's Endpoints/EndpointSlice sync
+_ENDPOINTS = "endpoints-controller"  # scheduling key of a namespace's Endpoints/EndpointSlice/PDB status sync
 
 
 def _omit_zero(d: dict[str, Any]) -> dict[str, Any]:
@@ -79,6 +81,7 @@ class Simulator:
         self._history = RevisionHistory(api)
         self._pods = PodControl(api)
         self._endpoints = EndpointsControl(api)
+        self._disruption = DisruptionControl(api)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -109,7 +112,7 @@ class Simulator:
         if not self._running:
             return
         self._cluster_event(ev)
-        if ev.group_resource in ("/services", "/pods"):
+        if ev.group_resource in ("/services", "/pods", "policy/poddisruptionbudgets"):
             self._schedule((_ENDPOINTS, ev.namespace, ""))
         if ev.group_resource == "/serviceaccounts" and ev.type == "ADDED":
             # pods refused for want of this ServiceAccount can be created now
@@ -167,8 +170,9 @@ class Simulator:
         if key[0] == _ENDPOINTS:
             try:
                 self._endpoints.sync_namespace(key[1])
+                self._disruption.sync_namespace(key[1])
             except Exception:
-                log.exception("simulated endpoints controller for %s failed", key[1])
+                log.exception("simulated endpoints/disruption controllers for %s failed", key[1])
             return
         obj = self.store.get(key)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):

@@ -408,3 +408,19 @@ def test_kubectl_rollout_history_undo_and_restart(sandbox):
     assert [line.split()[0] for line in history[2:] if line.strip()] == ["2", "3"]
     assert len(kubectl("get", "rs", "-o", "name").split()) == 2
     assert "nginx:1" in kubectl("get", "deployment", "web", "-o", "jsonpath={.spec.template.spec.containers[0].image}")
+
+
+def test_pod_disruption_budget_status_follows_the_pods(api):
+    apps = kubernetes.client.AppsV1Api(api)
+    policy = kubernetes.client.PolicyV1Api(api)
+    apps.create_namespaced_deployment("default", _deploy("pdb"))  # 2 replicas
+    policy.create_namespaced_pod_disruption_budget("default", {"metadata": {"name": "pdb"}, "spec": {
+        "minAvailable": 1, "selector": {"matchLabels": {"app": "pdb"}}}})
+    pdb = wait_for(lambda: (p := policy.read_namespaced_pod_disruption_budget("pdb", "default")).status
+                   .current_healthy == 2 and p)
+    assert (pdb.status.expected_pods, pdb.status.desired_healthy, pdb.status.disruptions_allowed) == (2, 1, 1)
+    assert pdb.status.conditions[0].type == "DisruptionAllowed" and pdb.status.conditions[0].status == "True"
+    policy.patch_namespaced_pod_disruption_budget("pdb", "default", {"spec": {"minAvailable": "100%"}})
+    pdb = wait_for(lambda: (p := policy.read_namespaced_pod_disruption_budget("pdb", "default")).status
+                   .observed_generation == p.metadata.generation and p)
+    assert pdb.status.disruptions_allowed == 0 and pdb.status.conditions[0].reason == "InsufficientPods"
