@@ -586,6 +586,44 @@ class Api:
         result = self.lifecycle.delete(rtype, self.key(rtype, namespace, name), policy or "Background")
         return self.present(rtype, result)
 
+    def evict(self, rtype: ResourceType, namespace: str | None, name: str, body: Any,
+              opts: WriteOptions) -> dict[str, Any]:
+        """POST pods/<name>/eviction: delete the Pod unless a PodDisruptionBudget selecting it allows no
+        disruption (429 as the eviction REST does); the budget's ``disruptionsAllowed`` is spent at once."""
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request was not a JSON object")
+        meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        if meta.get("name") not in (None, "", name):
+            raise bad_request(f"name in URL does not match name in Eviction object")
+        pod = self._require(rtype, namespace, name)
+        options = body.get("deleteOptions") if isinstance(body.get("deleteOptions"), dict) else {}
+        phase = (pod.get("status") or {}).get("phase")
+        pod_labels = (pod.get("metadata") or {}).get("labels") or {}
+        pdb_type = self.registry.get("policy", "v1", "poddisruptionbudgets")
+        budgets = [] if pdb_type is None or phase in ("Succeeded", "Failed", "Pending") else [
+            b for _, b in self.store.items("policy/poddisruptionbudgets", namespace)
+            if selectors.matches_label_selector((b.get("spec") or {}).get("selector"), pod_labels)]
+        if len(budgets) > 1:
+            raise ApiError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the eviction "
+                                                 "subresource does not support.")
+        if budgets and not opts.dry_run:
+            pdb = copy.deepcopy(budgets[0])
+            status = pdb.get("status") or {}
+            if int(status.get("disruptionsAllowed") or 0) <= 0:
+                raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption "
+                                                       "budget.",
+                               {"causes": [{"reason": "DisruptionBudget", "message": (
+                                   f"The disruption budget {pdb['metadata']['name']} needs "
+                                   f"{status.get('desiredHealthy', 0)} healthy pods and has "
+                                   f"{status.get('currentHealthy', 0)} currently")}]})
+            status["disruptionsAllowed"] = int(status["disruptionsAllowed"]) - 1
+            status.setdefault("disruptedPods", {})[name] = now_rfc3339()
+            pdb["status"] = status
+            assert pdb_type is not None
+            self.update(pdb_type, namespace, pdb["metadata"]["name"], pdb, "status", opts)
+        self.delete(rtype, namespace, name, options, opts.dry_run)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
     def refuse_subresource(self, rtype: ResourceType, namespace: str | None, name: str | None, sub: str) -> None:
         """Raise for a subresource the sandbox does not serve: a clear Status for the ones that need containers
         (log, exec, attach, portforward, proxy) once the object exists, a plain 404 for anything else."""

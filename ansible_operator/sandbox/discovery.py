@@ -55,6 +55,8 @@ def _subresource(t: ResourceType, sub: str) -> tuple[tuple[str, str, str], list[
         return (t.group, t.version, t.kind), ["update"]
     if sub == "token":  # TokenRequest (sandbox/auth.py)
         return ("authentication.k8s.io", "v1", "TokenRequest"), ["create"]
+    if sub == "eviction":  # pods/eviction (Api.evict)
+        return ("policy", "v1", "Eviction"), ["create"]
     return (t.group, t.version, t.kind), ["get", "patch", "update"]
 
 

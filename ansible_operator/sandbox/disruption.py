@@ -12,28 +12,9 @@ import math
 from typing import Any
 
 from ansible_operator.sandbox.api import Api
+from ansible_operator.sandbox.selectors import matches_label_selector as selects
 from ansible_operator.sandbox.errors import ApiError
 from ansible_operator.sandbox.timeutil import now_rfc3339
-
-
-def selects(selector: Any, labels: dict[str, Any]) -> bool:
-    """metav1.LabelSelector matching (an empty selector selects everything, a missing one nothing)."""
-    if not isinstance(selector, dict):
-        return False
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
 
 
 def _healthy(pod: dict[str, Any]) -> bool:

@@ -527,3 +527,23 @@ def parse_field_selector(s: str | None, allowed: set[str] | None = None) -> Obje
         return True
 
     return matches
+
+
+def matches_label_selector(selector: Any, labels: dict[str, Any]) -> bool:
+    """A ``metav1.LabelSelector`` object against labels: an empty selector selects everything, none nothing."""
+    if not isinstance(selector, dict):
+        return False
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True

@@ -253,6 +253,12 @@ class ApiServer:
             raw = await request.read()
             body = decode_body(raw, request.content_type or JSON) if raw.strip() else {}
             return _json(self.authenticator.token_request(route.namespace, route.name, body), 201)
+        if route.sub == "eviction":  # pods/<name>/eviction: create only
+            if method != "POST":
+                raise method_not_allowed()
+            assert route.name is not None
+            return _json(self.api.evict(route.rtype, route.namespace, route.name, await self._body(request),
+                                        self._write_opts(request)), 201)
         if method == "POST" and route.name is None:
             if route.rtype.namespaced and route.namespace is None:
                 raise method_not_allowed()

@@ -424,3 +424,28 @@ def test_pod_disruption_budget_status_follows_the_pods(api):
     pdb = wait_for(lambda: (p := policy.read_namespaced_pod_disruption_budget("pdb", "default")).status
                    .observed_generation == p.metadata.generation and p)
     assert pdb.status.disruptions_allowed == 0 and pdb.status.conditions[0].reason == "InsufficientPods"
+
+
+def test_eviction_respects_disruption_budgets_and_kubectl_drain(api, sandbox):
+    import subprocess
+
+    apps = kubernetes.client.AppsV1Api(api)
+    core = kubernetes.client.CoreV1Api(api)
+    policy = kubernetes.client.PolicyV1Api(api)
+    apps.create_namespaced_deployment("default", _deploy("ev"))  # 2 replicas
+    policy.create_namespaced_pod_disruption_budget("default", {"metadata": {"name": "ev"}, "spec": {
+        "minAvailable": 1, "selector": {"matchLabels": {"app": "ev"}}}})
+    wait_for(lambda: policy.read_namespaced_pod_disruption_budget("ev", "default").status.disruptions_allowed == 1)
+    first, second = sorted(p.metadata.name for p in core.list_namespaced_pod("default", label_selector="app=ev").items)
+    core.create_namespaced_pod_eviction(first, "default", {"metadata": {"name": first, "namespace": "default"}})
+    with pytest.raises(kubernetes.client.ApiException) as e:  # the budget is spent until a replacement is ready
+        core.create_namespaced_pod_eviction(second, "default", {"metadata": {"name": second}})
+    assert e.value.status == 429 and "disruption budget" in e.value.body
+    wait_for(lambda: policy.read_namespaced_pod_disruption_budget("ev", "default").status.disruptions_allowed == 1)
+    core.create_namespaced_pod_eviction(second, "default", {"metadata": {"name": second}})
+    env = sandbox.kubectl_env()
+    drain = subprocess.run(["kubectl", "drain", "sandbox-node", "--ignore-daemonsets", "--timeout=60s"], env=env,
+                           capture_output=True, text=True, timeout=90)
+    assert drain.returncode == 0, drain.stderr
+    assert core.read_node("sandbox-node").spec.unschedulable is True
+    subprocess.run(["kubectl", "uncordon", "sandbox-node"], env=env, check=True, capture_output=True, timeout=60)
