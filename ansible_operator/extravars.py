@@ -18,13 +18,16 @@ Security (differences from the SDK, see docs/status.md and docs/watches.md):
   author's and stay trusted.
 * A spec field that would become a top-level ``ansible_*`` variable (``ansiblePythonInterpreter``,
   ``ansible_become``, ``ansible_connection`` ...) is refused with ``RefusedVariable``: such variables change
-  how Ansible connects and executes, which a CR author must never control. So is every other name
-  ansible-core reserves (:func:`reserved_names`, read from ansible-core itself: its magic variables such as
-  ``inventory_hostname``, ``hostvars``, ``groups``, ``playbook_dir``, ``role_path``; its template globals such
-  as ``omit``, ``lookup``, ``query``; and its playbook keywords such as ``name``, ``port``, ``environment``,
-  which ``ansible-playbook`` itself warns about), in the form the role would see it (``inventoryHostname``
-  becomes ``inventory_hostname`` with snakeCaseParameters). A spec field ``omit`` would replace Ansible's
-  omit placeholder, so ``default(omit)`` would write the CR's value instead of leaving the field out.
+  how Ansible connects and executes, which a CR author must never control. So is every name ansible-core
+  gives a meaning of its own (:func:`reserved_names`, read from ansible-core itself): its magic variables
+  (``inventory_hostname``, ``hostvars``, ``groups``, ``playbook_dir``, ``role_path`` ...) and its own template
+  globals (``omit``, ``lookup``, ``query``, ``q``, ``now``, ``undef``), in the form the role would see it
+  (``inventoryHostname`` becomes ``inventory_hostname`` with snakeCaseParameters). A spec field ``omit``
+  would replace Ansible's omit placeholder, so ``default(omit)`` would write the CR's value instead of
+  leaving the field out. Playbook keywords (``name``, ``port``, ``environment``, ``timeout`` ...) and Jinja's
+  own globals (``namespace``, ``range``, ``dict`` ...) stay allowed, as in Ansible and the Operator SDK:
+  they are common spec field names, setting them as variables changes no keyword, and ``ansible-playbook``
+  itself only warns about them (its warning appears in the run's output).
   Top-level names that are not Python identifiers (``"888"``, ``"a.b"`` with snakeCaseParameters off) are
   passed through like the SDK does: Ansible accepts them and roles can read them as ``vars['888']``.
 * Two spec keys that convert to the same snake_case name (``fooBar`` and ``foo_bar``) are refused too:
@@ -206,11 +209,6 @@ _RESERVED_SCRIPT = """
 import json
 names = set()
 try:
-    from ansible.vars.reserved import get_reserved_names
-    names.update(get_reserved_names())
-except Exception:
-    pass
-try:
     import ansible.constants as C
     names.update(getattr(C, "INTERNAL_STATIC_VARS", ()))
 except Exception:
@@ -220,10 +218,11 @@ try:
     names.update(Host("localhost").get_magic_vars())
 except Exception:
     pass
-try:  # template globals (lookup, query, q, now, undef...); get_reserved_names has them only since 2.19
+try:  # Ansible's own template globals (omit, lookup, query, q, now, undef), not Jinja's defaults
+    from jinja2.defaults import DEFAULT_NAMESPACE
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar
-    names.update(Templar(loader=DataLoader()).environment.globals)
+    names.update(set(Templar(loader=DataLoader()).environment.globals) - set(DEFAULT_NAMESPACE))
 except Exception:
     pass
 print(json.dumps(sorted(str(n) for n in names)))
@@ -232,7 +231,7 @@ _DOCUMENTED_MAGIC = frozenset({
     # Ansible's "Special variables" page, in case an ansible-core release moves the lists read above.
     "omit", "hostvars", "groups", "group_names", "inventory_hostname", "inventory_hostname_short",
     "inventory_dir", "inventory_file", "playbook_dir", "play_hosts", "role_name", "role_names", "role_path",
-    "role_uuid", "environment", "vars",
+    "role_uuid", "vars", "lookup", "query", "q",
 })
 _reserved: frozenset[str] | None = None
 
@@ -242,14 +241,14 @@ def _parse_reserved(output: str) -> frozenset[str]:
         names = json.loads(output)
     except ValueError:
         names = []
-    if not isinstance(names, list) or len(names) < 20:
+    if not isinstance(names, list) or len(names) < 10:
         raise RuntimeError("could not read the reserved variable names from ansible-core"
                            f" ({sys.executable}): {output.strip()[:200]!r}")
     return frozenset(str(n) for n in names) | _DOCUMENTED_MAGIC
 
 
 def reserved_names() -> frozenset[str]:
-    """Every variable name ansible-core reserves (magic variables, template globals, playbook keywords).
+    """Every variable name ansible-core gives a meaning of its own (magic variables, its template globals).
 
     Read once per process from the ansible-core the runs use (same interpreter), in a child process so the
     operator does not keep all of Ansible imported. Blocking on first use: the operator calls
@@ -305,8 +304,8 @@ def build_extra_vars(
             )
         if isinstance(var, str) and var in reserved:
             raise RefusedVariable(
-                f"spec.{key} would set {var!r}, a name Ansible reserves (a magic variable, template global or"
-                " playbook keyword); spec fields must not override it: rename the field",
+                f"spec.{key} would set {var!r}, a name Ansible reserves (a magic variable or template global);"
+                " spec fields must not override it: rename the field",
                 spec_key=f"spec.{key}", variable=var,
             )
     out: dict[str, Any] = {k: wrap(v) for k, v in params.items()}

@@ -271,7 +271,7 @@ def test_unsafe_strings_are_not_templated_by_real_ansible(tmp_path: Path) -> Non
     ("rolePath", "role_path", True),
     ("lookup", "lookup", True),
     ("query", "query", True),
-    ("environment", "environment", True),
+    ("now", "now", True),
 ])
 def test_refuses_reserved_and_magic_variable_names(spec_key: str, variable: str, snake: bool) -> None:
     with pytest.raises(RefusedVariable) as exc:
@@ -282,17 +282,25 @@ def test_refuses_reserved_and_magic_variable_names(spec_key: str, variable: str,
 
 
 def test_reserved_names_come_from_ansible_core_itself() -> None:
-    from ansible.vars.reserved import get_reserved_names
-
     import ansible.constants as C
+    from ansible.inventory.host import Host
     from ansible_operator.extravars import reserved_names
 
     names = reserved_names()
-    assert set(get_reserved_names()) <= names
     assert set(getattr(C, "INTERNAL_STATIC_VARS", ())) <= names
-    assert {"omit", "inventory_hostname", "hostvars"} <= names
-    # the usual spec fields stay usable
+    assert set(Host("localhost").get_magic_vars()) <= names
+    assert {"omit", "inventory_hostname", "hostvars", "lookup", "query", "undef"} <= names
+    # the usual spec fields stay usable, playbook keywords and Jinja's own globals included (SDK projects
+    # commonly have spec.port, spec.name, spec.namespace, spec.environment; Ansible only warns about them)
     assert not {"size", "image", "replicas", "color", "ansible_operator_meta"} & names
+    assert not {"name", "port", "namespace", "environment", "timeout", "tags", "range"} & names
+
+
+@pytest.mark.parametrize("spec_key", ["port", "name", "namespace", "environment", "timeout"])
+def test_playbook_keywords_and_jinja_globals_stay_usable(spec_key: str) -> None:
+    result = build_extra_vars(cr({spec_key: "x"}), watch_vars={}, snake_case=True, mark_unsafe=False,
+                              group="g.io", kind="K")
+    assert result[spec_key] == "x"
 
 
 async def test_load_reserved_names_matches_the_blocking_one(monkeypatch: pytest.MonkeyPatch) -> None:
