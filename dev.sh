@@ -4,6 +4,7 @@
 #   ./dev.sh test   install everything into .venv and run the whole test suite
 #   ./dev.sh test-ansible-low   the executor and e2e tests marked `ansible_versions` again, on the lowest
 #                   supported ansible-core (ANSIBLE_CORE_LOW, own venv under .venvs/); .ci/run runs both
+#   ./dev.sh lint   the static checks: ruff, mypy and the import-linter layer contracts (pyproject.toml)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -82,11 +83,20 @@ case "$cmd" in
     if [ "$rc" = 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi
     exit "$rc"
     ;;
+  lint)
+    install
+    # All three run; any failing fails the command (the tool output says which).
+    rc=0
+    "$VENV/bin/ruff" check ansible_operator tests bench scripts || rc=1
+    "$VENV/bin/mypy" || rc=1
+    "$VENV/bin/lint-imports" --no-cache || rc=1
+    exit "$rc"
+    ;;
   install)
     install
     ;;
   *)
-    echo "usage: ./dev.sh demo|test|test-ansible-low|install [args...]" >&2
+    echo "usage: ./dev.sh demo|test|test-ansible-low|lint|install [args...]" >&2
     exit 2
     ;;
 esac

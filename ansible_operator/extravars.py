@@ -43,9 +43,8 @@ import subprocess
 import sys
 from typing import Any, Mapping
 
-import yaml
-from yaml.nodes import ScalarNode
-from yaml.resolver import Resolver
+# Unsafe and the YAML dump belong to the executors layer (they write env/extravars); re-exported here.
+from ansible_operator.executors.varsfile import Unsafe, dump
 
 __all__ = [
     "Unsafe",
@@ -59,15 +58,6 @@ __all__ = [
     "load_reserved_names",
     "dump",
 ]
-
-
-class Unsafe(str):
-    """A string Ansible must never template (it came from a custom resource)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return f"Unsafe({str.__repr__(self)})"
 
 
 class RefusedVariable(ValueError):
@@ -324,42 +314,3 @@ def build_extra_vars(
     for k, v in (finalizer_vars or {}).items():
         out[k] = v
     return out
-
-
-# ---- YAML for env/extravars -----------------------------------------------------------------------
-
-_RESOLVER = Resolver()
-_STR_TAG = "tag:yaml.org,2002:str"
-
-
-class _Dumper(yaml.SafeDumper):
-    """SafeDumper that writes ``Unsafe`` strings with Ansible's ``!unsafe`` tag."""
-
-
-def _represent_unsafe(dumper: _Dumper, data: Unsafe) -> ScalarNode:
-    text = str(data)
-    # Ansible's !unsafe constructor re-runs implicit resolution on the scalar, so `!unsafe "yes"` would load
-    # as True and `!unsafe ''` as None. Strings that resolve to a non-string type cannot contain a template
-    # (those YAML patterns have no braces), so they are written as ordinary quoted strings instead.
-    if _RESOLVER.resolve(ScalarNode, text, (True, False)) != _STR_TAG:
-        return dumper.represent_str(text)
-    # The emitter falls back to a quoted style by itself where a block or single quotes cannot represent
-    # the text exactly (keys, trailing spaces, control characters).
-    style = "|" if "\n" in text else "'"
-    return dumper.represent_scalar("!unsafe", text, style=style)
-
-
-_Dumper.add_representer(Unsafe, _represent_unsafe)
-_Dumper.add_representer(tuple, yaml.SafeDumper.represent_list)
-
-
-def dump(extra_vars: Mapping[str, Any]) -> str:
-    """YAML text for ``env/extravars`` (the caller writes it 0600). ``Unsafe`` strings get ``!unsafe``."""
-    return str(yaml.dump(
-        dict(extra_vars),
-        Dumper=_Dumper,
-        default_flow_style=False,
-        sort_keys=False,
-        allow_unicode=True,
-        width=float("inf"),
-    ))

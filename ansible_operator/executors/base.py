@@ -29,7 +29,7 @@ class RunRequest:
     private_data_dir: Path
     """Private to this run; the executor creates it (inventory, env/extravars, project)."""
     extra_vars: Mapping[str, Any]
-    """May contain ``extravars.Unsafe`` strings; written to a 0600 file, never on a command line."""
+    """May contain ``varsfile.Unsafe`` strings; written to a 0600 file, never on a command line."""
     playbook: Path | None = None
     role: str | None = None
     """A role directory path or a collection FQCN (``namespace.collection.role``)."""

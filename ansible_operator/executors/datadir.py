@@ -5,7 +5,7 @@ Both executors run from the same layout, so a run can be inspected (or re-run by
 
     <private_data_dir>/            0700
       inventory/hosts              localhost, local connection, this interpreter
-      env/extravars                0600  the run's extra vars as YAML (``!unsafe`` tags from extravars.dump)
+      env/extravars                0600  the run's extra vars as YAML (``!unsafe`` tags from varsfile.dump)
       env/envvars                  0600  the environment additions below, as JSON (ansible-runner reads it)
       project/main.yml             only for a role: the play Operator SDK generates for it
       artifacts/<run_id>/          written by the run (ansible-runner's layout)
@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from ansible_operator import extravars
+from ansible_operator.executors import varsfile
 from ansible_operator.executors.base import RunRequest
 
 __all__ = ["PreparedRun", "new_run_id", "prepare", "render_extravars", "role_play"]
@@ -74,8 +74,8 @@ class PreparedRun:
 
 
 def render_extravars(extra_vars: Mapping[str, Any]) -> str:
-    """YAML for ``env/extravars``; ``extravars.dump`` writes ``Unsafe`` values with ``!unsafe`` tags."""
-    return extravars.dump(extra_vars)
+    """YAML for ``env/extravars``; ``varsfile.dump`` writes ``Unsafe`` values with ``!unsafe`` tags."""
+    return varsfile.dump(extra_vars)
 
 
 def _gather_facts(env: Mapping[str, str]) -> bool:
