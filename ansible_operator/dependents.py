@@ -454,8 +454,9 @@ class DependentWatcher:
     def _enqueue(self, owners: Iterable[OwnerKey], why: str, obj: Mapping[str, Any] | None) -> None:
         meta = (obj or {}).get("metadata") or {}
         for api_version, kind, namespace, name in sorted(owners, key=lambda o: (o[0], o[1], o[2] or "", o[3])):
+            dependent_ns = meta.get("namespace")
             log.info("re-queue %s %s/%s: dependent %s %s", kind, namespace or "", name, why,
-                     f"{meta.get('namespace') + '/' if meta.get('namespace') else ''}{meta.get('name', '')}")
+                     f"{dependent_ns + '/' if dependent_ns else ''}{meta.get('name', '')}")
             try:
                 self._enqueue_fn(api_version, kind, namespace, name)
             except Exception:

@@ -7,7 +7,7 @@ The contract between the runner (``extravars`` builds the values) and the execut
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 from yaml.nodes import ScalarNode
@@ -28,6 +28,8 @@ class Unsafe(str):
 # ---- YAML for env/extravars -----------------------------------------------------------------------
 
 _RESOLVER = Resolver()
+# types-PyYAML leaves Resolver.resolve unannotated: (node kind, scalar text, (implicit, quoted)) -> tag.
+_resolve_tag: Callable[[type[ScalarNode], str, tuple[bool, bool]], str] = _RESOLVER.resolve
 _STR_TAG = "tag:yaml.org,2002:str"
 
 
@@ -40,7 +42,7 @@ def _represent_unsafe(dumper: _Dumper, data: Unsafe) -> ScalarNode:
     # Ansible's !unsafe constructor re-runs implicit resolution on the scalar, so `!unsafe "yes"` would load
     # as True and `!unsafe ''` as None. Strings that resolve to a non-string type cannot contain a template
     # (those YAML patterns have no braces), so they are written as ordinary quoted strings instead.
-    if _RESOLVER.resolve(ScalarNode, text, (True, False)) != _STR_TAG:
+    if _resolve_tag(ScalarNode, text, (True, False)) != _STR_TAG:
         return dumper.represent_str(text)
     # The emitter falls back to a quoted style by itself where a block or single quotes cannot represent
     # the text exactly (keys, trailing spaces, control characters).

@@ -233,11 +233,11 @@ def _plain_display_until_callback_loads(module: Any) -> None:
     wrapped = Display.display
     if getattr(wrapped, "__code__", None) is None or wrapped.__code__.co_filename != module.__file__:
         return  # not awx_display's wrapper: leave it alone
-    Display.display = wrapped.__wrapped__  # type: ignore[method-assign]
+    Display.display = wrapped.__wrapped__
     init = module.CallbackModule.__init__
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        Display.display = wrapped  # type: ignore[method-assign]
+        Display.display = wrapped
         init(self, *args, **kwargs)
 
     module.CallbackModule.__init__ = __init__
@@ -275,7 +275,7 @@ def _keep_workers_in_the_run() -> None:
         gc.freeze()  # the run's objects too: the worker's GC passes must not copy the pages they sit on
         return run(self)
 
-    WorkerProcess.run = run_dying_with_the_child  # type: ignore[method-assign]
+    WorkerProcess.run = run_dying_with_the_child
 
 
 def _playbook_args(spec: RunSpec) -> list[str]:
@@ -370,7 +370,7 @@ def _run(spec: RunSpec, sink: EventSink) -> None:
 
     stdout_handle = open(os.path.join(artifacts, "stdout"), "w", encoding="utf-8")
     stream = PtyLikeStdout(OutputEventFilter(stdout_handle, sink, suppress_ansible_output=True))
-    sys.stdout = sys.stderr = stream  # type: ignore[assignment]
+    sys.stdout = sys.stderr = stream
     sys.argv = list(args)
     try:
         rc = _run_playbook_cli(args)

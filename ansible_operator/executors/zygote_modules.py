@@ -221,9 +221,10 @@ def install(module_prefixes: Sequence[str]) -> None:
         shell = C.DEFAULT_EXECUTABLE.split()[0] if C.DEFAULT_EXECUTABLE else None
         plan = None if self.become is not None and sudoable else plan_for(cmd, in_data, prefixes, shell)
         if plan is None:
-            return original(self, cmd, in_data=in_data, sudoable=sudoable)
+            result: tuple[int, bytes, bytes] = original(self, cmd, in_data=in_data, sudoable=sudoable)
+            return result
         ConnectionBase.exec_command(self, cmd, in_data=in_data, sudoable=sudoable)
         display.vvv("EXEC {0}".format(to_text(cmd)), host=self._play_context.remote_addr)
         return run_forked(plan, self.cwd)
 
-    Connection.exec_command = exec_command  # type: ignore[method-assign]
+    Connection.exec_command = exec_command

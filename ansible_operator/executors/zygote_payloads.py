@@ -190,5 +190,5 @@ def install(store_root: str) -> PayloadStore:
     module_common._find_module_utils = _find_module_utils
     module_common.recursive_finder = recursive_finder
     module_common._compile_module_ast = _compile_module_ast
-    module_common._CachedModule.dump = dump_and_publish  # type: ignore[method-assign]
+    module_common._CachedModule.dump = dump_and_publish
     return store
