@@ -9,6 +9,7 @@ garbage collection are delegated to :mod:`lifecycle`.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import json
 import logging
@@ -165,7 +166,8 @@ class Api:
     # ---- helpers ---------------------------------------------------------------------------------
     @staticmethod
     def key(rtype: ResourceType, namespace: str | None, name: str) -> Key:
-        return (rtype.group_resource, namespace if rtype.namespaced else "", name)
+        # a namespaced key without a namespace is the caller's bug; kept as is (no behaviour change here)
+        return (rtype.group_resource, namespace if rtype.namespaced else "", name)  # type: ignore[return-value]
 
     @staticmethod
     def present(rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
@@ -344,7 +346,7 @@ class Api:
 
     # ---- create ----------------------------------------------------------------------------------
     def create(self, rtype: ResourceType, namespace: str | None, body: Any, opts: WriteOptions | None = None,
-               warnings: list[str] | None = None, *, applied: bool = False) -> dict[str, Any]:
+               warnings: builtins.list[str] | None = None, *, applied: bool = False) -> dict[str, Any]:
         opts = opts or WriteOptions()
         warnings = warnings if warnings is not None else []
         obj = self._check_body_identity(rtype, copy.deepcopy(body), namespace)
@@ -398,7 +400,7 @@ class Api:
     # ---- update ----------------------------------------------------------------------------------
     def update(self, rtype: ResourceType, namespace: str | None, name: str, body: Any,
                subresource: str | None = None, opts: WriteOptions | None = None,
-               warnings: list[str] | None = None) -> dict[str, Any]:
+               warnings: builtins.list[str] | None = None) -> dict[str, Any]:
         opts = opts or WriteOptions()
         new = self._check_body_identity(rtype, copy.deepcopy(body), namespace, name)
         old = self._require(rtype, namespace, name)
@@ -408,7 +410,7 @@ class Api:
         return self._write(rtype, old, new, subresource, opts, warnings if warnings is not None else [])
 
     def _write(self, rtype: ResourceType, old: dict[str, Any], new: dict[str, Any], subresource: str | None,
-               opts: WriteOptions, warnings: list[str], managed: list[dict[str, Any]] | None = None
+               opts: WriteOptions, warnings: builtins.list[str], managed: builtins.list[dict[str, Any]] | None = None
                ) -> dict[str, Any]:
         """Common tail of update and patch: merge the rules of what may change, then store (or not)."""
         name = old["metadata"]["name"]
@@ -499,7 +501,7 @@ class Api:
     # ---- patch -----------------------------------------------------------------------------------
     def patch(self, rtype: ResourceType, namespace: str | None, name: str, content_type: str, raw: bytes,
               subresource: str | None = None, opts: WriteOptions | None = None,
-              warnings: list[str] | None = None) -> dict[str, Any]:
+              warnings: builtins.list[str] | None = None) -> dict[str, Any]:
         opts = opts or WriteOptions()
         warnings = warnings if warnings is not None else []
         ctype = content_type.split(";")[0].strip().lower()
@@ -592,11 +594,11 @@ class Api:
         disruption (429 as the eviction REST does); the budget's ``disruptionsAllowed`` is spent at once."""
         if not isinstance(body, dict):
             raise bad_request("the body of the request was not a JSON object")
-        meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        meta = found if isinstance(found := body.get("metadata"), dict) else {}
         if meta.get("name") not in (None, "", name):
             raise bad_request(f"name in URL does not match name in Eviction object")
         pod = self._require(rtype, namespace, name)
-        options = body.get("deleteOptions") if isinstance(body.get("deleteOptions"), dict) else {}
+        options = found if isinstance(found := body.get("deleteOptions"), dict) else {}
         phase = (pod.get("status") or {}).get("phase")
         pod_labels = (pod.get("metadata") or {}).get("labels") or {}
         pdb_type = self.registry.get("policy", "v1", "poddisruptionbudgets")

@@ -30,12 +30,12 @@ def shape_errors(crd: dict[str, Any]) -> list[schema.FieldError]:
         return True
 
     spec = crd.get("spec")
-    if not want("spec", spec, dict, required=True):
+    if not want("spec", spec, dict, required=True) or not isinstance(spec, dict):
         return errors
     want("spec.group", spec.get("group"), str)
     want("spec.scope", spec.get("scope"), str)
     names = spec.get("names")
-    if want("spec.names", names, dict, required=True):
+    if want("spec.names", names, dict, required=True) and isinstance(names, dict):
         for k in ("kind", "plural", "singular", "listKind"):
             want(f"spec.names.{k}", names.get(k), str)
         for k in ("shortNames", "categories"):
@@ -43,7 +43,7 @@ def shape_errors(crd: dict[str, Any]) -> list[schema.FieldError]:
                 for i, v in enumerate(names[k]):
                     want(f"spec.names.{k}[{i}]", v, str, required=True)
     versions = spec.get("versions")
-    if want("spec.versions", versions, list, required=True):
+    if want("spec.versions", versions, list, required=True) and isinstance(versions, list):
         for i, v in enumerate(versions):
             p = f"spec.versions[{i}]"
             if not want(p, v, dict, required=True):

@@ -23,7 +23,7 @@ from ansible_operator.sandbox.timeutil import now_rfc3339
 
 def _string_map(obj: dict[str, Any], path: str, field: str) -> None:
     """Reject non-string map values the way the real decoder does (400, not 422)."""
-    value = obj
+    value: Any = obj
     for part in path.split("."):
         if not isinstance(value, dict):
             return
@@ -287,7 +287,7 @@ def _service(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | Non
 
 
 def _namespace(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    status = found if isinstance(found := obj.get("status"), dict) else {}
     if old is not None:
         status = dict(old.get("status") or {}, **{k: v for k, v in status.items() if k != "phase"})
         status["phase"] = (old.get("status") or {}).get("phase", "Active")
@@ -352,7 +352,7 @@ def _qos_class(spec: dict[str, Any]) -> str:
     limits: dict[str, list[Any]] = {}
     guaranteed = bool(containers)
     for c in containers:
-        res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+        res = found if isinstance(found := c.get("resources"), dict) else {}
         req = {k: v for k, v in (res.get("requests") or {}).items() if k in ("cpu", "memory")}
         lim = {k: v for k, v in (res.get("limits") or {}).items() if k in ("cpu", "memory")}
         for k, v in req.items():
@@ -536,8 +536,8 @@ def _validate_selector_matches_template(rtype: ResourceType, obj: dict[str, Any]
     if not isinstance(selector, dict) or not (selector.get("matchLabels") or selector.get("matchExpressions")):
         err = schema.required("spec.selector", "")
         raise invalid(rtype, name, [err.cause()], schema.invalid_message(qualified, name, [err]))
-    template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
-    tmeta = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
+    template = found if isinstance(found := spec.get("template"), dict) else {}
+    tmeta = found if isinstance(found := template.get("metadata"), dict) else {}
     labels = tmeta.get("labels") or {}
     wanted = selector.get("matchLabels") or {}
     if isinstance(wanted, dict) and isinstance(labels, dict) and any(labels.get(k) != v for k, v in wanted.items()):

@@ -64,7 +64,7 @@ def _tracked(obj: dict[str, Any], shape: Shape, subresource: str | None) -> dict
     out = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
     if shape.has_status:
         out.pop("status", None)
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = found if isinstance(found := obj.get("metadata"), dict) else {}
     tracked_meta = {k: meta[k] for k in _TRACKED_META if meta.get(k) not in (None, {}, [])}
     if tracked_meta:
         out["metadata"] = tracked_meta

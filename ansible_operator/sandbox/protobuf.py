@@ -301,6 +301,7 @@ def _scalar_from_json(field: FieldDescriptor, value: Any) -> Any:
 
 def _fill(msg: Any, field: FieldDescriptor, value: Any) -> None:
     """Set ``value`` into the sub-message ``msg`` of type ``field.message_type``."""
+    assert field.message_type is not None, f"{field.full_name} is not a message field"
     if not _special_from_json(field.message_type.full_name, msg, value):
         if not isinstance(value, dict):
             raise ProtobufError(f"{field.full_name}: expected an object, got {type(value).__name__}")

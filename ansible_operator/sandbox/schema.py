@@ -436,7 +436,7 @@ def _validate_number(schema: dict, value: int | float, path: str, errors: list[F
         elif value > m:
             errors.append(invalid(path, value, f"{path} in body should be less than or equal to {_num(m)}"))
     mult = schema.get("multipleOf")
-    if _is_type(mult, "number") and mult > 0:
+    if isinstance(mult, (int, float)) and _is_type(mult, "number") and mult > 0:
         q = value / mult
         if not (math.isfinite(q) and abs(q - round(q)) < 1e-9):
             errors.append(invalid(path, value, f"{path} in body should be a multiple of {_num(mult)}"))
@@ -546,7 +546,8 @@ def _validate_junctors(schema: dict, value: Any, path: str, errors: list[FieldEr
         if results and all(results):
             # go-openapi: the composite error, then the errors of the closest alternative
             errors.append(invalid(path, "", f'"{shown}" must validate at least one schema (anyOf)'))
-            errors.extend(min(results, key=len))
+            closest: list[FieldError] = min(results, key=len)
+            errors.extend(closest)
     one_of = schema.get("oneOf")
     if isinstance(one_of, list) and one_of:
         results = [_sub_errors(sub, value, path) for sub in one_of if isinstance(sub, dict)]
@@ -557,7 +558,8 @@ def _validate_junctors(schema: dict, value: Any, path: str, errors: list[FieldEr
                 invalid(path, "", f'"{shown}" must validate one and only one schema (oneOf). {reason}')
             )
             if n == 0 and results:
-                errors.extend(min(results, key=len))
+                closest = min(results, key=len)
+                errors.extend(closest)
     not_ = schema.get("not")
     if isinstance(not_, dict) and _matches(not_, value, path):
         errors.append(invalid(path, "", f'"{shown}" must not validate the schema (not)'))
@@ -716,12 +718,12 @@ def validate_crd(crd: dict) -> list[FieldError]:
     errors: list[FieldError] = []
     if not isinstance(crd, dict):
         return [invalid("", crd, "must be an object")]
-    meta = crd.get("metadata") if isinstance(crd.get("metadata"), dict) else {}
+    meta = found if isinstance(found := crd.get("metadata"), dict) else {}
     spec = crd.get("spec")
     if not isinstance(spec, dict):
         return [required("spec")]
     group = spec.get("group")
-    names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
+    names = found if isinstance(found := spec.get("names"), dict) else {}
     plural = names.get("plural")
 
     if not group:

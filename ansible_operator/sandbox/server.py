@@ -168,8 +168,8 @@ class ApiServer:
         except ApiError as e:
             return _json(e.status(), e.code)
         except web.HTTPRequestEntityTooLarge:
-            e = request_entity_too_large(MAX_REQUEST_BYTES)
-            return _json(e.status(), e.code)
+            too_large = request_entity_too_large(MAX_REQUEST_BYTES)
+            return _json(too_large.status(), too_large.code)
         except (ConnectionResetError, asyncio.CancelledError):
             raise
         except Exception as e:  # a sandbox bug: report it as the apiserver would, keep serving
@@ -394,8 +394,8 @@ class ApiServer:
             review["status"] = {"userInfo": user.to_json()}
             review.setdefault("metadata", {})
             return _json(review, 201)
-        namespace = route.namespace if route.rtype.kind == "LocalSubjectAccessReview" else None
-        return _json(auth.access_review(route.rtype.kind, review, user, self.authorizer, namespace), 201)
+        review_namespace = route.namespace if route.rtype.kind == "LocalSubjectAccessReview" else None
+        return _json(auth.access_review(route.rtype.kind, review, user, self.authorizer, review_namespace), 201)
 
     async def _update(self, request: web.Request, route: Route) -> web.Response:
         assert route.name is not None
@@ -631,8 +631,8 @@ class ApiServer:
                 return resp
             assert watcher is not None
             chunk = [encode("ADDED", o) for o in initial]
-            for ev in replay:
-                line = translate(ev)
+            for replayed in replay:
+                line = translate(replayed)
                 if line is not None:
                     chunk.append(line)
             if _flag(q.get("sendInitialEvents")) and bookmarks:

@@ -122,9 +122,9 @@ class Simulator:
         if ev.type == "DELETED":
             if ev.group_resource == "/pods":  # a controller replaces the Pods it loses
                 for ref in (ev.obj.get("metadata") or {}).get("ownerReferences") or []:
-                    gr = _CONTROLLER_KINDS.get((ref.get("apiVersion"), ref.get("kind")))
-                    if gr is not None and ref.get("controller"):
-                        self._schedule((gr, ev.namespace, ref.get("name", "")))
+                    owner_gr = _CONTROLLER_KINDS.get((ref.get("apiVersion"), ref.get("kind")))
+                    if owner_gr is not None and ref.get("controller"):
+                        self._schedule((owner_gr, ev.namespace, ref.get("name", "")))
             return
         if ev.group_resource in _SIMULATED:
             meta = ev.obj.get("metadata") or {}

@@ -7,6 +7,7 @@ none are declared), evaluated with the small JSONPath subset CRDs use; built-ins
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any, Callable
@@ -65,6 +66,11 @@ def jsonpath(obj: Any, path: str) -> list[Any]:
                     nxt.extend(value)
         current = nxt
     return current
+
+
+def _printer_cell(obj: dict[str, Any], *, path: str, type_: str) -> Any:
+    """One additionalPrinterColumns cell: the ``jsonPath`` values of ``obj`` shown as ``type_``."""
+    return _cell(jsonpath(obj, path), type_)
 
 
 def _cell(values: list[Any], type_: str) -> Any:
@@ -183,7 +189,7 @@ def columns_for(rtype: ResourceType) -> list[tuple[Column, Callable[[dict[str, A
             col = _col(pc.get("name", ""), type_, pc.get("format", ""), pc.get("description", ""),
                        int(pc.get("priority", 0)))
             path = pc.get("jsonPath", "")
-            out.append((col, lambda o, p=path, t=type_: _cell(jsonpath(o, p), t)))
+            out.append((col, functools.partial(_printer_cell, path=path, type_=type_)))
         return out
     out.extend(_BUILTIN.get((rtype.group, rtype.kind), []))
     if (rtype.group, rtype.kind) != ("apiextensions.k8s.io", "CustomResourceDefinition"):
