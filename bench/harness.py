@@ -252,6 +252,66 @@ class OperatorProcess:
         stop_process(self.proc)
 
 
+@dataclass
+class NativeProcess:
+    """``bench/native_memcached.py``: the hand-written kopf operator (issue 14's native baseline).
+
+    Same interface as :class:`OperatorProcess` where the native scenario needs one (``proc``,
+    ``check_alive``, ``family``, ``stop``); it has no ``/metrics`` and no run artifacts."""
+
+    executor: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    health_port: int
+    reaper: Reaper
+
+    @classmethod
+    def start(cls, workdir: Path, kubeconfig: Path, namespaces: list[str], reaper: Reaper,
+              timeout: float = 120.0) -> NativeProcess:
+        workdir.mkdir(parents=True, exist_ok=True)
+        log_path = workdir / "operator.log"
+        health_port = free_port()
+        args = [PYTHON, str(BENCH / "native_memcached.py"), "--kubeconfig", str(kubeconfig),
+                "--liveness", f"http://127.0.0.1:{health_port}/healthz"]
+        for ns in namespaces:
+            args += ["--namespace", ns]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env,
+                                    start_new_session=True)
+        op = cls("native", proc, log_path, health_port, reaper)
+        reaper.add(op.stop)
+        deadline = time.monotonic() + timeout
+        while True:  # kopf answers the liveness endpoint once its startup handlers ran
+            op.check_alive()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=2) as resp:
+                    if resp.status == 200:
+                        return op
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise BenchError(f"native operator not ready after {timeout}s; log: {op.log_tail()}")
+            time.sleep(0.1)
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise BenchError(f"native operator exited with {self.proc.returncode}: {self.log_tail()}")
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def family(self) -> list[psutil.Process]:
+        return _descendants(self.proc.pid)
+
+    def stop(self) -> None:
+        self.reaper.discard(self.stop)
+        stop_process(self.proc)
+
+
 # ---------------------------------------------------------------------------------------------- memory
 
 

@@ -35,6 +35,9 @@ def headline(raw: Raw) -> dict[str, Any]:
     def ratio(section: str, key: str) -> float | None:
         return _ratio(_get(raw, section, "warm", key), _get(raw, section, "runner", key))
 
+    def native(key: str) -> float | None:
+        return _ratio(_get(raw, "native", "warm", key), _get(raw, "native", "native", key))
+
     return {
         "trivial_ratio": ratio("floor", "median_ms"),
         "latency_ratio": ratio("latency", "p50_s"),
@@ -48,6 +51,12 @@ def headline(raw: Raw) -> dict[str, Any]:
         "pss_mb_per_run_runner": _get(raw, "memory", "runner", "pss_mb_per_run"),
         "idle_rss_mb": _get(raw, "idle", "warm", "rss_mb"),
         "idle_cpu_percent": _get(raw, "idle", "warm", "cpu_percent"),
+        # issue 14: warm / native (bench/native_memcached.py), Memcached, measured in the same run
+        "native_cpu_ratio": native("cpu_s_per_cr"),
+        "native_latency_ratio": native("p50_s"),
+        "native_burst_ratio": native("burst_s"),
+        "native_peak_rss_ratio": native("burst_peak_rss_mb"),
+        "native_burst_cpu_ratio": native("burst_cpu_s_per_cr"),
     }
 
 
@@ -143,11 +152,54 @@ def table(raw: Raw, counts: dict[str, int], kind: str = "Memcached") -> str:
     align = ["<", ">", ">", ">", "<", "<"]
 
     def fmt_line(cells: tuple[str, ...]) -> str:
-        return "  ".join(f"{c:{a}{w}}" for c, a, w in zip(cells, align, widths)).rstrip()
+        return "  ".join(f"{c:{a}{w}}" for c, a, w in zip(cells, align, widths, strict=True)).rstrip()
 
     out = [fmt_line(header), fmt_line(tuple("-" * w for w in widths))]
     out += [fmt_line(line) for line in lines]
     return "\n".join(out)
+
+
+NATIVE_ROWS = [  # (metric, key, format, issue 14's goal for warm / native)
+    ("create->Successful p50, one CR at a time (s)", "p50_s", "{:.3f}", "<= 5x native + 0.1 s"),
+    ("create->Successful p95 (s)", "p95_s", "{:.3f}", ""),
+    ("operator CPU per CR, create -> quiet after Available (s)", "cpu_s_per_cr", "{:.3f}", "<= 5x"),
+    ("N CRs at once -> all Successful (s)", "burst_s", "{:.2f}", "<= 5x"),
+    ("  N CRs -> all Available (s)", "burst_available_s", "{:.2f}", ""),
+    ("  operator CPU per CR until all Successful (s)", "burst_cpu_s_per_cr", "{:.4f}", ""),
+    ("  operator CPU per CR until quiet (s)", "burst_cpu_s_per_cr_until_quiet", "{:.4f}", ""),
+    ("  peak RSS during the burst (MB)", "burst_peak_rss_mb", "{:.0f}", "<= 2.5x"),
+    ("  peak PSS during the burst (MB)", "burst_peak_pss_mb", "{:.0f}", ""),
+    ("  load average (1 min) at burst start", "burst_load_at_start", "{:.2f}", ""),
+]
+
+
+def native_table(native: dict[str, dict[str, Any]]) -> str:
+    """Memcached: native | each executor | executor/native, one row per figure (issue 14)."""
+    columns = [c for c in ("native", "warm", "runner") if c in native]
+    others = [c for c in columns if c != "native"]
+    burst = next((native[c].get("burst_crs") for c in columns if native[c].get("burst_crs")), "?")
+    header = ("Memcached, native baseline", *columns, *[f"{c}/native" for c in others], "goal (warm)")
+    lines: list[tuple[str, ...]] = []
+    for metric, key, fmt, goal in NATIVE_ROWS:
+        base = native.get("native", {}).get(key)
+        cells = [_fmt(native[c].get(key), fmt) for c in columns]
+        ratios = []
+        for c in others:
+            r = _ratio(_num(native[c].get(key)), _num(base)) if "load" not in key else None
+            ratios.append("-" if r is None else f"{r:.1f}x")
+        lines.append((metric.replace("N CRs", f"{burst} CRs"), *cells, *ratios, goal))
+    widths = [max(len(r[i]) for r in [header, *lines]) for i in range(len(header))]
+    align = ["<"] + [">"] * (len(header) - 2) + ["<"]
+
+    def fmt_line(cells: tuple[str, ...]) -> str:
+        return "  ".join(f"{c:{a}{w}}" for c, a, w in zip(cells, align, widths, strict=True)).rstrip()
+
+    return "\n".join([fmt_line(header), fmt_line(tuple("-" * w for w in widths)),
+                      *[fmt_line(line) for line in lines]])
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def machine() -> dict[str, Any]:

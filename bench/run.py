@@ -12,6 +12,8 @@ Sections (see docs/benchmark.md for what each figure means):
   coalescing  rapid spec edits of one Memcached -> number of playbook runs
   memory      operator at concurrency 4: idle USS, peak RSS/USS with 1 and 4 runs, private MB per run
   idle        N Noop CRs converged: RSS of operator + executor processes, CPU% over a quiet window
+  native      Memcached through bench/native_memcached.py (a hand-written kopf operator, the same API calls)
+              and the executors, interleaved: create -> Successful p50, CPU per CR, N CRs at once, peak RSS
 
 The sandbox API server and each operator run as separate processes; everything started is stopped on
 exit, on errors, on Ctrl-C and on SIGTERM.
@@ -45,17 +47,19 @@ from harness import (  # noqa: E402
     BenchError,
     Cluster,
     Kube,
+    NativeProcess,
     OperatorProcess,
     Reaper,
     SandboxProcess,
 )
 
 WORKLOADS = ("memcached", "noop")
-SECTIONS = ("floor", "latency", "throughput", "coalescing", "memory", "idle")
-FULL = {"floor": 30, "latency": 20, "throughput": 200, "edits": 100, "idle": 1000}
+SECTIONS = ("floor", "latency", "throughput", "coalescing", "memory", "idle", "native")
+FULL = {"floor": 30, "latency": 20, "throughput": 200, "edits": 100, "idle": 1000, "native": 20,
+        "native_burst": 100}
 # Sized so that --quick (both executors, all sections, Noop workload) ends in under two minutes on a busy
 # 2-core machine; the runner executor's ~1.5-2.5 s per run is what bounds it.
-QUICK = {"floor": 5, "latency": 4, "throughput": 12, "edits": 20, "idle": 50}
+QUICK = {"floor": 5, "latency": 4, "throughput": 12, "edits": 20, "idle": 50, "native": 4, "native_burst": 20}
 IDLE_CPU_WINDOW = {"full": 10.0, "quick": 5.0}
 
 
@@ -97,6 +101,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--throughput-crs", type=_positive, default=None)
     p.add_argument("--edits", type=_positive, default=None, help="coalescing: rapid spec edits")
     p.add_argument("--idle-crs", type=_positive, default=None)
+    p.add_argument("--native-crs", type=_positive, default=None, help="native: Memcached CRs one at a time"
+                   " per operator (default 20, 4 with --quick)")
+    p.add_argument("--native-burst", type=_positive, default=None, help="native: Memcached CRs at once per"
+                   " operator (default 100, 20 with --quick)")
+    p.add_argument("--native-executors", type=_csv(("runner", "warm")), default=None,
+                   help="executors measured beside the native operator (default: --executors; warm only"
+                        " with --quick, where the runner's ~7 s per Memcached run would dominate)")
     p.add_argument("--idle-executors", type=_csv(("runner", "warm")), default=["warm"],
                    help="idle needs every CR converged first: the runner executor takes ~1.5 s of CPU per"
                         " trivial run, so by default only the warm executor is measured (default: warm)")
@@ -113,7 +124,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def counts_for(args: argparse.Namespace) -> dict[str, int]:
     base = dict(QUICK if args.quick else FULL)
     overrides = (("floor", args.runs), ("latency", args.latency_crs), ("throughput", args.throughput_crs),
-                 ("edits", args.edits), ("idle", args.idle_crs))
+                 ("edits", args.edits), ("idle", args.idle_crs),
+                 ("native", args.native_crs), ("native_burst", args.native_burst))
     for key, value in overrides:
         if value is not None:
             base[key] = value
@@ -156,7 +168,7 @@ def run(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> dict[str, An
         say(f"floor: {json.dumps(raw['floor'])}")
 
     operator_sections = [s for s in ("latency", "throughput", "coalescing") if s in only]
-    if not operator_sections and "memory" not in only and "idle" not in only:
+    if not operator_sections and not ({"memory", "idle", "native"} & only):
         return {"counts": counts, "raw": raw}
 
     say("starting the sandbox API server")
@@ -176,7 +188,7 @@ def run(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> dict[str, An
 
         say(f"starting the operators (default concurrency): {', '.join(executors)}")
         with ThreadPoolExecutor(len(executors)) as pool:  # both start at once: startup is not measured
-            operators = dict(zip(executors, pool.map(start, executors)))
+            operators = dict(zip(executors, pool.map(start, executors), strict=True))
 
     try:
         # Interleaved: each section measures every executor back to back, so load from outside drifts less
@@ -225,7 +237,45 @@ def run(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> dict[str, An
                 op.stop()
             raw.setdefault("idle", {})[ex] = result
             say(f"idle [{ex}]: {json.dumps(result)}")
+
+    if "native" in only:
+        raw["native"] = native_section(args, counts, cluster, sandbox, workdir, reaper, operator_env)
     return {"counts": counts, "raw": raw}
+
+
+def native_executors(args: argparse.Namespace) -> list[str]:
+    if args.native_executors is not None:
+        return list(args.native_executors)
+    return ["warm"] if args.quick else list(args.executors)
+
+
+def native_section(args: argparse.Namespace, counts: dict[str, int], cluster: Cluster,
+                   sandbox: SandboxProcess, workdir: Path, reaper: Reaper,
+                   operator_env: dict[str, str]) -> dict[str, Any]:
+    """The native kopf operator and the executors, on Memcached whatever --workload says (issue 14)."""
+    names = ["native", *native_executors(args)]
+    for ex in names:
+        cluster.kube.namespace(f"{ex}-native")
+
+    def start(ex: str) -> Any:
+        if ex == "native":
+            return NativeProcess.start(workdir / "operator-native", sandbox.kubeconfig, ["native-native"],
+                                       reaper)
+        return OperatorProcess.start(ex, workdir / f"operator-{ex}-native", sandbox.kubeconfig,
+                                     [f"{ex}-native"], reaper, env=operator_env)
+
+    say(f"native: starting {', '.join(names)}")
+    with ThreadPoolExecutor(len(names)) as pool:
+        ops = dict(zip(names, pool.map(start, names), strict=True))
+    try:
+        say(f"native: {counts['native']} Memcached CRs one at a time per operator (interleaved), then"
+            f" {counts['native_burst']} at once per operator")
+        result = scenarios.native_compare(cluster, MEMCACHED, ops, counts["native"], counts["native_burst"])
+    finally:
+        with ThreadPoolExecutor(len(ops)) as pool:
+            list(pool.map(lambda op: op.stop(), ops.values()))
+    say(f"native: {json.dumps(result)}")
+    return result
 
 
 def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
@@ -266,8 +316,11 @@ def main(argv: list[str] | None = None) -> int:
           f" load average {machine['loadavg_at_start']} at start, {machine['loadavg_at_end']} at end")
     print(f"workload: {workload(args)}, ANSIBLE_GATHERING={args.gathering},"
           f" counts: {json.dumps(result['counts'])}\n")
-    print(report.table(result["raw"], result["counts"], NOOP.kind if workload(args) == "noop"
-                       else MEMCACHED.kind))
+    if set(result["raw"]) - {"native"}:
+        print(report.table(result["raw"], result["counts"], NOOP.kind if workload(args) == "noop"
+                           else MEMCACHED.kind) + "\n")
+    if "native" in result["raw"]:
+        print(report.native_table(result["raw"]["native"]))
     if args.json is not None:
         doc = {"date": date, "machine": machine, "quick": args.quick, "executors": args.executors,
                "sections": args.only, "elapsed_s": elapsed, "workload": workload(args),

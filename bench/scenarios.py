@@ -7,6 +7,7 @@ and the operator's processes (psutil). Nothing here reaches into the operator's 
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from pathlib import Path
@@ -181,7 +182,7 @@ def _idle_sample(sampler: MemorySampler, seconds: float = 2.0) -> tuple[float, f
     while time.monotonic() < end:
         samples.append(sampler.sample())
         time.sleep(0.1)
-    rss, uss, pss = (statistics.median(col) for col in zip(*samples))
+    rss, uss, pss = (statistics.median(col) for col in zip(*samples, strict=True))
     return rss, uss, pss
 
 
@@ -286,3 +287,86 @@ def idle(cluster: Cluster, op: OperatorProcess, namespace: str, crs: int,
         "cpu_percent": round(100.0 * cpu / cpu_window, 2),
         "runs_started_total": int(started),
     }
+
+
+# ------------------------------------------------------------------------------------ native baseline
+
+
+def _wait_quiet(op: Any, window: float = 0.5, cpu_limit: float = 0.02, timeout: float = 120.0) -> None:
+    """Until the operator family used less than ``cpu_limit`` CPU seconds over ``window`` seconds: the last
+    status write after ``Available`` is done and no requeue is running (works for every executor and the
+    native operator alike, which has no ``/metrics``)."""
+    deadline = time.monotonic() + timeout
+    before = cpu_seconds(op.family())
+    while True:
+        time.sleep(window)
+        op.check_alive()
+        now = cpu_seconds(op.family())
+        if now - before < cpu_limit:
+            return
+        before = now
+        if time.monotonic() > deadline:
+            raise BenchError(f"{op.executor} operator still busy after {timeout}s")
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def native_compare(cluster: Cluster, kind: Kind, ops: dict[str, Any], crs: int,
+                   burst: int) -> dict[str, dict[str, Any]]:
+    """Memcached, every operator in ``ops`` (``native`` and the executors) side by side, interleaved.
+
+    * one CR at a time (CRs alternate between the operators): create -> ``Successful`` (p50), and the
+      operator family's CPU from the create until it is quiet again after ``Available`` (both runs of the
+      rollout);
+    * ``burst`` CRs at once: -> all ``Successful``, CPU per CR until then and until quiet after all are
+      ``Available``, peak RSS/PSS of the family meanwhile.
+    The 1-minute load average is recorded around each part (the machine may be shared).
+    """
+    watchers = {ex: cluster.watcher(kind, f"{ex}-native") for ex in ops}
+    lat: dict[str, list[float]] = {ex: [] for ex in ops}
+    cpu: dict[str, list[float]] = {ex: [] for ex in ops}
+    out: dict[str, dict[str, Any]] = {ex: {"load_at_start": _load()} for ex in ops}
+    for i in range(crs):
+        order = list(ops) if i % 2 == 0 else list(reversed(ops))  # neither column always goes first
+        for ex in order:
+            op, name, ns = ops[ex], f"nat-{i}", f"{ex}-native"
+            _wait_quiet(op)
+            cpu0 = cpu_seconds(op.family())
+            t0 = time.monotonic()
+            cluster.kube.create(kind, ns, name, _spec(kind, 0))
+            lat[ex].append(watchers[ex].wait([name], 1, timeout=600, alive=op.check_alive)[name] - t0)
+            watchers[ex].wait_available([name], timeout=600, alive=op.check_alive)
+            _wait_quiet(op)
+            cpu[ex].append(cpu_seconds(op.family()) - cpu0)
+    for ex in ops:
+        out[ex].update(crs=crs, p50_s=round(statistics.median(lat[ex]), 3),
+                       p95_s=round(_percentile(lat[ex], 95), 3),
+                       cpu_s_per_cr=round(statistics.median(cpu[ex]), 4),
+                       load_after_latency=_load())
+    for ex, op in ops.items():
+        ns = f"{ex}-native"
+        names = [f"burst-{i}" for i in range(burst)]
+        _wait_quiet(op)
+        load0 = _load()
+        sampler = MemorySampler(op.proc.pid).start()
+        cpu0 = cpu_seconds(op.family())
+        t0 = time.monotonic()
+        cluster.kube.create_many(kind, ns, names, _spec(kind, 0))
+        done = watchers[ex].wait(names, 1, timeout=max(600.0, burst * 30.0), alive=op.check_alive)
+        duration = max(done.values()) - t0
+        cpu_done = cpu_seconds(op.family()) - cpu0
+        watchers[ex].wait_available(names, timeout=max(600.0, burst * 30.0), alive=op.check_alive)
+        available = time.monotonic() - t0
+        _wait_quiet(op, timeout=max(120.0, burst * 5.0))
+        cpu_all = cpu_seconds(op.family()) - cpu0
+        peak = sampler.reset()
+        sampler.stop()
+        out[ex].update(burst_crs=burst, burst_s=round(duration, 2), burst_available_s=round(available, 2),
+                       burst_cpu_s_per_cr=round(cpu_done / burst, 4),
+                       burst_cpu_s_per_cr_until_quiet=round(cpu_all / burst, 4),
+                       burst_peak_rss_mb=round(peak.rss_mb, 1), burst_peak_pss_mb=round(peak.pss_mb, 1),
+                       burst_max_processes=peak.processes, burst_load_at_start=load0,
+                       burst_load_at_end=_load())
+    return out

@@ -55,3 +55,29 @@ def test_bad_section_is_refused(tmp_path: Path) -> None:
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "choose from" in proc.stderr
+
+
+NATIVE_KEYS = ("native_cpu_ratio", "native_latency_ratio", "native_burst_ratio", "native_peak_rss_ratio")
+
+
+def test_native_baseline_converges_and_writes_ratios(tmp_path: Path) -> None:
+    """The hand-written kopf operator (bench/native_memcached.py) and the warm executor each converge
+    Memcached CRs (Successful and the role's Available, seen on a watch: the run fails otherwise) and
+    the warm/native ratios land in the JSON. Shapes only, no timing asserts."""
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "run.py"), "--only", "native", "--quick", "--native-crs", "1",
+         "--native-burst", "2", "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    for key in NATIVE_KEYS:
+        assert _positive_number(doc[key]), (key, doc[key])
+    native = doc["raw"]["native"]
+    assert set(native) == {"native", "warm"}
+    for column, figures in native.items():
+        assert figures["crs"] == 1 and figures["burst_crs"] == 2, column
+        for key in ("p50_s", "cpu_s_per_cr", "burst_s", "burst_peak_rss_mb"):
+            assert _positive_number(figures[key]), (column, key, figures[key])
+    assert "Memcached, native baseline" in proc.stdout
