@@ -111,8 +111,13 @@ def owners_of(obj: Mapping[str, Any], kinds: OwnerKinds, *, follow_annotations: 
     """
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace") or None
-    refs = [r for r in (meta.get("ownerReferences") or []) if isinstance(r, dict)
-            and (_group_of(str(r.get("apiVersion", ""))), r.get("kind")) in kinds.api_versions and r.get("name")]
+    refs = [
+        r
+        for r in (meta.get("ownerReferences") or [])
+        if isinstance(r, dict)
+        and (_group_of(str(r.get("apiVersion", ""))), r.get("kind")) in kinds.api_versions
+        and r.get("name")
+    ]
     controllers = [r for r in refs if r.get("controller")]
     chosen = controllers or refs
     found: set[OwnerKey] = set()
@@ -159,7 +164,9 @@ class _KindWatch:
 
     @property
     def path(self) -> str:
-        base = f"/apis/{self.kind.group}/{self.kind.version}" if self.kind.group else f"/api/{self.kind.version}"
+        base = (
+            f"/apis/{self.kind.group}/{self.kind.version}" if self.kind.group else f"/api/{self.kind.version}"
+        )
         if self.namespace and self.kind.namespaced:
             return f"{base}/namespaces/{self.namespace}/{self.kind.plural}"
         return f"{base}/{self.kind.plural}"
@@ -232,7 +239,9 @@ class _KindWatch:
         session = self.watcher._session_or_fail()
         headers = await self.watcher._headers()
         url = self.watcher._upstream.base + f"{self.path}?{urlencode(query)}"
-        async with session.get(url, headers=headers, server_hostname=self.watcher._upstream.server_hostname) as resp:
+        async with session.get(
+            url, headers=headers, server_hostname=self.watcher._upstream.server_hostname
+        ) as resp:
             if resp.status == 410:
                 raise _Gone()
             if resp.status != 200:
@@ -321,7 +330,9 @@ class DependentWatcher:
             return
         if (kind.group, kind.kind) in self._owner_gks or (kind.group, kind.kind) in _NEVER_WATCHED:
             return  # the CR kinds themselves are watched by intake; Events see _NEVER_WATCHED
-        scopes: tuple[str | None, ...] = self._namespaces if (kind.namespaced and self._namespaces) else (None,)
+        scopes: tuple[str | None, ...] = (
+            self._namespaces if (kind.namespaced and self._namespaces) else (None,)
+        )
         started: list[tuple[_KindWatch, asyncio.Task[None]]] = []
         for ns in scopes:
             key = (kind.group, kind.version, kind.plural, ns)
@@ -342,7 +353,9 @@ class DependentWatcher:
             finally:
                 synced.cancel()
             if not watch.synced.is_set() and not task.done():
-                log.warning("dependent watch %s: initial list still pending (will keep trying)", watch.describe())
+                log.warning(
+                    "dependent watch %s: initial list still pending (will keep trying)", watch.describe()
+                )
 
     def on_dependent(self, kind: DependentKind) -> None:
         """Callback for ``OwnerProxy(on_dependent=...)``: schedule :meth:`ensure` (on the running loop).
@@ -453,7 +466,9 @@ class DependentWatcher:
 
     def _enqueue(self, owners: Iterable[OwnerKey], why: str, obj: Mapping[str, Any] | None) -> None:
         meta = (obj or {}).get("metadata") or {}
-        for api_version, kind, namespace, name in sorted(owners, key=lambda o: (o[0], o[1], o[2] or "", o[3])):
+        for api_version, kind, namespace, name in sorted(
+            owners, key=lambda o: (o[0], o[1], o[2] or "", o[3])
+        ):
             dependent_ns = meta.get("namespace")
             log.info("re-queue %s %s/%s: dependent %s %s", kind, namespace or "", name, why,
                      f"{dependent_ns + '/' if dependent_ns else ''}{meta.get('name', '')}")

@@ -33,7 +33,9 @@ def parse_duration(text: str | int | float) -> float:
     Raises ``ValueError`` with a message that quotes the input and shows the accepted syntax.
     """
     if isinstance(text, bool):
-        raise ValueError(f"invalid duration {text!r}: expected e.g. '30s', '10m', '1h30m' or a number of seconds")
+        raise ValueError(
+            f"invalid duration {text!r}: expected e.g. '30s', '10m', '1h30m' or a number of seconds"
+        )
     if isinstance(text, (int, float)):
         value = float(text)
         if math.isnan(value) or math.isinf(value) or value < 0:

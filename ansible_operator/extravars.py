@@ -294,9 +294,11 @@ def build_extra_vars(
             )
         if isinstance(var, str) and var in reserved:
             raise RefusedVariable(
-                f"spec.{key} would set {var!r}, a name Ansible reserves (a magic variable or template global);"
+                f"spec.{key} would set {var!r}, a name Ansible reserves"
+                " (a magic variable or template global);"
                 " spec fields must not override it: rename the field",
-                spec_key=f"spec.{key}", variable=var,
+                spec_key=f"spec.{key}",
+                variable=var,
             )
     out: dict[str, Any] = {k: wrap(v) for k, v in params.items()}
 

@@ -30,19 +30,32 @@ READ_VERBS = ("get", "list", "watch")
 
 KNOWN_KINDS: dict[str, tuple[str, str]] = {
     # kind: (API group, plural). The built-in kinds roles commonly manage; others get a guessed plural.
-    "Pod": ("", "pods"), "Service": ("", "services"), "ConfigMap": ("", "configmaps"),
-    "Secret": ("", "secrets"), "ServiceAccount": ("", "serviceaccounts"),
-    "PersistentVolumeClaim": ("", "persistentvolumeclaims"), "PersistentVolume": ("", "persistentvolumes"),
-    "Namespace": ("", "namespaces"), "Node": ("", "nodes"), "Endpoints": ("", "endpoints"),
-    "Event": ("", "events"), "ReplicationController": ("", "replicationcontrollers"),
-    "ResourceQuota": ("", "resourcequotas"), "LimitRange": ("", "limitranges"),
-    "Deployment": ("apps", "deployments"), "StatefulSet": ("apps", "statefulsets"),
-    "DaemonSet": ("apps", "daemonsets"), "ReplicaSet": ("apps", "replicasets"),
+    "Pod": ("", "pods"),
+    "Service": ("", "services"),
+    "ConfigMap": ("", "configmaps"),
+    "Secret": ("", "secrets"),
+    "ServiceAccount": ("", "serviceaccounts"),
+    "PersistentVolumeClaim": ("", "persistentvolumeclaims"),
+    "PersistentVolume": ("", "persistentvolumes"),
+    "Namespace": ("", "namespaces"),
+    "Node": ("", "nodes"),
+    "Endpoints": ("", "endpoints"),
+    "Event": ("", "events"),
+    "ReplicationController": ("", "replicationcontrollers"),
+    "ResourceQuota": ("", "resourcequotas"),
+    "LimitRange": ("", "limitranges"),
+    "Deployment": ("apps", "deployments"),
+    "StatefulSet": ("apps", "statefulsets"),
+    "DaemonSet": ("apps", "daemonsets"),
+    "ReplicaSet": ("apps", "replicasets"),
     "ControllerRevision": ("apps", "controllerrevisions"),
-    "Job": ("batch", "jobs"), "CronJob": ("batch", "cronjobs"),
-    "Ingress": ("networking.k8s.io", "ingresses"), "IngressClass": ("networking.k8s.io", "ingressclasses"),
+    "Job": ("batch", "jobs"),
+    "CronJob": ("batch", "cronjobs"),
+    "Ingress": ("networking.k8s.io", "ingresses"),
+    "IngressClass": ("networking.k8s.io", "ingressclasses"),
     "NetworkPolicy": ("networking.k8s.io", "networkpolicies"),
-    "Role": ("rbac.authorization.k8s.io", "roles"), "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
+    "Role": ("rbac.authorization.k8s.io", "roles"),
+    "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
     "ClusterRole": ("rbac.authorization.k8s.io", "clusterroles"),
     "ClusterRoleBinding": ("rbac.authorization.k8s.io", "clusterrolebindings"),
     "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
@@ -73,8 +86,13 @@ _K8S_MODULES: dict[str, tuple[tuple[str, ...], tuple[tuple[str, str, tuple[str, 
     "k8s_service": (ALL_VERBS, (("", "services", ALL_VERBS),)),
     "k8s_event": ((), (("", "events", ("create", "patch")),)),  # ansible_operator.util.k8s_event
 }
-_COLLECTION_PREFIXES = ("kubernetes.core.", "community.kubernetes.", "community.okd.", "ansible_operator.util.",
-                        "operator_sdk.util.")
+_COLLECTION_PREFIXES = (
+    "kubernetes.core.",
+    "community.kubernetes.",
+    "community.okd.",
+    "ansible_operator.util.",
+    "operator_sdk.util.",
+)
 _INCLUDE_ROLE = ("include_role", "import_role", "ansible.builtin.include_role", "ansible.builtin.import_role")
 _INCLUDE_TASKS = ("include_tasks", "import_tasks", "include", "ansible.builtin.include_tasks",
                   "ansible.builtin.import_tasks")
@@ -354,7 +372,9 @@ def _objects_from_file(ref: Any, subdir: str, label: str, ctx: _Context, source:
         ctx.scan.unresolved.append(f"{label}: {subdir[:-1]} path {ref!r} is dynamic")
         return []
     bases = ([role / subdir, role] if role else []) + [source.parent / subdir, source.parent]
-    path = Path(ref) if Path(ref).is_absolute() else next((b / ref for b in bases if (b / ref).is_file()), None)
+    path = (
+        Path(ref) if Path(ref).is_absolute() else next((b / ref for b in bases if (b / ref).is_file()), None)
+    )
     if path is None or not path.is_file():
         ctx.scan.unresolved.append(f"{label}: {subdir[:-1]} {ref!r} not found")
         return []
@@ -460,7 +480,9 @@ def scan_watches(watches_file: Path, roles_dirs: Iterable[Path] = ()) -> tuple[R
             if role is not None:
                 found = _find_role(role, ctx, None)
                 if found is None:
-                    scan.unresolved.append(f"{w.key}: role {role!r} not found on disk (collection not installed?)")
+                    scan.unresolved.append(
+                        f"{w.key}: role {role!r} not found on disk (collection not installed?)"
+                    )
                 else:
                     _scan_role(found, ctx)
     # What the operator itself needs: Events for status reporting, Leases (and ConfigMaps, as Operator SDK's

@@ -22,6 +22,7 @@ import logging
 import re
 import sys
 import time
+import types
 from typing import Any, Callable, Iterator, Mapping, TextIO
 
 from ansible_operator.results import failure_message, redact_result
@@ -41,7 +42,8 @@ __all__ = [
 CR_FIELDS = ("kind", "namespace", "name", "run_id")
 """Record attributes the context provides (always present on records passing our handler; None if unset)."""
 
-cr_context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("cr_context", default={})
+cr_context: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
+    "cr_context", default=types.MappingProxyType({}))
 """The object (and run) the current task works on; set it with ``log_context``."""
 
 _HANDLER_MARK = "_ansible_operator_handler"

@@ -111,7 +111,8 @@ _WEBSOCKET_DROP = _HOP_BY_HOP | {
 
 @dataclass(frozen=True)
 class DependentKind:
-    """A kind of object runs have created (what :class:`~ansible_operator.dependents.DependentWatcher` watches)."""
+    """A kind of object runs have created (what :class:`~ansible_operator.dependents.DependentWatcher`
+    watches)."""
 
     group: str
     version: str
@@ -146,8 +147,16 @@ class Owner:
     def from_object(cls, obj: Mapping[str, Any]) -> "Owner":
         """From a CR object; ``ValueError`` naming the missing field (uid is needed for ownerReferences)."""
         meta = obj.get("metadata") or {}
-        missing = [f for f, v in (("apiVersion", obj.get("apiVersion")), ("kind", obj.get("kind")),
-                                  ("metadata.name", meta.get("name")), ("metadata.uid", meta.get("uid"))) if not v]
+        missing = [
+            f
+            for f, v in (
+                ("apiVersion", obj.get("apiVersion")),
+                ("kind", obj.get("kind")),
+                ("metadata.name", meta.get("name")),
+                ("metadata.uid", meta.get("uid")),
+            )
+            if not v
+        ]
         if missing:
             raise ValueError(f"owner object lacks {', '.join(missing)}: cannot inject owner references")
         return cls(str(obj["apiVersion"]), str(obj["kind"]), str(meta["name"]),
@@ -305,8 +314,13 @@ def owner_json_patch(obj: Mapping[str, Any], owner: Owner,
               if k in (ANNOTATION_PRIMARY_RESOURCE, ANNOTATION_PRIMARY_RESOURCE_TYPE)}
     if isinstance(meta.get("annotations"), dict) and meta["annotations"]:
         for key, value in wanted.items():
-            ops.append({"op": "add", "path": "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1"),
-                        "value": value})
+            ops.append(
+                {
+                    "op": "add",
+                    "path": "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1"),
+                    "value": value,
+                }
+            )
     else:
         ops.append({"op": "add", "path": "/metadata/annotations", "value": wanted})
     return ops
@@ -331,7 +345,11 @@ def owned_by_kind_of(obj: Mapping[str, Any], owner: Owner) -> bool:
     if not isinstance(meta, dict):
         return False
     for ref in meta.get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("apiVersion") == owner.api_version and ref.get("kind") == owner.kind:
+        if (
+            isinstance(ref, dict)
+            and ref.get("apiVersion") == owner.api_version
+            and ref.get("kind") == owner.kind
+        ):
             return True
     annotations = meta.get("annotations")
     wanted = f"{owner.kind}.{owner.group}" if owner.group else owner.kind
@@ -376,7 +394,8 @@ class Upstream:
         self._lock = asyncio.Lock()
 
     async def auth_header(self) -> str | None:
-        """``Authorization`` value for upstream; refreshes exec/OIDC tokens via the client's hook (<= 1/min)."""
+        """``Authorization`` value for upstream; refreshes exec/OIDC tokens via the client's hook (<=
+        1/min)."""
         cfg = self.configuration
         hook = getattr(cfg, "refresh_api_key_hook", None)
         if hook is not None and time.monotonic() - self._refreshed > 60:
@@ -617,8 +636,16 @@ class OwnerProxy:
         except ValueError:
             return body, None
         if changed:
-            log.debug("owner proxy: %s %s %s/%s owned by %s %s/%s", mode, dependent.kind, namespace or "",
-                      (obj.get("metadata") or {}).get("name", ""), owner.kind, owner.namespace or "", owner.name)
+            log.debug(
+                "owner proxy: %s %s %s/%s owned by %s %s/%s",
+                mode,
+                dependent.kind,
+                namespace or "",
+                (obj.get("metadata") or {}).get("name", ""),
+                owner.kind,
+                owner.namespace or "",
+                owner.name,
+            )
             body = json.dumps(obj, separators=(",", ":")).encode()
         return body, dependent
 
@@ -648,13 +675,17 @@ class OwnerProxy:
             status, data = await self._send_json(
                 "PATCH", path + "?fieldManager=ansible-operator", ops, "application/json-patch+json")
         except Exception as exc:
-            log.error("owner proxy: created %s without its owner %s %s: %s", what, owner.kind, owner.name, exc)
+            log.error(
+                "owner proxy: created %s without its owner %s %s: %s", what, owner.kind, owner.name, exc
+            )
             return response
         if status != 200:
             log.error("owner proxy: created %s but adding its owner %s %s failed: HTTP %s: %s", what,
                       owner.kind, owner.name, status, data[:300].decode("utf-8", "replace"))
             return response
-        log.debug("owner proxy: %s %s created by PUT/apply, owned by %s %s", mode, what, owner.kind, owner.name)
+        log.debug(
+            "owner proxy: %s %s created by PUT/apply, owned by %s %s", mode, what, owner.kind, owner.name
+        )
         self._report(dependent)
         headers = {k: v for k, v in response.headers.items()
                    if k.lower() not in ("content-length", "content-encoding", "content-type")}
@@ -696,12 +727,19 @@ class OwnerProxy:
         url = self._upstream.base + request.rel_url.raw_path_qs
         try:
             upstream = await self._session.request(
-                request.method, url, data=body if body or request.method in ("POST", "PUT", "PATCH") else None,
-                headers=headers, allow_redirects=False, server_hostname=self._upstream.server_hostname,
+                request.method,
+                url,
+                data=body if body or request.method in ("POST", "PUT", "PATCH") else None,
+                headers=headers,
+                allow_redirects=False,
+                server_hostname=self._upstream.server_hostname,
             )
         except (ClientError, OSError) as exc:
-            return web.Response(status=502, body=_status_body(502, "BadGateway", f"owner proxy: upstream: {exc}"),
-                                content_type="application/json")
+            return web.Response(
+                status=502,
+                body=_status_body(502, "BadGateway", f"owner proxy: upstream: {exc}"),
+                content_type="application/json",
+            )
         streaming = (request.query.get("watch") in ("true", "1") or "/watch/" in request.path
                      or request.query.get("follow") in ("true", "1")
                      or upstream.headers.get("Content-Length") is None)
@@ -743,12 +781,17 @@ class OwnerProxy:
                                                       server_hostname=self._upstream.server_hostname,
                                                       autoping=True, max_msg_size=0)
         except WSServerHandshakeError as exc:
-            return web.Response(status=exc.status or 502,
-                                body=_status_body(exc.status or 502, "BadGateway", f"owner proxy: {exc.message}"),
-                                content_type="application/json")
+            return web.Response(
+                status=exc.status or 502,
+                body=_status_body(exc.status or 502, "BadGateway", f"owner proxy: {exc.message}"),
+                content_type="application/json",
+            )
         except (ClientError, OSError) as exc:
-            return web.Response(status=502, body=_status_body(502, "BadGateway", f"owner proxy: upstream: {exc}"),
-                                content_type="application/json")
+            return web.Response(
+                status=502,
+                body=_status_body(502, "BadGateway", f"owner proxy: upstream: {exc}"),
+                content_type="application/json",
+            )
         downstream = web.WebSocketResponse(protocols=(upstream.protocol,) if upstream.protocol else (),
                                            max_msg_size=0)
         await downstream.prepare(request)
@@ -763,7 +806,10 @@ class OwnerProxy:
                     break
             await dst.close()
 
-        tasks = [asyncio.ensure_future(pump(upstream, downstream)), asyncio.ensure_future(pump(downstream, upstream))]
+        tasks = [
+            asyncio.ensure_future(pump(upstream, downstream)),
+            asyncio.ensure_future(pump(downstream, upstream)),
+        ]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -781,8 +827,13 @@ class OwnerProxy:
         auth = await self._upstream.auth_header()
         if auth:
             headers["Authorization"] = auth
-        async with self._session.request(method, self._upstream.base + path, data=json.dumps(payload).encode(),
-                                         headers=headers, server_hostname=self._upstream.server_hostname) as resp:
+        async with self._session.request(
+            method,
+            self._upstream.base + path,
+            data=json.dumps(payload).encode(),
+            headers=headers,
+            server_hostname=self._upstream.server_hostname,
+        ) as resp:
             return resp.status, await resp.read()
 
     async def _fetch_json(self, path: str) -> Any:

@@ -107,7 +107,9 @@ def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, int]:
             if after.get(k, 0) - before.get(k, 0)}
 
 
-def cycle(n: int, count: int, op: OperatorProcess, kube: Kube, timeout: float, grace: float) -> dict[str, Any]:
+def cycle(
+    n: int, count: int, op: OperatorProcess, kube: Kube, timeout: float, grace: float
+) -> dict[str, Any]:
     names = [f"soak-{n}-{i:04d}" for i in range(count)]
     rss_before = rss(op)
     counts_before = run_counts(op)
@@ -127,7 +129,9 @@ def cycle(n: int, count: int, op: OperatorProcess, kube: Kube, timeout: float, g
     t1 = time.monotonic()
     kube.custom.delete_collection_namespaced_custom_object(NOOP.group, NOOP.version, NAMESPACE, NOOP.plural)
     deadline = t1 + timeout
-    while kube.custom.list_namespaced_custom_object(NOOP.group, NOOP.version, NAMESPACE, NOOP.plural)["items"]:
+    while kube.custom.list_namespaced_custom_object(NOOP.group, NOOP.version, NAMESPACE, NOOP.plural)[
+        "items"
+    ]:
         op.check_alive()
         if time.monotonic() > deadline:
             raise BenchError(f"cycle {n}: Noops still listed {timeout}s after the delete")
@@ -141,17 +145,27 @@ def cycle(n: int, count: int, op: OperatorProcess, kube: Kube, timeout: float, g
     left = artifact_dirs(op)
     counts_after = run_counts(op)
     return {
-        "cycle": n, "crs": count, "create_s": round(created_s, 1), "converge_s": round(converge_s, 1),
+        "cycle": n,
+        "crs": count,
+        "create_s": round(created_s, 1),
+        "converge_s": round(converge_s, 1),
         "delete_s": round(delete_s, 1),
-        "runs": delta(counts_converged, counts_before), "runs_during_delete": delta(counts_after, counts_converged),
+        "runs": delta(counts_converged, counts_before),
+        "runs_during_delete": delta(counts_after, counts_converged),
         "errors": int(counts_after.get("errors", 0) - counts_before.get("errors", 0)),
-        "failed_runs": sum(v for k, v in delta(counts_after, counts_before).items()
-                           if k.startswith("runs_") and k != "runs_successful"),
-        "rss_mb_before": rss_before[0], "rss_mb_converged": rss_converged[0],
+        "failed_runs": sum(
+            v
+            for k, v in delta(counts_after, counts_before).items()
+            if k.startswith("runs_") and k != "runs_successful"
+        ),
+        "rss_mb_before": rss_before[0],
+        "rss_mb_converged": rss_converged[0],
         "rss_mb_after_delete": rss(op)[0],
-        "tree_rss_mb_before": rss_before[1], "tree_rss_mb_converged": rss_converged[1],
+        "tree_rss_mb_before": rss_before[1],
+        "tree_rss_mb_converged": rss_converged[1],
         "tree_rss_mb_after_delete": rss(op)[1],
-        "run_dirs_at_convergence": runs_dirs_converged, "run_dirs_left_after_delete": len(left),
+        "run_dirs_at_convergence": runs_dirs_converged,
+        "run_dirs_left_after_delete": len(left),
         "artifacts_mb_on_disk": _mb(disk_bytes(op.artifacts)),
     }
 
@@ -167,10 +181,16 @@ def verdicts(cycles: list[dict[str, Any]]) -> dict[str, bool]:
 
 def table(cycles: list[dict[str, Any]]) -> str:
     rows = [
-        ("CRs created", "crs"), ("create (s)", "create_s"), ("create → all Successful (s)", "converge_s"),
-        ("delete → all gone (s)", "delete_s"), ("runs finished", "runs"), ("failed runs", "failed_runs"),
-        ("reconcile errors", "errors"), ("operator RSS before (MB)", "rss_mb_before"),
-        ("operator RSS converged (MB)", "rss_mb_converged"), ("operator RSS after delete (MB)", "rss_mb_after_delete"),
+        ("CRs created", "crs"),
+        ("create (s)", "create_s"),
+        ("create → all Successful (s)", "converge_s"),
+        ("delete → all gone (s)", "delete_s"),
+        ("runs finished", "runs"),
+        ("failed runs", "failed_runs"),
+        ("reconcile errors", "errors"),
+        ("operator RSS before (MB)", "rss_mb_before"),
+        ("operator RSS converged (MB)", "rss_mb_converged"),
+        ("operator RSS after delete (MB)", "rss_mb_after_delete"),
         ("process tree RSS before (MB)", "tree_rss_mb_before"),
         ("process tree RSS converged (MB)", "tree_rss_mb_converged"),
         ("process tree RSS after delete (MB)", "tree_rss_mb_after_delete"),
@@ -184,14 +204,19 @@ def table(cycles: list[dict[str, Any]]) -> str:
         vals = []
         for c in cycles:
             v = c[key]
-            vals.append(", ".join(f"{k.removeprefix('runs_')} {n}" for k, n in v.items()) if isinstance(v, dict)
-                        else str(v))
+            vals.append(
+                ", ".join(f"{k.removeprefix('runs_')} {n}" for k, n in v.items())
+                if isinstance(v, dict)
+                else str(v)
+            )
         lines.append(f"| {label} | " + " | ".join(vals) + " |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--count", type=int, default=1000, help="CRs per cycle (default 1000)")
     parser.add_argument("--cycles", type=int, default=2)
     parser.add_argument("--executor", choices=("warm", "runner"), default="warm")
@@ -217,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         reaper.add(kube.close)
         kube.namespace(NAMESPACE)
         kube.wait_served(NOOP, NAMESPACE)
-        op = OperatorProcess.start(args.executor, workdir / "operator", sandbox.kubeconfig, [NAMESPACE], reaper)
+        op = OperatorProcess.start(
+            args.executor, workdir / "operator", sandbox.kubeconfig, [NAMESPACE], reaper
+        )
         cycles = []
         for n in range(1, args.cycles + 1):
             result = cycle(n, args.count, op, kube, args.timeout, args.artifacts_grace)

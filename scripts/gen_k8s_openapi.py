@@ -38,7 +38,9 @@ GROUP_VERSIONS = {
     ("rbac.authorization.k8s.io", "v1"), ("scheduling.k8s.io", "v1"), ("storage.k8s.io", "v1"),
 }
 # request/response bodies every API path shares (the published paths refer to them)
-SHARED = ["io.k8s.apimachinery.pkg.apis.meta.v1." + n for n in ("DeleteOptions", "Patch", "Status", "WatchEvent")]
+SHARED = [
+    "io.k8s.apimachinery.pkg.apis.meta.v1." + n for n in ("DeleteOptions", "Patch", "Status", "WatchEvent")
+]
 REF = "#/definitions/"
 
 

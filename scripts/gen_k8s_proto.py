@@ -5,23 +5,26 @@
 
 ``--src`` holds checkouts (or ``git archive`` extracts) of four public repositories at the same release:
 ``api`` (k8s.io/api), ``apimachinery``, ``apiextensions-apiserver`` and ``kube-aggregator``, plus
-``gnostic-models`` (the OpenAPI v2 protobuf that client-go's ``OpenAPISchema()`` asks ``/openapi/v2`` for), e.g.::
+``gnostic-models`` (the OpenAPI v2 protobuf that client-go's ``OpenAPISchema()`` asks ``/openapi/v2``
+for), e.g.::
 
     for r in api apimachinery apiextensions-apiserver kube-aggregator; do
       git clone -q --depth 1 -b v0.32.9 https://github.com/kubernetes/$r /tmp/k8ssrc/$r; done
     git clone -q --depth 1 -b v0.6.9 https://github.com/google/gnostic-models /tmp/k8ssrc/gnostic-models
 
-Needs ``grpcio-tools`` (it ships protoc): ``python -m venv /tmp/gen && /tmp/gen/bin/pip install grpcio-tools``,
-then run this script with that interpreter. It writes two files into ``ansible_operator/sandbox/``:
+Needs ``grpcio-tools`` (it ships protoc):
+``python -m venv /tmp/gen && /tmp/gen/bin/pip install grpcio-tools``, then run this script with that
+interpreter. It writes two files into ``ansible_operator/sandbox/``:
 
 ``k8s.binpb``
     a FileDescriptorSet of the ``generated.proto`` files of every group/version the sandbox serves (and what
-    they import) and of gnostic's ``openapiv2/OpenAPIv2.proto``, without source info or comments, and with each field's ``json_name`` set to the Go type's
-    ``json:"..."`` tag (the Kubernetes JSON name; protoc's default camel-casing differs for ``$ref``,
-    ``x-kubernetes-*`` and others).
+    they import) and of gnostic's ``openapiv2/OpenAPIv2.proto``, without source info or comments, and with
+    each field's ``json_name`` set to the Go type's ``json:"..."`` tag (the Kubernetes JSON name; protoc's
+    default camel-casing differs for ``$ref``, ``x-kubernetes-*`` and others).
 ``k8s_fields.json``
     what the ``.proto`` files cannot say and the Go types do (read from the ``types.go`` struct tags):
-    ``inline``: fields whose message is embedded inline in JSON (``json:",inline"``, e.g. Volume.volumeSource);
+    ``inline``: fields whose message is embedded inline in JSON (``json:",inline"``, such as
+    ``Volume.volumeSource``);
     ``keep``: scalar fields whose zero value survives a Go JSON round trip (pointers such as
     ``Deployment.spec.replicas``, or fields without ``omitempty``). gogo-protobuf always encodes non-pointer
     scalars, so a decoder must know which zero values are real.
@@ -43,17 +46,49 @@ OUT_DIR = Path(__file__).resolve().parent.parent / "ansible_operator" / "sandbox
 # the group/versions it serves (resources.py/kinds.py) plus authentication/v1 (TokenRequest, TokenReview),
 # autoscaling/v1 (Scale) and policy/v1 (Eviction).
 API_GROUP_VERSIONS = [
-    "core/v1", "admissionregistration/v1", "apps/v1", "authentication/v1", "authorization/v1", "autoscaling/v1",
-    "autoscaling/v2", "batch/v1", "certificates/v1", "coordination/v1", "discovery/v1", "events/v1",
-    "networking/v1", "node/v1", "policy/v1", "rbac/v1", "scheduling/v1", "storage/v1",
+    "core/v1",
+    "admissionregistration/v1",
+    "apps/v1",
+    "authentication/v1",
+    "authorization/v1",
+    "autoscaling/v1",
+    "autoscaling/v2",
+    "batch/v1",
+    "certificates/v1",
+    "coordination/v1",
+    "discovery/v1",
+    "events/v1",
+    "networking/v1",
+    "node/v1",
+    "policy/v1",
+    "rbac/v1",
+    "scheduling/v1",
+    "storage/v1",
 ]
 SOURCES = (
     [("api", gv, f"k8s.io/api/{gv}") for gv in API_GROUP_VERSIONS]
-    + [("apimachinery", p, f"k8s.io/apimachinery/{p}") for p in (
-        "pkg/apis/meta/v1", "pkg/runtime", "pkg/runtime/schema", "pkg/api/resource", "pkg/util/intstr")]
-    + [("apiextensions-apiserver", "pkg/apis/apiextensions/v1",
-        "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"),
-       ("kube-aggregator", "pkg/apis/apiregistration/v1", "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1")]
+    + [
+        ("apimachinery", p, f"k8s.io/apimachinery/{p}")
+        for p in (
+            "pkg/apis/meta/v1",
+            "pkg/runtime",
+            "pkg/runtime/schema",
+            "pkg/api/resource",
+            "pkg/util/intstr",
+        )
+    ]
+    + [
+        (
+            "apiextensions-apiserver",
+            "pkg/apis/apiextensions/v1",
+            "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1",
+        ),
+        (
+            "kube-aggregator",
+            "pkg/apis/apiregistration/v1",
+            "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1",
+        ),
+    ]
 )
 
 _TYPE = re.compile(r"^type (\w+) struct \{")
@@ -158,7 +193,11 @@ def main() -> int:
                     inline.setdefault(full, []).append(field.name)
                     json_name = field.name
                 field.json_name = json_name
-                if field.type in scalar_types and field.label != field.LABEL_REPEATED and (pointer or not omitempty):
+                if (
+                    field.type in scalar_types
+                    and field.label != field.LABEL_REPEATED
+                    and (pointer or not omitempty)
+                ):
                     keep.setdefault(full, []).append(field.name)
     args.out.mkdir(parents=True, exist_ok=True)
     data = fds.SerializeToString(deterministic=True)

@@ -35,7 +35,8 @@ def sandbox_process(tmp_path: Path) -> Iterator[Callable[..., SandboxProcess]]:
     counter = itertools.count(1)
 
     def start(**kwargs: Any) -> SandboxProcess:
-        """start(port=0, data_dir=None, crds=(), simulate=True) -> SandboxProcess (.url .port .kubeconfig .stop())"""
+        """start(port=0, data_dir=None, crds=(), simulate=True) -> SandboxProcess (.url .port .kubeconfig
+        .stop())"""
         proc = start_process(tmp_path / f"sandbox-process-{next(counter)}.kubeconfig", **kwargs)
         started.append(proc)
         return proc

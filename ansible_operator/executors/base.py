@@ -48,7 +48,8 @@ class RunOutcome:
     rc: int | None
     artifacts_dir: Path
     error: str | None = None
-    """Executor-level problem (could not start, worker crashed, timeout) in one line; None for a normal run."""
+    """Executor-level problem (could not start, worker crashed, timeout) in one line; None for a normal
+    run."""
 
 
 class Executor(Protocol):

@@ -34,7 +34,10 @@ from ansible_operator.executors.base import RunRequest
 
 __all__ = ["PreparedRun", "new_run_id", "prepare", "render_extravars", "role_play"]
 
-DEFAULT_COLLECTIONS_PATH = (Path("~/.ansible/collections").expanduser(), Path("/usr/share/ansible/collections"))
+DEFAULT_COLLECTIONS_PATH = (
+    Path("~/.ansible/collections").expanduser(),
+    Path("/usr/share/ansible/collections"),
+)
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -140,7 +143,11 @@ def _environment(request: RunRequest, role_parent: Path | None) -> dict[str, str
 
     if request.collections_path:
         inherited = os.environ.get("ANSIBLE_COLLECTIONS_PATH")
-        tail = [Path(p) for p in inherited.split(os.pathsep) if p] if inherited else list(DEFAULT_COLLECTIONS_PATH)
+        tail = (
+            [Path(p) for p in inherited.split(os.pathsep) if p]
+            if inherited
+            else list(DEFAULT_COLLECTIONS_PATH)
+        )
         env["ANSIBLE_COLLECTIONS_PATH"] = _join(list(request.collections_path) + tail)
 
     env.update({str(k): str(v) for k, v in request.envvars.items()})
@@ -178,8 +185,10 @@ def prepare(request: RunRequest) -> PreparedRun:
         inventory = Path(configured_inventory)
     else:
         inventory = pdd / "inventory" / "hosts"
-        inventory.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n",
-                             encoding="utf-8")
+        inventory.write_text(
+            f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n",
+            encoding="utf-8",
+        )
 
     extravars_file = pdd / "env" / "extravars"
     _write_private(extravars_file, extravars_text)

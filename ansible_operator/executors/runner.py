@@ -22,8 +22,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-import os
 import math
+import os
 import re
 import shlex
 import sys
@@ -84,8 +84,11 @@ def stdout_error(artifacts_dir: Path) -> str | None:
     """The error line (``[ERROR]: ...`` in ansible-core 2.19, ``ERROR! ...`` before) or else the last line
     of a run that failed before/outside any task (syntax error, role not found, ...)."""
     try:
-        lines = [ln for ln in _ANSI.sub("", (artifacts_dir / "stdout").read_text(errors="replace")).splitlines()
-                 if ln.strip()]
+        lines = [
+            ln
+            for ln in _ANSI.sub("", (artifacts_dir / "stdout").read_text(errors="replace")).splitlines()
+            if ln.strip()
+        ]
     except OSError:
         return None
     for ln in lines:

@@ -222,7 +222,9 @@ class WarmExecutor:
             return
         if op == "fatal":
             if not zygote.ready.done():
-                zygote.ready.set_exception(RuntimeError(f"warm executor cannot start: {message.get('error')}"))
+                zygote.ready.set_exception(
+                    RuntimeError(f"warm executor cannot start: {message.get('error')}")
+                )
             return
         run = zygote.runs.get(message.get("id", ""))
         if run is None:
@@ -253,8 +255,12 @@ class WarmExecutor:
             _kill_quietly(zygote.process)
             code = await zygote.process.wait()
         if not zygote.ready.done():
-            zygote.ready.set_exception(RuntimeError(f"warm executor: the zygote exited with {code} before it was"
-                                                    " ready (see its stderr); use --executor runner to avoid it"))
+            zygote.ready.set_exception(
+                RuntimeError(
+                    f"warm executor: the zygote exited with {code} before it was"
+                    " ready (see its stderr); use --executor runner to avoid it"
+                )
+            )
         in_flight = list(zygote.runs.values())
         zygote.runs.clear()
         for run in in_flight:
@@ -351,7 +357,9 @@ class WarmExecutor:
                 zygote.send({"op": "run", "id": request.run_id, "spec": spec})
             except ConnectionError:
                 zygote.runs.pop(request.run_id, None)
-                return RunOutcome(status="error", rc=None, artifacts_dir=artifacts_dir, error=EXECUTOR_RESTARTED)
+                return RunOutcome(
+                    status="error", rc=None, artifacts_dir=artifacts_dir, error=EXECUTOR_RESTARTED
+                )
             try:
                 async with asyncio.timeout(request.timeout):
                     await asyncio.shield(run.done)

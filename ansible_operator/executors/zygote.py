@@ -76,9 +76,9 @@ def preload() -> None:
     import ansible.release
 
     ansible_compat.check(ansible.release.__version__)
+    from ansible import constants as C
     from ansible.cli.playbook import PlaybookCLI  # noqa: F401  (imports the CLI machinery)
     from ansible.executor import playbook_executor, task_queue_manager  # noqa: F401
-    from ansible import constants as C
     from ansible.plugins import loader
     from ansible.plugins.loader import init_plugin_loader
 
@@ -106,12 +106,14 @@ def preload() -> None:
     for name in ("ansible.builtin.env", "ansible.builtin.file", "ansible.builtin.template",
                  "ansible.builtin.vars", "ansible.builtin.items", "ansible.builtin.dict"):
         loader.lookup_loader.get(name, class_only=True)
-    import ansible.modules  # noqa: F401
     import multiprocessing.popen_fork  # noqa: F401  (Ansible's workers)
     import multiprocessing.resource_tracker  # noqa: F401
     import multiprocessing.synchronize  # noqa: F401
-    import ansible.executor.process.worker  # noqa: F401  (re-pointed by every child)
+
     import ansible.executor.module_common  # noqa: F401  (builds module payloads)
+    import ansible.executor.process.worker  # noqa: F401  (re-pointed by every child)
+    import ansible.modules  # noqa: F401
+
     from ansible_operator.executors import zygote_child, zygote_modules, zygote_payloads  # noqa: F401
     _preload_kubernetes(loader)
 

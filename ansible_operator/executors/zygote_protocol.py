@@ -10,7 +10,7 @@ operator -> zygote (zygote's stdin):
 
 zygote -> operator (the zygote's original stdout; Ansible's own output never goes there):
     {"op": "ready", "pid": PID, "ansible_core": VERSION, "preload_seconds": FLOAT}
-    {"op": "fatal", "error": TEXT}                      the zygote cannot serve (e.g. unsupported ansible-core)
+    {"op": "fatal", "error": TEXT}                      the zygote cannot serve (unsupported ansible-core)
     {"op": "started", "id": RUN_ID, "pid": PID}
     {"op": "event", "id": RUN_ID, "event": {...}}       an ansible-runner event, in emission order
     {"op": "result", "id": RUN_ID, "status": S, "rc": N}  the child finished the playbook normally

@@ -18,8 +18,8 @@ See docs/sandbox.md for what is emulated and what is not.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import base64
+import concurrent.futures
 import logging
 import shutil
 import tempfile

@@ -21,11 +21,31 @@ from typing import Any, Callable
 
 import yaml
 
-from ansible_operator.sandbox import (builtin_schemas, crdcheck, kinds, managedfields, patching, protobuf, schema,
-                                      selectors)
-from ansible_operator.sandbox.errors import (ApiError, already_exists, bad_request, conflict, forbidden, invalid,
-                                             namespace_not_found, no_containers, not_found, path_not_found, request_entity_too_large, success_status,
-                                             unsupported_media_type)
+from ansible_operator.sandbox import (
+    builtin_schemas,
+    crdcheck,
+    kinds,
+    managedfields,
+    patching,
+    protobuf,
+    schema,
+    selectors,
+)
+from ansible_operator.sandbox.errors import (
+    ApiError,
+    already_exists,
+    bad_request,
+    conflict,
+    forbidden,
+    invalid,
+    namespace_not_found,
+    no_containers,
+    not_found,
+    path_not_found,
+    request_entity_too_large,
+    success_status,
+    unsupported_media_type,
+)
 from ansible_operator.sandbox.resources import CRD_GROUP_RESOURCE, Registry, ResourceType
 from ansible_operator.sandbox.store import Key, Store
 from ansible_operator.sandbox.timeutil import now_rfc3339
@@ -38,12 +58,18 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 #: kinds whose names must be DNS labels (63 chars), as in kube-apiserver
 _LABEL_NAMED = {("", "Namespace"), ("", "Service")}
 #: kinds whose names are path segments only (RBAC allows ':' etc.)
-_PATH_NAMED = {("rbac.authorization.k8s.io", "Role"), ("rbac.authorization.k8s.io", "RoleBinding"),
-               ("rbac.authorization.k8s.io", "ClusterRole"), ("rbac.authorization.k8s.io", "ClusterRoleBinding")}
+_PATH_NAMED = {
+    ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+}
 
 #: built-in kinds whose registry sets ``ReturnDeletedObject: true`` (k8s.io/kubernetes pkg/registry/*/storage;
-#: the published OpenAPI's DELETE responses say the same): a DELETE that removes one answers the deleted object,
-#: every other built-in answers a ``Status``; custom resources always answer the object (apiextensions-apiserver's
+#: the published OpenAPI's DELETE responses say the same): a DELETE that removes one answers the deleted
+#: object,
+#: every other built-in answers a ``Status``; custom resources always answer the object
+#: (apiextensions-apiserver's
 #: customresource store)
 RETURNS_DELETED_OBJECT = frozenset({
     "/pods", "/services", "/serviceaccounts", "/persistentvolumes", "/persistentvolumeclaims",
@@ -95,8 +121,12 @@ def decode_body(raw: bytes, content_type: str = "application/json") -> Any:
         try:
             return protobuf.decode(raw)
         except protobuf.UnsupportedKind as e:  # custom resources have no protobuf form
-            raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
-                           f"accepted media types include: application/json, application/yaml ({e})") from None
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - "
+                f"accepted media types include: application/json, application/yaml ({e})",
+            ) from None
         except protobuf.ProtobufError as e:
             raise bad_request(f"the body of the request could not be decoded: {e}") from None
     if "cbor" in ct:
@@ -111,7 +141,8 @@ def decode_body(raw: bytes, content_type: str = "application/json") -> Any:
 
 
 def _depth_exceeds(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests objects/arrays deeper than ``limit`` (iterative: no recursion on hostile input)."""
+    """Whether ``value`` nests objects/arrays deeper than ``limit`` (iterative: no recursion on hostile
+    input)."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -189,8 +220,11 @@ class Api:
         if ns is None:
             raise namespace_not_found(namespace or "")
         if (ns.get("metadata") or {}).get("deletionTimestamp"):
-            raise forbidden(rtype, name, f"unable to create new content in namespace {namespace} because it is "
-                                         f"being terminated")
+            raise forbidden(
+                rtype,
+                name,
+                f"unable to create new content in namespace {namespace} because it is being terminated",
+            )
 
     def _invalid(self, rtype: ResourceType, name: str, errors: list[schema.FieldError]) -> ApiError:
         return invalid(rtype, name, [e.cause() for e in errors],
@@ -202,12 +236,16 @@ class Api:
             detail = "may not contain '/' or '%'"
         elif (rtype.group, rtype.kind) in _LABEL_NAMED:
             ok = len(name) <= 63 and bool(_DNS_LABEL.match(name))
-            detail = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
-                      "must start and end with an alphanumeric character")
+            detail = (
+                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+                "must start and end with an alphanumeric character"
+            )
         else:
             ok = len(name) <= 253 and bool(_DNS_SUBDOMAIN.match(name))
-            detail = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-                      "'.', and must start and end with an alphanumeric character")
+            detail = (
+                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+                "'.', and must start and end with an alphanumeric character"
+            )
         if not ok:
             raise self._invalid(rtype, name, [schema.invalid("metadata.name", name, detail)])
 
@@ -223,10 +261,14 @@ class Api:
             group = api_version.rpartition("/")[0]
             if group != rtype.group or self.registry.get(group, api_version.rpartition("/")[2],
                                                          rtype.plural) is None:
-                raise bad_request(f"the API version in the data ({api_version}) does not match the expected API "
-                                  f"version ({rtype.api_version})")
+                raise bad_request(
+                    f"the API version in the data ({api_version}) does not match the expected API "
+                    f"version ({rtype.api_version})"
+                )
         if kind not in (None, "") and kind != rtype.kind:
-            raise bad_request(f"the kind in the data ({kind}) does not match the expected kind ({rtype.kind})")
+            raise bad_request(
+                f"the kind in the data ({kind}) does not match the expected kind ({rtype.kind})"
+            )
         meta = body.get("metadata")
         if meta is None:
             meta = body["metadata"] = {}
@@ -241,8 +283,9 @@ class Api:
         else:
             meta.pop("namespace", None)
         if name is not None and meta.get("name") not in (None, "", name):
-            raise bad_request(f"the name of the object ({meta.get('name')}) does not match the name on the URL "
-                              f"({name})")
+            raise bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
+            )
         if name is not None:
             meta["name"] = name
         kinds.check_metadata(body)
@@ -263,7 +306,8 @@ class Api:
         try:
             return self._schema_steps(rtype, obj, opts, warnings)
         except (TypeError, AttributeError, KeyError, ValueError) as e:
-            # a schema the CRD checks let through but the pipeline cannot apply: refuse the object, keep serving
+            # a schema the CRD checks let through but the pipeline cannot apply: refuse the object, keep
+            # serving
             log.exception("sandbox: applying the %s schema failed", rtype.qualified)
             name = (obj.get("metadata") or {}).get("name", "")
             err = schema.invalid("", name, f"the CustomResourceDefinition schema could not be applied: {e}")
@@ -281,8 +325,11 @@ class Api:
         return obj
 
     @staticmethod
-    def _unknown_fields(rtype: ResourceType, unknown: list[str], opts: WriteOptions, warnings: list[str]) -> None:
-        """fieldValidation: Strict → 400, Warn (the apiserver's default when unset) → warnings, Ignore → nothing."""
+    def _unknown_fields(
+        rtype: ResourceType, unknown: list[str], opts: WriteOptions, warnings: list[str]
+    ) -> None:
+        """fieldValidation: Strict → 400, Warn (the apiserver's default when unset) → warnings, Ignore →
+        nothing."""
         if not unknown or opts.field_validation == "Ignore":
             return
         if opts.field_validation == "Strict":
@@ -307,7 +354,9 @@ class Api:
             raise self._invalid(rtype, (obj.get("metadata") or {}).get("name", ""), errors)
         # a second CRD may not claim a group/plural another CRD serves
         spec = obj.get("spec") or {}
-        for t in self.registry.by_group_resource(f"{spec.get('group')}/{(spec.get('names') or {}).get('plural')}"):
+        for t in self.registry.by_group_resource(
+            f"{spec.get('group')}/{(spec.get('names') or {}).get('plural')}"
+        ):
             if t.builtin:
                 err = schema.invalid("spec.names.plural", (spec.get("names") or {}).get("plural"),
                                      "conflicts with a built-in resource")
@@ -409,9 +458,16 @@ class Api:
             raise conflict(rtype, name)
         return self._write(rtype, old, new, subresource, opts, warnings if warnings is not None else [])
 
-    def _write(self, rtype: ResourceType, old: dict[str, Any], new: dict[str, Any], subresource: str | None,
-               opts: WriteOptions, warnings: builtins.list[str], managed: builtins.list[dict[str, Any]] | None = None
-               ) -> dict[str, Any]:
+    def _write(
+        self,
+        rtype: ResourceType,
+        old: dict[str, Any],
+        new: dict[str, Any],
+        subresource: str | None,
+        opts: WriteOptions,
+        warnings: builtins.list[str],
+        managed: builtins.list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         """Common tail of update and patch: merge the rules of what may change, then store (or not)."""
         name = old["metadata"]["name"]
         old_meta = old["metadata"]
@@ -453,16 +509,19 @@ class Api:
         if old_meta.get("deletionTimestamp"):
             added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
             if added:
-                err = schema.forbidden("metadata.finalizers", "no new finalizers can be added if the object is "
-                                                              "being deleted, found new finalizers " +
-                                       json.dumps(sorted(added)))
+                err = schema.forbidden(
+                    "metadata.finalizers",
+                    "no new finalizers can be added if the object is "
+                    "being deleted, found new finalizers " + json.dumps(sorted(added)),
+                )
                 raise self._invalid(rtype, name, [err])
         if subresource != "status":
             new = self._crd_schema_pipeline(rtype, new, opts, warnings)
         elif not rtype.builtin and rtype.schema:
             # status writes are validated too, but only status may differ from the stored object
-            errors = schema.validate(rtype.schema, schema.apply_defaults(rtype.schema, schema.prune(rtype.schema,
-                                                                                                    new)))
+            errors = schema.validate(
+                rtype.schema, schema.apply_defaults(rtype.schema, schema.prune(rtype.schema, new))
+            )
             if errors:
                 raise self._invalid(rtype, name, errors)
             new = schema.apply_defaults(rtype.schema, schema.prune(rtype.schema, new))
@@ -479,10 +538,15 @@ class Api:
             meta["generation"] = int(old_meta.get("generation") or 1) + 1
         if managed is None:
             manager = managedfields.manager_name(opts.field_manager, opts.user_agent)
-            managed = managedfields.record_update(old, new, manager, rtype.api_version,
-                                                  "status" if subresource == "status" else None, _shape(rtype),
-                                                  sent_managed if sent_managed != old_meta.get("managedFields")
-                                                  else None)
+            managed = managedfields.record_update(
+                old,
+                new,
+                manager,
+                rtype.api_version,
+                "status" if subresource == "status" else None,
+                _shape(rtype),
+                sent_managed if sent_managed != old_meta.get("managedFields") else None,
+            )
         meta["managedFields"] = managed
         if strip_for_compare(new) == strip_for_compare(self.present(rtype, copy.deepcopy(old))) and \
                 _owners(managed) == _owners(old_meta.get("managedFields")):
@@ -491,7 +555,11 @@ class Api:
             meta["resourceVersion"] = old_meta.get("resourceVersion")
             return self.present(rtype, new)
         key = self.key(rtype, old_meta.get("namespace"), name)
-        if meta.get("deletionTimestamp") and not meta.get("finalizers") and rtype.group_resource != "/namespaces":
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and rtype.group_resource != "/namespaces"
+        ):
             final = self.store.remove(key)
             assert final is not None
             return self.present(rtype, copy.deepcopy(final))
@@ -544,13 +612,24 @@ class Api:
                 raise conflict(rtype, name, e.message) from None
             if e.code == 400:
                 raise bad_request(e.message) from None
-            raise ApiError(e.code, e.reason, e.message,
-                           {"name": name, "group": rtype.group, "kind": rtype.kind,
-                            "causes": [{"reason": "FieldValueInvalid", "message": e.message, "field": ""}]}) from None
+            raise ApiError(
+                e.code,
+                e.reason,
+                e.message,
+                {
+                    "name": name,
+                    "group": rtype.group,
+                    "kind": rtype.kind,
+                    "causes": [{"reason": "FieldValueInvalid", "message": e.message, "field": ""}],
+                },
+            ) from None
         if not isinstance(patched, dict):
             raise bad_request("the patch produced a non-object")
-        want_rv = (patched.get("metadata") or {}).get("resourceVersion") if isinstance(patched.get("metadata"),
-                                                                                       dict) else None
+        want_rv = (
+            (patched.get("metadata") or {}).get("resourceVersion")
+            if isinstance(patched.get("metadata"), dict)
+            else None
+        )
         if want_rv not in (None, "") and str(want_rv) != current["metadata"].get("resourceVersion"):
             raise conflict(rtype, name)
         managed = None
@@ -570,9 +649,15 @@ class Api:
         if not isinstance(pre, dict):
             raise bad_request("DeleteOptions.preconditions must be an object")
         if pre.get("uid") and pre["uid"] != obj["metadata"].get("uid"):
-            raise conflict(rtype, name, f"Precondition failed: UID in precondition: {pre['uid']}, UID in object "
-                                        f"meta: {obj['metadata'].get('uid')}")
-        if pre.get("resourceVersion") and str(pre["resourceVersion"]) != obj["metadata"].get("resourceVersion"):
+            raise conflict(
+                rtype,
+                name,
+                f"Precondition failed: UID in precondition: {pre['uid']}, UID in object "
+                f"meta: {obj['metadata'].get('uid')}",
+            )
+        if pre.get("resourceVersion") and str(pre["resourceVersion"]) != obj["metadata"].get(
+            "resourceVersion"
+        ):
             raise conflict(rtype, name, "Precondition failed: ResourceVersion in precondition: "
                                         f"{pre['resourceVersion']}, ResourceVersion in object meta: "
                                         f"{obj['metadata'].get('resourceVersion')}")
@@ -596,7 +681,7 @@ class Api:
             raise bad_request("the body of the request was not a JSON object")
         meta = found if isinstance(found := body.get("metadata"), dict) else {}
         if meta.get("name") not in (None, "", name):
-            raise bad_request(f"name in URL does not match name in Eviction object")
+            raise bad_request("name in URL does not match name in Eviction object")
         pod = self._require(rtype, namespace, name)
         options = found if isinstance(found := body.get("deleteOptions"), dict) else {}
         phase = (pod.get("status") or {}).get("phase")
@@ -606,18 +691,33 @@ class Api:
             b for _, b in self.store.items("policy/poddisruptionbudgets", namespace)
             if selectors.matches_label_selector((b.get("spec") or {}).get("selector"), pod_labels)]
         if len(budgets) > 1:
-            raise ApiError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the eviction "
-                                                 "subresource does not support.")
+            raise ApiError(
+                500,
+                "InternalError",
+                "This pod has more than one PodDisruptionBudget, which the eviction "
+                "subresource does not support.",
+            )
         if budgets and not opts.dry_run:
             pdb = copy.deepcopy(budgets[0])
             status = pdb.get("status") or {}
             if int(status.get("disruptionsAllowed") or 0) <= 0:
-                raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption "
-                                                       "budget.",
-                               {"causes": [{"reason": "DisruptionBudget", "message": (
-                                   f"The disruption budget {pdb['metadata']['name']} needs "
-                                   f"{status.get('desiredHealthy', 0)} healthy pods and has "
-                                   f"{status.get('currentHealthy', 0)} currently")}]})
+                raise ApiError(
+                    429,
+                    "TooManyRequests",
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                    {
+                        "causes": [
+                            {
+                                "reason": "DisruptionBudget",
+                                "message": (
+                                    f"The disruption budget {pdb['metadata']['name']} needs "
+                                    f"{status.get('desiredHealthy', 0)} healthy pods and has "
+                                    f"{status.get('currentHealthy', 0)} currently"
+                                ),
+                            }
+                        ]
+                    },
+                )
             status["disruptionsAllowed"] = int(status["disruptionsAllowed"]) - 1
             status.setdefault("disruptedPods", {})[name] = now_rfc3339()
             pdb["status"] = status
@@ -626,16 +726,22 @@ class Api:
         self.delete(rtype, namespace, name, options, opts.dry_run)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
-    def refuse_subresource(self, rtype: ResourceType, namespace: str | None, name: str | None, sub: str) -> None:
-        """Raise for a subresource the sandbox does not serve: a clear Status for the ones that need containers
+    def refuse_subresource(
+        self, rtype: ResourceType, namespace: str | None, name: str | None, sub: str
+    ) -> None:
+        """Raise for a subresource the sandbox does not serve: a clear Status for the ones that need
+        containers
         (log, exec, attach, portforward, proxy) once the object exists, a plain 404 for anything else."""
         if (rtype.group_resource, sub) not in CONTAINER_SUBRESOURCES or name is None:
             raise path_not_found()
         self._require(rtype, namespace, name)
         raise no_containers(rtype, name, sub)
 
-    def delete_response(self, rtype: ResourceType, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
-        """The body of a DELETE answer: the object (still there with ``deletionTimestamp``, a dry run, a custom
+    def delete_response(
+        self, rtype: ResourceType, obj: dict[str, Any], dry_run: bool = False
+    ) -> dict[str, Any]:
+        """The body of a DELETE answer: the object (still there with ``deletionTimestamp``, a dry run, a
+        custom
         resource or a kind whose registry returns it) or a ``Status`` of kind Success."""
         meta = obj.get("metadata") or {}
         gone = self.store.peek(self.key(rtype, meta.get("namespace"), meta.get("name", ""))) is None

@@ -1,4 +1,5 @@
-"""Schemas of the built-in kinds, from Kubernetes' published OpenAPI spec, and unknown-field pruning with them.
+"""Schemas of the built-in kinds, from Kubernetes' published OpenAPI spec, and unknown-field pruning with
+them.
 
 ``k8s_openapi.json.gz`` holds the ``definitions`` of the upstream ``swagger.json`` (release 1.32) for every
 group/version the sandbox serves (``scripts/gen_k8s_openapi.py``). They serve two purposes:

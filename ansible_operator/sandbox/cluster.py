@@ -1,12 +1,16 @@
-"""The objects every cluster has that no client creates, kept as kube-controller-manager / kube-apiserver keep them.
+"""The objects every cluster has that no client creates, kept as kube-controller-manager / kube-apiserver keep
+them.
 
-* the ServiceAccount controller: a ``default`` ServiceAccount in every active namespace (re-created if deleted);
+* the ServiceAccount controller: a ``default`` ServiceAccount in every active namespace (re-created if
+  deleted);
 * the root-CA publisher: a ``kube-root-ca.crt`` ConfigMap (key ``ca.crt``) in every active namespace, reset if
   changed or deleted;
 * kube-apiserver's ``kubernetes`` Service in ``default`` (ClusterIP ``10.96.0.1``, port 443 ``https``);
-* one Node, ``sandbox-node``, Ready, the node simulated Pods are scheduled on (its InternalIP is their hostIP).
+* one Node, ``sandbox-node``, Ready, the node simulated Pods are scheduled on (its InternalIP is their
+  hostIP).
 
-The CA certificate is the sandbox's own when it serves TLS (passed in), otherwise a self-signed CA made once per
+The CA certificate is the sandbox's own when it serves TLS (passed in), otherwise a self-signed CA made once
+per
 process: a real certificate that signs nothing, so code that reads and parses ``ca.crt`` works.
 """
 
@@ -39,20 +43,37 @@ def self_signed_ca() -> str:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sandbox-ca")])
     start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(start)
-            .not_valid_after(start + dt.timedelta(days=3650))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False),
-                           critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(start + dt.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
     return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
 class ClusterObjects:
-    """Creates and repairs the cluster-provided objects; ``ensure_namespace`` runs on every namespace change."""
+    """Creates and repairs the cluster-provided objects; ``ensure_namespace`` runs on every namespace
+    change."""
 
     def __init__(self, api: Api, root_ca_pem: str | None = None) -> None:
         self.api = api
@@ -81,11 +102,23 @@ class ClusterObjects:
         current = self.api.store.peek(("/configmaps", namespace, ROOT_CA_CONFIGMAP))
         cm_type = self._type("", "configmaps")
         if current is None:
-            self._create(cm_type, namespace, {"metadata": {"name": ROOT_CA_CONFIGMAP, "annotations": {
-                "kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver "
-                                             "when using internal endpoints such as the internal service IP or "
-                                             "kubernetes.default.svc. No other usage is guaranteed across "
-                                             "distributions of Kubernetes clusters."}}, "data": data})
+            self._create(
+                cm_type,
+                namespace,
+                {
+                    "metadata": {
+                        "name": ROOT_CA_CONFIGMAP,
+                        "annotations": {
+                            "kubernetes.io/description": "Contains a CA bundle that can be used to verify "
+                            "the kube-apiserver "
+                            "when using internal endpoints such as the internal service IP or "
+                            "kubernetes.default.svc. No other usage is guaranteed across "
+                            "distributions of Kubernetes clusters."
+                        },
+                    },
+                    "data": data,
+                },
+            )
         elif current.get("data") != data:
             body = copy.deepcopy(current)
             body["data"] = data
@@ -96,10 +129,22 @@ class ClusterObjects:
     def ensure_kubernetes_service(self) -> None:
         if self.api.store.peek(("/services", "default", "kubernetes")) is not None:
             return
-        self._create(self._type("", "services"), "default", {
-            "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
-            "spec": {"type": "ClusterIP", "clusterIP": KUBERNETES_SERVICE_IP, "sessionAffinity": "None",
-                     "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]}})
+        self._create(
+            self._type("", "services"),
+            "default",
+            {
+                "metadata": {
+                    "name": "kubernetes",
+                    "labels": {"component": "apiserver", "provider": "kubernetes"},
+                },
+                "spec": {
+                    "type": "ClusterIP",
+                    "clusterIP": KUBERNETES_SERVICE_IP,
+                    "sessionAffinity": "None",
+                    "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}],
+                },
+            },
+        )
 
     def ensure_node(self) -> None:
         if self.api.store.peek(("/nodes", "", NODE_NAME)) is not None:
@@ -120,18 +165,44 @@ class ClusterObjects:
             return {"type": type_, "status": status, "reason": reason, "message": message,
                     "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}
         node["status"] = {
-            "capacity": resources, "allocatable": resources,
+            "capacity": resources,
+            "allocatable": resources,
             "conditions": [
-                cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                cond(
+                    "MemoryPressure",
+                    "False",
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                ),
                 cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-                cond("Ready", "True", "KubeletReady", "kubelet is posting ready status (simulated: the sandbox "
-                                                      "runs no containers)")],
-            "addresses": [{"type": "InternalIP", "address": NODE_IP}, {"type": "Hostname", "address": NODE_NAME}],
+                cond(
+                    "PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"
+                ),
+                cond(
+                    "Ready",
+                    "True",
+                    "KubeletReady",
+                    "kubelet is posting ready status (simulated: the sandbox runs no containers)",
+                ),
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": NODE_IP},
+                {"type": "Hostname", "address": NODE_NAME},
+            ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {"machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "sandbox",
-                         "containerRuntimeVersion": "none://0", "kubeletVersion": "v1.32.0",
-                         "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}}
+            "nodeInfo": {
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+                "kernelVersion": "",
+                "osImage": "sandbox",
+                "containerRuntimeVersion": "none://0",
+                "kubeletVersion": "v1.32.0",
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        }
         self.api.update(node_type, None, NODE_NAME, node, "status")
 
     def _create(self, rtype: Any, namespace: str | None, body: dict[str, Any]) -> None:

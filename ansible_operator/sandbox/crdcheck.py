@@ -73,8 +73,15 @@ def shape_errors(crd: dict[str, Any]) -> list[schema.FieldError]:
     return errors
 
 
-_SCHEMA_BOOLS = ("nullable", "uniqueItems", "x-kubernetes-preserve-unknown-fields", "x-kubernetes-embedded-resource",
-                 "x-kubernetes-int-or-string", "exclusiveMinimum", "exclusiveMaximum")
+_SCHEMA_BOOLS = (
+    "nullable",
+    "uniqueItems",
+    "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-embedded-resource",
+    "x-kubernetes-int-or-string",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+)
 _SCHEMA_STRS = ("type", "format", "pattern", "description", "title", "x-kubernetes-list-type",
                 "x-kubernetes-map-type")
 

@@ -85,7 +85,17 @@ def resource_list(registry: Registry, group: str, version: str) -> dict[str, Any
 
 
 def root_paths(registry: Registry) -> list[str]:
-    paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v2", "/openapi/v3", "/readyz", "/version"]
+    paths = [
+        "/api",
+        "/api/v1",
+        "/apis",
+        "/healthz",
+        "/livez",
+        "/openapi/v2",
+        "/openapi/v3",
+        "/readyz",
+        "/version",
+    ]
     for g, vs in registry.groups().items():
         if g:
             paths.append(f"/apis/{g}")
@@ -126,14 +136,21 @@ def _resource_discovery(t: ResourceType) -> dict[str, Any]:
 
 
 def aggregated(registry: Registry, legacy: bool) -> dict[str, Any]:
-    """``/api`` (``legacy``: the core group) or ``/apis`` as an APIGroupDiscoveryList: every group, version and
+    """``/api`` (``legacy``: the core group) or ``/apis`` as an APIGroupDiscoveryList: every group, version
+    and
     resource in one document, preferred version first (what ``/apis/<group>/<version>`` list one by one)."""
     items = []
     for name, versions in sorted(registry.groups().items()):
         if bool(name) == legacy:
             continue
-        vs = [{"version": v, "resources": [_resource_discovery(t) for t in registry.in_group_version(name, v)],
-               "freshness": "Current"} for v in versions]
+        vs = [
+            {
+                "version": v,
+                "resources": [_resource_discovery(t) for t in registry.in_group_version(name, v)],
+                "freshness": "Current",
+            }
+            for v in versions
+        ]
         items.append({"metadata": {"name": name, "creationTimestamp": None} if name else
                       {"creationTimestamp": None}, "versions": vs})
     return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},

@@ -1,8 +1,10 @@
 """The disruption controller: PodDisruptionBudget status from the Pods a budget selects.
 
 ``expectedPods`` (selected Pods), ``currentHealthy`` (those Running and Ready), ``desiredHealthy`` (from
-``minAvailable``, or ``expectedPods - maxUnavailable``; percentages rounded up), ``disruptionsAllowed`` and the
-``DisruptionAllowed`` condition (``SufficientPods`` / ``InsufficientPods``), as kube-controller-manager writes them.
+``minAvailable``, or ``expectedPods - maxUnavailable``; percentages rounded up), ``disruptionsAllowed`` and
+the
+``DisruptionAllowed`` condition (``SufficientPods`` / ``InsufficientPods``), as kube-controller-manager writes
+them.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import math
 from typing import Any
 
 from ansible_operator.sandbox.api import Api
-from ansible_operator.sandbox.selectors import matches_label_selector as selects
 from ansible_operator.sandbox.errors import ApiError
+from ansible_operator.sandbox.selectors import matches_label_selector as selects
 from ansible_operator.sandbox.timeutil import now_rfc3339
 
 
@@ -50,7 +52,9 @@ class DisruptionControl:
 
     def _sync(self, pdb: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         spec = pdb.get("spec") or {}
-        selected = [p for p in pods if selects(spec.get("selector"), (p.get("metadata") or {}).get("labels") or {})]
+        selected = [
+            p for p in pods if selects(spec.get("selector"), (p.get("metadata") or {}).get("labels") or {})
+        ]
         expected = len(selected)
         healthy = sum(1 for p in selected if _healthy(p))
         if spec.get("minAvailable") is not None:

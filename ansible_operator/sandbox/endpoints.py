@@ -1,6 +1,8 @@
 """The endpoints and endpoint-slice controllers: a Service with a selector gets an Endpoints object and an
-EndpointSlice listing the ready Pods it selects (their IPs as the Pod simulator reports them), with the Service's
-ports resolved against the Pods' container ports (named ``targetPort`` included). Nothing routes traffic to them.
+EndpointSlice listing the ready Pods it selects (their IPs as the Pod simulator reports them), with the
+Service's
+ports resolved against the Pods' container ports (named ``targetPort`` included). Nothing routes traffic to
+them.
 """
 
 from __future__ import annotations
@@ -58,8 +60,14 @@ class EndpointsControl:
             selector = (svc.get("spec") or {}).get("selector") or {}
             if not selector or (svc.get("metadata") or {}).get("deletionTimestamp"):
                 continue
-            selected = sorted((p for p in pods if _selects(selector, (p.get("metadata") or {}).get("labels") or {})
-                               and _ready(p)), key=lambda p: p["metadata"]["name"])
+            selected = sorted(
+                (
+                    p
+                    for p in pods
+                    if _selects(selector, (p.get("metadata") or {}).get("labels") or {}) and _ready(p)
+                ),
+                key=lambda p: p["metadata"]["name"],
+            )
             try:
                 self._endpoints(svc, selected)
                 self._slice(svc, selected)

@@ -52,8 +52,13 @@ def _ordered_details(details: dict[str, Any]) -> dict[str, Any]:
 
 def success_status(rtype: ResourceType, name: str, uid: str | None) -> dict[str, Any]:
     """What kube-apiserver answers to a DELETE of a kind whose registry does not return the deleted object."""
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-            "details": _ordered_details({"name": name, "group": rtype.group, "kind": rtype.plural, "uid": uid})}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": _ordered_details({"name": name, "group": rtype.group, "kind": rtype.plural, "uid": uid}),
+    }
 
 
 def _details(rtype: ResourceType | None, name: str | None, **extra: Any) -> dict[str, Any]:
@@ -105,9 +110,15 @@ def method_not_allowed(message: str = "the server does not allow this method on 
     return ApiError(405, "MethodNotAllowed", message)
 
 
-def unsupported_media_type(content_type: str, accepted: str = "application/json, application/yaml") -> ApiError:
-    return ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted "
-                    f"media types include: {accepted}", {})
+def unsupported_media_type(
+    content_type: str, accepted: str = "application/json, application/yaml"
+) -> ApiError:
+    return ApiError(
+        415,
+        "UnsupportedMediaType",
+        f"the body of the request was in an unknown format - accepted media types include: {accepted}",
+        {},
+    )
 
 
 def request_entity_too_large(limit: int) -> ApiError:
@@ -116,8 +127,12 @@ def request_entity_too_large(limit: int) -> ApiError:
 
 def no_containers(rtype: ResourceType, name: str, sub: str) -> ApiError:
     """pods/log, pods/exec, ... : the sandbox has no kubelet, so say so instead of a generic 404."""
-    return ApiError(400, "BadRequest", f'{rtype.plural}/{sub} of {rtype.kind.lower()} "{name}" is not supported by '
-                                       f"the sandbox: no containers run (no kubelet, no container runtime)")
+    return ApiError(
+        400,
+        "BadRequest",
+        f'{rtype.plural}/{sub} of {rtype.kind.lower()} "{name}" is not supported by '
+        f"the sandbox: no containers run (no kubelet, no container runtime)",
+    )
 
 
 def path_not_found() -> ApiError:

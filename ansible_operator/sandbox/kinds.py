@@ -53,7 +53,9 @@ def _go_type(v: Any) -> str:
 
 def _want(value: Any, type_: type | tuple[type, ...], field: str, go_type: str) -> None:
     if value is not None and (not isinstance(value, type_) or isinstance(value, bool) and type_ is not bool):
-        raise bad_request(f"json: cannot unmarshal {_go_type(value)} into Go struct field {field} of type {go_type}")
+        raise bad_request(
+            f"json: cannot unmarshal {_go_type(value)} into Go struct field {field} of type {go_type}"
+        )
 
 
 def check_metadata(obj: dict[str, Any]) -> None:
@@ -93,34 +95,77 @@ _SHAPES: dict[tuple[str, str], tuple[tuple[str, type | tuple[type, ...]], ...]] 
     ("", "Namespace"): (("spec", dict), ("spec.finalizers", list), ("status", dict)),
     ("", "ConfigMap"): (("data", dict), ("binaryData", dict), ("immutable", bool)),
     ("", "Secret"): (("data", dict), ("stringData", dict), ("type", str), ("immutable", bool)),
-    ("", "Service"): (("spec", dict), ("spec.ports", list), ("spec.ports[]", dict), ("spec.type", str),
-                      ("spec.clusterIP", str), ("spec.selector", dict), ("status", dict)),
-    ("", "PersistentVolumeClaim"): (("spec", dict), ("spec.resources", dict), ("spec.resources.requests", dict),
-                                    ("spec.accessModes", list), ("spec.volumeName", str), ("status", dict)),
-    ("", "Pod"): (("spec", dict), ("spec.containers", list), ("spec.containers[]", dict), ("spec.nodeName", str),
-                  ("status", dict)),
+    ("", "Service"): (
+        ("spec", dict),
+        ("spec.ports", list),
+        ("spec.ports[]", dict),
+        ("spec.type", str),
+        ("spec.clusterIP", str),
+        ("spec.selector", dict),
+        ("status", dict),
+    ),
+    ("", "PersistentVolumeClaim"): (
+        ("spec", dict),
+        ("spec.resources", dict),
+        ("spec.resources.requests", dict),
+        ("spec.accessModes", list),
+        ("spec.volumeName", str),
+        ("status", dict),
+    ),
+    ("", "Pod"): (
+        ("spec", dict),
+        ("spec.containers", list),
+        ("spec.containers[]", dict),
+        ("spec.nodeName", str),
+        ("status", dict),
+    ),
     ("", "ServiceAccount"): (("secrets", list), ("secrets[]", dict)),
     ("", "Endpoints"): (("subsets", list), ("subsets[]", dict)),
     ("apps", "Deployment"): _WORKLOAD + (("spec.strategy", dict),),
-    ("apps", "StatefulSet"): _WORKLOAD + (("spec.volumeClaimTemplates", list), ("spec.volumeClaimTemplates[]", dict),
-                                          ("spec.volumeClaimTemplates[].metadata", dict),
-                                          ("spec.volumeClaimTemplates[].spec", dict),
-                                          ("spec.updateStrategy", dict)),
+    ("apps", "StatefulSet"): _WORKLOAD
+    + (
+        ("spec.volumeClaimTemplates", list),
+        ("spec.volumeClaimTemplates[]", dict),
+        ("spec.volumeClaimTemplates[].metadata", dict),
+        ("spec.volumeClaimTemplates[].spec", dict),
+        ("spec.updateStrategy", dict),
+    ),
     ("apps", "ReplicaSet"): _WORKLOAD,
     ("apps", "DaemonSet"): _WORKLOAD,
-    ("batch", "Job"): (("spec", dict), ("spec.completions", int), ("spec.parallelism", int),
-                       ("spec.backoffLimit", int), ("spec.suspend", bool), ("spec.selector", dict),
-                       ("status", dict)) + tuple((f"spec.{p}", t) for p, t in _POD_TEMPLATE),
-    ("batch", "CronJob"): (("spec", dict), ("spec.schedule", str), ("spec.suspend", bool),
-                           ("spec.concurrencyPolicy", str), ("spec.jobTemplate", dict),
-                           ("spec.jobTemplate.metadata", dict), ("spec.jobTemplate.spec", dict),
-                           ("spec.successfulJobsHistoryLimit", int), ("spec.failedJobsHistoryLimit", int),
-                           ("status", dict)),
+    ("batch", "Job"): (
+        ("spec", dict),
+        ("spec.completions", int),
+        ("spec.parallelism", int),
+        ("spec.backoffLimit", int),
+        ("spec.suspend", bool),
+        ("spec.selector", dict),
+        ("status", dict),
+    )
+    + tuple((f"spec.{p}", t) for p, t in _POD_TEMPLATE),
+    ("batch", "CronJob"): (
+        ("spec", dict),
+        ("spec.schedule", str),
+        ("spec.suspend", bool),
+        ("spec.concurrencyPolicy", str),
+        ("spec.jobTemplate", dict),
+        ("spec.jobTemplate.metadata", dict),
+        ("spec.jobTemplate.spec", dict),
+        ("spec.successfulJobsHistoryLimit", int),
+        ("spec.failedJobsHistoryLimit", int),
+        ("status", dict),
+    ),
     ("rbac.authorization.k8s.io", "Role"): (("rules", list), ("rules[]", dict)),
     ("rbac.authorization.k8s.io", "ClusterRole"): (("rules", list), ("rules[]", dict)),
-    ("rbac.authorization.k8s.io", "RoleBinding"): (("subjects", list), ("subjects[]", dict), ("roleRef", dict)),
-    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): (("subjects", list), ("subjects[]", dict),
-                                                          ("roleRef", dict)),
+    ("rbac.authorization.k8s.io", "RoleBinding"): (
+        ("subjects", list),
+        ("subjects[]", dict),
+        ("roleRef", dict),
+    ),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): (
+        ("subjects", list),
+        ("subjects[]", dict),
+        ("roleRef", dict),
+    ),
     ("coordination.k8s.io", "Lease"): (("spec", dict),),
 }
 _GO_NAMES = {dict: "object", list: "array", int: "integer", bool: "boolean", str: "string"}
@@ -158,22 +203,35 @@ def check_shapes(rtype: ResourceType, obj: dict[str, Any]) -> None:
 
 #: built-in kinds whose registry strategy sets ``metadata.generation`` (1 on create, +1 on spec changes);
 #: every other built-in (ConfigMap, Secret, Namespace, Node, Service, Pod, RBAC, ...) has none
-_GENERATION_KINDS = frozenset({
-    ("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet"), ("apps", "DaemonSet"),
-    ("", "ReplicationController"), ("", "PodTemplate"), ("batch", "Job"), ("batch", "CronJob"),
-    ("networking.k8s.io", "Ingress"), ("networking.k8s.io", "NetworkPolicy"), ("policy", "PodDisruptionBudget"),
-    ("autoscaling", "HorizontalPodAutoscaler"), ("discovery.k8s.io", "EndpointSlice"),
-    ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
-    ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
-    ("apiextensions.k8s.io", "CustomResourceDefinition"),
-})
+_GENERATION_KINDS = frozenset(
+    {
+        ("apps", "Deployment"),
+        ("apps", "StatefulSet"),
+        ("apps", "ReplicaSet"),
+        ("apps", "DaemonSet"),
+        ("", "ReplicationController"),
+        ("", "PodTemplate"),
+        ("batch", "Job"),
+        ("batch", "CronJob"),
+        ("networking.k8s.io", "Ingress"),
+        ("networking.k8s.io", "NetworkPolicy"),
+        ("policy", "PodDisruptionBudget"),
+        ("autoscaling", "HorizontalPodAutoscaler"),
+        ("discovery.k8s.io", "EndpointSlice"),
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
+        ("apiextensions.k8s.io", "CustomResourceDefinition"),
+    }
+)
 #: ObjectMeta fields with ``omitempty``: an empty list/map is not serialized, so it is not stored either
 _OMIT_EMPTY_META = ("labels", "annotations", "finalizers", "ownerReferences", "managedFields")
 
 
 def _omit_empty(node: dict[str, Any], value: Any, depth: int = 0) -> None:
-    """Drop empty lists and maps from optional fields, in place: what the stored object (protobuf in etcd, then
-    Go's ``omitempty``) serves back. Struct-typed fields (``securityContext: {}``) and required fields stay."""
+    """Drop empty lists and maps from optional fields, in place: what the stored object (protobuf in etcd,
+    then
+    Go's ``omitempty``) serves back. Struct-typed fields (``securityContext: {}``) and required fields
+    stay."""
     node = builtin_schemas.resolve(node)
     if depth > 64:
         return
@@ -187,7 +245,9 @@ def _omit_empty(node: dict[str, Any], value: Any, depth: int = 0) -> None:
                     continue
                 child = value[key]
                 resolved = builtin_schemas.resolve(sub)
-                is_map = resolved.get("type") == "object" and isinstance(resolved.get("additionalProperties"), dict)
+                is_map = resolved.get("type") == "object" and isinstance(
+                    resolved.get("additionalProperties"), dict
+                )
                 if key not in required and (child == [] or (child == {} and is_map)):
                     del value[key]
                 else:
@@ -214,7 +274,9 @@ def normalize(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | No
         if errors:
             name = meta.get("name", "")
             qualified = f"{rtype.kind}.{rtype.group}" if rtype.group else rtype.kind
-            raise invalid(rtype, name, [e.cause() for e in errors], schema.invalid_message(qualified, name, errors))
+            raise invalid(
+                rtype, name, [e.cause() for e in errors], schema.invalid_message(qualified, name, errors)
+            )
         for k in _OMIT_EMPTY_META:
             if k in meta and not meta[k]:
                 del meta[k]
@@ -243,7 +305,9 @@ def _secret(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
         raise bad_request("json: cannot unmarshal into Go struct field Secret.data of type map[string][]byte")
     for k, v in data.items():
         if not isinstance(v, str):
-            raise bad_request(f"json: cannot unmarshal {_go_type(v)} into Go struct field Secret.data of type []uint8")
+            raise bad_request(
+                f"json: cannot unmarshal {_go_type(v)} into Go struct field Secret.data of type []uint8"
+            )
         try:
             base64.b64decode(v, validate=True)
         except (binascii.Error, ValueError):
@@ -303,7 +367,8 @@ def _namespace(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | N
 
 
 def _image_pull_policy(image: str) -> str:
-    """``Always`` for ``:latest`` or untagged images (no digest), ``IfNotPresent`` otherwise (SetDefaults_Container)."""
+    """``Always`` for ``:latest`` or untagged images (no digest), ``IfNotPresent`` otherwise
+    (SetDefaults_Container)."""
     if "@" in image:
         return "IfNotPresent"
     last = image.rsplit("/", 1)[-1]
@@ -323,7 +388,8 @@ def _container_defaults(c: dict[str, Any]) -> None:
 
 
 def _requests_from_limits(c: dict[str, Any]) -> None:
-    """Requests default to limits, per resource: SetDefaults_Pod only (a PodTemplate's containers keep theirs)."""
+    """Requests default to limits, per resource: SetDefaults_Pod only (a PodTemplate's containers keep
+    theirs)."""
     resources = c.get("resources")
     if isinstance(resources, dict) and isinstance(resources.get("limits"), dict):
         requests = resources.setdefault("requests", {})
@@ -347,7 +413,9 @@ def _pod_spec_defaults(spec: dict[str, Any]) -> None:
 
 def _qos_class(spec: dict[str, Any]) -> str:
     """v1qos.GetPodQOS over cpu and memory: Guaranteed, Burstable or BestEffort."""
-    containers = [c for f in ("containers", "initContainers") for c in spec.get(f) or [] if isinstance(c, dict)]
+    containers = [
+        c for f in ("containers", "initContainers") for c in spec.get(f) or [] if isinstance(c, dict)
+    ]
     requests: dict[str, list[Any]] = {}
     limits: dict[str, list[Any]] = {}
     guaranteed = bool(containers)
@@ -412,7 +480,9 @@ def _priority_class(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any
     if not isinstance(obj.get("value"), int) or isinstance(obj.get("value"), bool):
         name = (obj.get("metadata") or {}).get("name", "")
         err = schema.required("value", "")
-        raise invalid(rtype, name, [err.cause()], schema.invalid_message(f"{rtype.kind}.{rtype.group}", name, [err]))
+        raise invalid(
+            rtype, name, [err.cause()], schema.invalid_message(f"{rtype.kind}.{rtype.group}", name, [err])
+        )
 
 
 def _ingress_class(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -424,9 +494,15 @@ def _csi_driver(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | 
     spec = obj.setdefault("spec", {})
     if not isinstance(spec, dict):
         return
-    for k, v in (("attachRequired", True), ("podInfoOnMount", False), ("requiresRepublish", False),
-                 ("storageCapacity", False), ("seLinuxMount", False), ("fsGroupPolicy", "ReadWriteOnceWithFSType"),
-                 ("volumeLifecycleModes", ["Persistent"])):
+    for k, v in (
+        ("attachRequired", True),
+        ("podInfoOnMount", False),
+        ("requiresRepublish", False),
+        ("storageCapacity", False),
+        ("seLinuxMount", False),
+        ("fsGroupPolicy", "ReadWriteOnceWithFSType"),
+        ("volumeLifecycleModes", ["Persistent"]),
+    ):
         spec.setdefault(k, copy.deepcopy(v))
 
 
@@ -470,7 +546,9 @@ def _workload(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | No
         spec.setdefault("revisionHistoryLimit", 10)
         _default_strategy(spec, "updateStrategy", {"maxUnavailable": 1, "maxSurge": 0})
     if rtype.kind == "StatefulSet":
-        spec.setdefault("persistentVolumeClaimRetentionPolicy", {"whenDeleted": "Retain", "whenScaled": "Retain"})
+        spec.setdefault(
+            "persistentVolumeClaimRetentionPolicy", {"whenDeleted": "Retain", "whenScaled": "Retain"}
+        )
         spec.setdefault("podManagementPolicy", "OrderedReady")
         _default_strategy(spec, "updateStrategy", {"partition": 0})
     if rtype.kind == "Job":
@@ -491,7 +569,8 @@ def _workload(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | No
 
 def _default_strategy(spec: dict[str, Any], key: str, rolling: dict[str, Any]) -> None:
     """apps/v1 SetDefaults_*: an empty strategy type is RollingUpdate, whose unset fields get their defaults
-    (field by field: protobuf clients such as ``kubectl create deployment`` send an empty ``strategy: {}``)."""
+    (field by field: protobuf clients such as ``kubectl create deployment`` send an empty ``strategy:
+    {}``)."""
     strategy = spec.setdefault(key, {})
     if not isinstance(strategy, dict):
         return
@@ -533,14 +612,20 @@ def _validate_selector_matches_template(rtype: ResourceType, obj: dict[str, Any]
     name = (obj.get("metadata") or {}).get("name", "")
     qualified = f"{rtype.kind}.{rtype.group}"
     selector = spec.get("selector")
-    if not isinstance(selector, dict) or not (selector.get("matchLabels") or selector.get("matchExpressions")):
+    if not isinstance(selector, dict) or not (
+        selector.get("matchLabels") or selector.get("matchExpressions")
+    ):
         err = schema.required("spec.selector", "")
         raise invalid(rtype, name, [err.cause()], schema.invalid_message(qualified, name, [err]))
     template = found if isinstance(found := spec.get("template"), dict) else {}
     tmeta = found if isinstance(found := template.get("metadata"), dict) else {}
     labels = tmeta.get("labels") or {}
     wanted = selector.get("matchLabels") or {}
-    if isinstance(wanted, dict) and isinstance(labels, dict) and any(labels.get(k) != v for k, v in wanted.items()):
+    if (
+        isinstance(wanted, dict)
+        and isinstance(labels, dict)
+        and any(labels.get(k) != v for k, v in wanted.items())
+    ):
         err = schema.invalid("spec.template.metadata.labels", labels,
                              "`selector` does not match template `labels`")
         raise invalid(rtype, name, [err.cause()], schema.invalid_message(qualified, name, [err]))
@@ -573,10 +658,15 @@ def check_update(rtype: ResourceType, new: dict[str, Any], old: dict[str, Any]) 
     if key == ("apps", "StatefulSet"):
         changed = {k for k in set(ns) | set(os_) if ns.get(k) != os_.get(k)} - _STS_MUTABLE - {"selector"}
         if changed:
-            errors.append(schema.forbidden("spec", "updates to statefulset spec for fields other than 'replicas', "
-                                                   "'ordinals', 'template', 'updateStrategy', "
-                                                   "'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' "
-                                                   "are forbidden"))
+            errors.append(
+                schema.forbidden(
+                    "spec",
+                    "updates to statefulset spec for fields other than 'replicas', "
+                    "'ordinals', 'template', 'updateStrategy', "
+                    "'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' "
+                    "are forbidden",
+                )
+            )
     if key == ("batch", "Job"):
         for f in ("selector", "template", "completions", "completionMode"):
             if f in os_:
@@ -590,12 +680,19 @@ def check_update(rtype: ResourceType, new: dict[str, Any], old: dict[str, Any]) 
                 out.pop("volumeName", None)
             return out
         if comparable(ns) != comparable(os_):
-            errors.append(schema.forbidden("spec", "spec is immutable after creation except resources.requests and "
-                                                   "volumeAttributesClassName for bound claims"))
+            errors.append(
+                schema.forbidden(
+                    "spec",
+                    "spec is immutable after creation except resources.requests and "
+                    "volumeAttributesClassName for bound claims",
+                )
+            )
     if errors:
         name = (new.get("metadata") or {}).get("name", "")
         qualified = f"{rtype.kind}.{rtype.group}" if rtype.group else rtype.kind
-        raise invalid(rtype, name, [e.cause() for e in errors], schema.invalid_message(qualified, name, errors))
+        raise invalid(
+            rtype, name, [e.cause() for e in errors], schema.invalid_message(qualified, name, errors)
+        )
 
 
 def crd_status(crd: dict[str, Any]) -> dict[str, Any]:
@@ -617,12 +714,18 @@ def crd_status(crd: dict[str, Any]) -> dict[str, Any]:
     for v in spec.get("versions") or []:
         if v.get("storage") and v.get("name") not in stored:
             stored.append(v.get("name"))
-    return {"conditions": [cond("NamesAccepted", "NoConflicts", "no conflicts found"),
-                           cond("Established", "InitialNamesAccepted", "the initial names have been accepted")],
-            "acceptedNames": names, "storedVersions": stored}
+    return {
+        "conditions": [
+            cond("NamesAccepted", "NoConflicts", "no conflicts found"),
+            cond("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+        ],
+        "acceptedNames": names,
+        "storedVersions": stored,
+    }
 
 
-#: status fields kube-apiserver always serializes (not omitempty) for fresh objects; typed clients require them
+#: status fields kube-apiserver always serializes (not omitempty) for fresh objects; typed clients require
+#: them
 _INITIAL_STATUS: dict[tuple[str, str], dict[str, Any]] = {
     ("apps", "StatefulSet"): {"replicas": 0, "availableReplicas": 0},
     ("apps", "ReplicaSet"): {"replicas": 0},

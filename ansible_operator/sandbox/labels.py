@@ -24,17 +24,24 @@ ANNOTATIONS_MAX_BYTES = 256 * 1024
 
 _QNAME_ERR = ("must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
               "alphanumeric character")
-_QNAME_EXAMPLES = "(e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '" + _QNAME_FMT + "')"
-_SUBDOMAIN_ERR = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-                  "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-                  "for validation is '" + _DNS1123_SUBDOMAIN_FMT + "')")
-_LABEL_VALUE_ERR = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
-                    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
-                    "'my_value',  or '12345', regex used for validation is '(" + _QNAME_FMT + ")?')")
+_QNAME_EXAMPLES = (
+    "(e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '" + _QNAME_FMT + "')"
+)
+_SUBDOMAIN_ERR = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+    "for validation is '" + _DNS1123_SUBDOMAIN_FMT + "')"
+)
+_LABEL_VALUE_ERR = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+    "'my_value',  or '12345', regex used for validation is '(" + _QNAME_FMT + ")?')"
+)
 
 
 def qualified_name_errors(value: str) -> list[str]:
-    """``validation.IsQualifiedName``: the detail strings for a bad label/annotation key (empty when valid)."""
+    """``validation.IsQualifiedName``: the detail strings for a bad label/annotation key (empty when
+    valid)."""
     parts = value.split("/")
     if len(parts) == 1:
         name = parts[0]
@@ -50,8 +57,10 @@ def qualified_name_errors(value: str) -> list[str]:
             if not _DNS1123_SUBDOMAIN.match(prefix):
                 errs.append(f"prefix part {_SUBDOMAIN_ERR}")
     else:
-        return [f"a qualified name {_QNAME_ERR} {_QNAME_EXAMPLES} with an optional DNS subdomain prefix and '/' "
-                "(e.g. 'example.com/MyName')"]
+        return [
+            f"a qualified name {_QNAME_ERR} {_QNAME_EXAMPLES} with an optional DNS subdomain prefix and '/' "
+            "(e.g. 'example.com/MyName')"
+        ]
     if not name:
         errs.append("name part must be non-empty")
     elif len(name) > _QNAME_MAX:

@@ -21,7 +21,12 @@ import copy
 import logging
 from typing import Any, Callable
 
-from ansible_operator.sandbox.resources import CRD_GROUP_RESOURCE, NAMESPACE_GROUP_RESOURCE, Registry, ResourceType
+from ansible_operator.sandbox.resources import (
+    CRD_GROUP_RESOURCE,
+    NAMESPACE_GROUP_RESOURCE,
+    Registry,
+    ResourceType,
+)
 from ansible_operator.sandbox.store import Event, Key, Store
 from ansible_operator.sandbox.timeutil import now_rfc3339
 
@@ -205,7 +210,8 @@ class Lifecycle:
                 self._delete_key(key, "Background")
 
     def _dangling(self, key: Key) -> None:
-        """An object whose owners do not exist (wrong uid, owner already gone): the GC deletes it, or just drops
+        """An object whose owners do not exist (wrong uid, owner already gone): the GC deletes it, or just
+        drops
         the dangling references when another owner is alive."""
         obj = self.store.get(key)
         if obj is None or obj["metadata"].get("deletionTimestamp"):

@@ -2,11 +2,13 @@
 
 Modelled on ``k8s.io/apimachinery/pkg/util/managedfields`` and sigs.k8s.io/structured-merge-diff:
 
-* A field set is a set of paths; a path element is ``f:<field>``, ``k:<json of the key fields>`` (an item of an
+* A field set is a set of paths; a path element is ``f:<field>``, ``k:<json of the key fields>`` (an item of
+  an
   associative list), or ``v:<json value>`` (an item of a set list). Leaves are scalars, atomic lists and empty
   maps; a list item is itself a member (``"."`` in FieldsV1) besides its fields.
 * Every write records an entry per (manager, operation, apiVersion, subresource): ``Update`` entries own what
-  that manager changed (taken away from everyone else), ``Apply`` entries own exactly what the manager applied.
+  that manager changed (taken away from everyone else), ``Apply`` entries own exactly what the manager
+  applied.
 * An apply that changes the value of a field another manager owns is a 409 Conflict (the real message and
   ``FieldManagerConflict`` causes) unless ``force=true``, which moves the ownership. Fields a manager applied
   before and no longer applies are removed when nobody else owns them. An apply by a new manager is recorded
@@ -45,7 +47,8 @@ class Shape:
 
 
 def manager_name(field_manager: str | None, user_agent: str) -> str:
-    """``fieldManager``, else the User-Agent up to its first ``/`` (as kube-apiserver), else the controllers'."""
+    """``fieldManager``, else the User-Agent up to its first ``/`` (as kube-apiserver), else the
+    controllers'."""
     if field_manager:
         return field_manager
     prefix = user_agent.split("/", 1)[0].strip()
@@ -135,8 +138,10 @@ def value_at(obj: Any, path: Path) -> Any:
                 return _MISSING
             want = json.loads(arg)
             if kind == "k":
-                cur = next((i for i in cur if isinstance(i, dict) and all(i.get(k) == v for k, v in want.items())),
-                           _MISSING)
+                cur = next(
+                    (i for i in cur if isinstance(i, dict) and all(i.get(k) == v for k, v in want.items())),
+                    _MISSING,
+                )
             else:
                 cur = next((i for i in cur if i == want), _MISSING)
             if cur is _MISSING:
@@ -157,8 +162,9 @@ def remove_at(obj: Any, path: Path) -> None:
     elif kind in ("k", "v") and isinstance(parent, list):
         want = json.loads(arg)
         for i, item in enumerate(parent):
-            if (kind == "k" and isinstance(item, dict) and all(item.get(k) == v for k, v in want.items())) or \
-                    (kind == "v" and item == want):
+            if (
+                kind == "k" and isinstance(item, dict) and all(item.get(k) == v for k, v in want.items())
+            ) or (kind == "v" and item == want):
                 del parent[i]
                 break
 
@@ -231,8 +237,14 @@ class Entry:
         return (self.manager, self.operation, self.api_version, self.subresource)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"manager": self.manager, "operation": self.operation, "apiVersion": self.api_version,
-                               "time": self.time, "fieldsType": "FieldsV1", "fieldsV1": to_fields_v1(self.fields)}
+        out: dict[str, Any] = {
+            "manager": self.manager,
+            "operation": self.operation,
+            "apiVersion": self.api_version,
+            "time": self.time,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": to_fields_v1(self.fields),
+        }
         if self.subresource:
             out["subresource"] = self.subresource
         return out
@@ -243,8 +255,16 @@ def decode(obj: dict[str, Any]) -> list[Entry]:
     for e in (obj.get("metadata") or {}).get("managedFields") or []:
         if not isinstance(e, dict) or not isinstance(e.get("manager"), str):
             continue
-        out.append(Entry(e["manager"], str(e.get("operation") or "Update"), str(e.get("apiVersion") or ""),
-                         str(e.get("subresource") or ""), str(e.get("time") or ""), from_fields_v1(e.get("fieldsV1"))))
+        out.append(
+            Entry(
+                e["manager"],
+                str(e.get("operation") or "Update"),
+                str(e.get("apiVersion") or ""),
+                str(e.get("subresource") or ""),
+                str(e.get("time") or ""),
+                from_fields_v1(e.get("fieldsV1")),
+            )
+        )
     return out
 
 
@@ -288,8 +308,13 @@ def record_update(old: dict[str, Any] | None, new: dict[str, Any], manager: str,
         changed = new_fields
     else:
         old_fields = fields_of(old, shape, subresource)
-        changed = {p for p in new_fields if p not in old_fields or value_at(_tracked(new, shape, subresource), p)
-                   != value_at(_tracked(old, shape, subresource), p)}
+        changed = {
+            p
+            for p in new_fields
+            if p not in old_fields
+            or value_at(_tracked(new, shape, subresource), p)
+            != value_at(_tracked(old, shape, subresource), p)
+        }
     _restrict(entries, new_fields, subresource)
     mine = (manager, "Update", api_version, subresource or "")
     for e in entries:
@@ -346,8 +371,11 @@ def apply(current: dict[str, Any], merged: dict[str, Any], applied: dict[str, An
     return result
 
 
-def created_by_apply(applied: dict[str, Any], manager: str, api_version: str, shape: Shape) -> list[dict[str, Any]]:
-    """The managedFields of an object an apply created: the manager owns what it applied (not the defaults)."""
+def created_by_apply(
+    applied: dict[str, Any], manager: str, api_version: str, shape: Shape
+) -> list[dict[str, Any]]:
+    """The managedFields of an object an apply created: the manager owns what it applied (not the
+    defaults)."""
     e = Entry(manager, "Apply", api_version, "", now_rfc3339(), fields_of(applied, shape))
     return encode([e])
 

@@ -32,13 +32,17 @@ _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 _STATUS = "io.k8s.apimachinery.pkg.apis.meta.v1.Status"
 _PATCH = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch"
 _QUERY_PARAMS = ("dryRun", "fieldManager", "fieldValidation", "force", "pretty")
-_API_VERSION_DOC = ("APIVersion defines the versioned schema of this representation of an object. Servers should "
-                    "convert recognized schemas to the latest internal value, and may reject unrecognized values. "
-                    "More info: https://git.k8s.io/community/contributors/devel/sig-architecture/"
-                    "api-conventions.md#resources")
-_KIND_DOC = ("Kind is a string value representing the REST resource this object represents. Servers may infer "
-             "this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: "
-             "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds")
+_API_VERSION_DOC = (
+    "APIVersion defines the versioned schema of this representation of an object. Servers should "
+    "convert recognized schemas to the latest internal value, and may reject unrecognized values. "
+    "More info: https://git.k8s.io/community/contributors/devel/sig-architecture/"
+    "api-conventions.md#resources"
+)
+_KIND_DOC = (
+    "Kind is a string value representing the REST resource this object represents. Servers may infer "
+    "this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"
+)
 
 
 def _gv_path(group: str, version: str) -> str:
@@ -46,7 +50,8 @@ def _gv_path(group: str, version: str) -> str:
 
 
 def crd_definition_name(group: str, version: str, kind: str) -> str:
-    """kube-apiserver's name for a custom resource's schema: the group reversed (``com.example.v1.Widget``)."""
+    """kube-apiserver's name for a custom resource's schema: the group reversed
+    (``com.example.v1.Widget``)."""
     return ".".join([*reversed(group.split(".")), version, kind])
 
 
@@ -58,8 +63,11 @@ def _crd_definitions(t: ResourceType, ref_prefix: str) -> dict[str, dict[str, An
     props["kind"] = {"description": _KIND_DOC, "type": "string"}
     meta_doc = ("Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/"
                 "sig-architecture/api-conventions.md#metadata")
-    props["metadata"] = ({"$ref": ref_prefix + _OBJECT_META, "description": meta_doc} if ref_prefix.startswith("#/def")
-                         else {"allOf": [{"$ref": ref_prefix + _OBJECT_META}], "description": meta_doc})
+    props["metadata"] = (
+        {"$ref": ref_prefix + _OBJECT_META, "description": meta_doc}
+        if ref_prefix.startswith("#/def")
+        else {"allOf": [{"$ref": ref_prefix + _OBJECT_META}], "description": meta_doc}
+    )
     schema["properties"] = props
     schema.setdefault("type", "object")
     gvk = {"group": t.group, "version": t.version, "kind": t.kind}
@@ -122,8 +130,14 @@ def _operations(t: ResourceType, ref_prefix: str, v3: bool) -> dict[str, Any]:
     def op(action: str, verb: str, with_body: bool, query: tuple[str, ...] = ()) -> dict[str, Any]:
         params: list[dict[str, Any]] = []
         for n in query:
-            params.append({"name": n, "in": "query", "uniqueItems": True,
-                           **({"schema": {"type": "string", "uniqueItems": True}} if v3 else {"type": "string"})})
+            params.append(
+                {
+                    "name": n,
+                    "in": "query",
+                    "uniqueItems": True,
+                    **({"schema": {"type": "string", "uniqueItems": True}} if v3 else {"type": "string"}),
+                }
+            )
         o: dict[str, Any] = {"operationId": f"{verb}{t.kind}", "parameters": params,
                              "x-kubernetes-action": action, "x-kubernetes-group-version-kind": gvk}
         body_ref = ref_prefix + _PATCH if action == "patch" else kind_ref
@@ -138,7 +152,9 @@ def _operations(t: ResourceType, ref_prefix: str, v3: bool) -> dict[str, Any]:
         else:
             o["responses"] = {"200": {"description": "OK", "schema": {"$ref": kind_ref}}}
             if with_body:
-                params.insert(0, {"name": "body", "in": "body", "required": True, "schema": {"$ref": body_ref}})
+                params.insert(
+                    0, {"name": "body", "in": "body", "required": True, "schema": {"$ref": body_ref}}
+                )
         return o
 
     prefix = "/" + _gv_path(t.group, t.version)
@@ -212,8 +228,12 @@ def v2_document(registry: Registry) -> dict[str, Any]:
                 else:
                     crds.update(_crd_definitions(t, "#/definitions/"))
     definitions = _closure(names, crds)
-    return {"swagger": "2.0", "info": {"title": TITLE, "version": VERSION}, "paths": dict(sorted(paths.items())),
-            "definitions": dict(sorted(definitions.items()))}
+    return {
+        "swagger": "2.0",
+        "info": {"title": TITLE, "version": VERSION},
+        "paths": dict(sorted(paths.items())),
+        "definitions": dict(sorted(definitions.items())),
+    }
 
 
 def _digest(doc: Mapping[str, Any]) -> str:
@@ -268,7 +288,8 @@ def document(registry: Registry, parts: list[str], query: Mapping[str, str], acc
              ) -> dict[str, Any] | bytes:
     """``parts`` is the path after ``/openapi``: ``["v2"]``, ``["v3"]``, ``["v3", "apis", "apps", "v1"]``, ...
 
-    ``bytes`` (media type :data:`V2_PROTOBUF`) for a v2 request that prefers protobuf; a dict (JSON) otherwise.
+    ``bytes`` (media type :data:`V2_PROTOBUF`) for a v2 request that prefers protobuf; a dict (JSON)
+    otherwise.
     """
     if parts == ["v2"]:
         v2 = v2_document(registry)

@@ -39,12 +39,26 @@ def _extensions(target: Any, node: dict[str, Any]) -> None:
             _any(ext.value, v)
 
 
-_SCHEMA_SCALARS = {"format": "format", "title": "title", "description": "description", "pattern": "pattern",
-                   "discriminator": "discriminator", "multipleOf": "multiple_of", "maximum": "maximum",
-                   "minimum": "minimum", "exclusiveMaximum": "exclusive_maximum",
-                   "exclusiveMinimum": "exclusive_minimum", "maxLength": "max_length", "minLength": "min_length",
-                   "maxItems": "max_items", "minItems": "min_items", "uniqueItems": "unique_items",
-                   "maxProperties": "max_properties", "minProperties": "min_properties", "readOnly": "read_only"}
+_SCHEMA_SCALARS = {
+    "format": "format",
+    "title": "title",
+    "description": "description",
+    "pattern": "pattern",
+    "discriminator": "discriminator",
+    "multipleOf": "multiple_of",
+    "maximum": "maximum",
+    "minimum": "minimum",
+    "exclusiveMaximum": "exclusive_maximum",
+    "exclusiveMinimum": "exclusive_minimum",
+    "maxLength": "max_length",
+    "minLength": "min_length",
+    "maxItems": "max_items",
+    "minItems": "min_items",
+    "uniqueItems": "unique_items",
+    "maxProperties": "max_properties",
+    "minProperties": "min_properties",
+    "readOnly": "read_only",
+}
 
 
 def schema(target: Any, node: dict[str, Any]) -> Any:

@@ -1,11 +1,13 @@
-"""Pods of the workload controllers: ReplicaSets, ReplicationControllers, DaemonSets, StatefulSets and Jobs create
+"""Pods of the workload controllers: ReplicaSets, ReplicationControllers, DaemonSets, StatefulSets and Jobs
+create
 and remove them as kube-controller-manager does, so clients that look for a workload's Pods find them.
 
 Nothing runs: the Pod simulator then reports them Running (Jobs' pods Succeeded). Naming and labels follow
 the real controllers: ``<replicaset>-<random>`` with the template's labels (``pod-template-hash`` included),
 ``<statefulset>-<ordinal>`` with ``statefulset.kubernetes.io/pod-name``, ``apps.kubernetes.io/pod-index`` and
 ``controller-revision-hash``, one ``<daemonset>-<random>`` on the one Node, ``<job>-<random>`` with the Job's
-``job-name``/``controller-uid`` labels. Every Pod is owned by its controller (``controller: true``), so deleting
+``job-name``/``controller-uid`` labels. Every Pod is owned by its controller (``controller: true``), so
+deleting
 the controller collects them. A StatefulSet or DaemonSet whose template changes gets its Pods replaced.
 """
 
@@ -54,7 +56,12 @@ class PodControl:
             meta["name"] = name
         else:
             meta["generateName"] = f"{owner['metadata']['name']}-"
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(template.get("spec") or {})}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": meta,
+            "spec": copy.deepcopy(template.get("spec") or {}),
+        }
 
     def _create(self, owner: dict[str, Any], body: dict[str, Any]) -> None:
         self.api.create(self.pod_type, owner["metadata"]["namespace"], body)

@@ -61,12 +61,16 @@ def _pool() -> descriptor_pool.DescriptorPool:
 @functools.cache
 def _fields_info() -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
     raw = json.loads(resources.files(__package__).joinpath("k8s_fields.json").read_text())
-    return ({k: frozenset(v) for k, v in raw["inline"].items()}, {k: frozenset(v) for k, v in raw["keep"].items()})
+    return (
+        {k: frozenset(v) for k, v in raw["inline"].items()},
+        {k: frozenset(v) for k, v in raw["keep"].items()},
+    )
 
 
 @functools.cache
 def message_type(api_version: str, kind: str) -> Descriptor | None:
-    """The descriptor of ``kind`` in ``api_version`` (meta/v1 kinds such as Status/DeleteOptions in any group)."""
+    """The descriptor of ``kind`` in ``api_version`` (meta/v1 kinds such as Status/DeleteOptions in any
+    group)."""
     group, _, version = api_version.rpartition("/")
     package = _PACKAGES.get(group) or f"k8s.io.api.{group.split('.')[0]}.{version}"
     pool = _pool()
@@ -171,8 +175,10 @@ def to_json(msg: Any) -> dict[str, Any]:
     for field, value in msg.ListFields():
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             value_field = field.message_type.fields_by_name["value"]
-            entries = {_value_to_json(field.message_type.fields_by_name["key"], k): _value_to_json(value_field, v)
-                       for k, v in value.items()}
+            entries = {
+                _value_to_json(field.message_type.fields_by_name["key"], k): _value_to_json(value_field, v)
+                for k, v in value.items()
+            }
             if entries:
                 out[field.json_name] = entries
         elif field.is_repeated:
@@ -216,8 +222,16 @@ def decode(body: bytes) -> dict[str, Any]:
 
 # ---- JSON -> protobuf ------------------------------------------------------------------------------
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_DURATION_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 10**9, "m": 60 * 10**9,
-                   "h": 3600 * 10**9}
+_DURATION_UNITS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "μs": 1_000,
+    "ms": 1_000_000,
+    "s": 10**9,
+    "m": 60 * 10**9,
+    "h": 3600 * 10**9,
+}
 
 
 def _parse_duration(text: str) -> int:
@@ -409,10 +423,21 @@ def watch_frames(lines: bytes) -> bytes:
         msg = message_class(f"{_META}.WatchEvent")()
         try:
             obj = encode(event["object"])
-        except ProtobufError as e:  # an object without a protobuf form: the stream reports it, as the server does
+        except (
+            ProtobufError
+        ) as e:  # an object without a protobuf form: the stream reports it, as the server does
             event = {"type": "ERROR"}
-            obj = encode({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": 500,
-                          "reason": "InternalError", "message": f"unable to encode watch object: {e}"})
+            obj = encode(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "code": 500,
+                    "reason": "InternalError",
+                    "message": f"unable to encode watch object: {e}",
+                }
+            )
         msg.type = event["type"]  # type: ignore[attr-defined]
         msg.object.raw = obj  # type: ignore[attr-defined]
         raw = msg.SerializeToString()

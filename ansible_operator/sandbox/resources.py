@@ -73,8 +73,16 @@ def _b(group: str, version: str, kind: str, plural: str, namespaced: bool = True
 _ALL = ("all",)
 
 BUILTINS: tuple[ResourceType, ...] = (
-    _b("", "v1", "Namespace", "namespaces", False, ("ns",), ("status", "finalize"),
-       verbs=("create", "delete", "get", "list", "patch", "update", "watch")),
+    _b(
+        "",
+        "v1",
+        "Namespace",
+        "namespaces",
+        False,
+        ("ns",),
+        ("status", "finalize"),
+        verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
+    ),
     _b("", "v1", "ConfigMap", "configmaps", True, ("cm",), ()),
     _b("", "v1", "Secret", "secrets", True, (), ()),
     _b("", "v1", "Service", "services", True, ("svc",), ("status",), _ALL),
@@ -105,8 +113,16 @@ BUILTINS: tuple[ResourceType, ...] = (
     _b("networking.k8s.io", "v1", "Ingress", "ingresses", True, ("ing",), ("status",)),
     _b("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", True, ("netpol",), ()),
     _b("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True, ("pdb",), ("status",)),
-    _b("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", True, ("hpa",),
-       ("status",), _ALL),
+    _b(
+        "autoscaling",
+        "v2",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        True,
+        ("hpa",),
+        ("status",),
+        _ALL,
+    ),
     _b("storage.k8s.io", "v1", "StorageClass", "storageclasses", False, ("sc",), ()),
     _b("storage.k8s.io", "v1", "VolumeAttachment", "volumeattachments", False, (), ("status",)),
     _b("storage.k8s.io", "v1", "CSIDriver", "csidrivers", False, (), ()),
@@ -115,28 +131,97 @@ BUILTINS: tuple[ResourceType, ...] = (
     _b("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", True, (), ()),
     _b("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, ("pc",), ()),
     _b("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", False, (), ()),
-    _b("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests", False, ("csr",),
-       ("status", "approval")),
+    _b(
+        "certificates.k8s.io",
+        "v1",
+        "CertificateSigningRequest",
+        "certificatesigningrequests",
+        False,
+        ("csr",),
+        ("status", "approval"),
+    ),
     # stored, never called: the sandbox has no webhooks and serves no aggregated APIs
-    _b("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration",
-       "validatingwebhookconfigurations", False, (), ()),
-    _b("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration",
-       "mutatingwebhookconfigurations", False, (), ()),
+    _b(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+        False,
+        (),
+        (),
+    ),
+    _b(
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingWebhookConfiguration",
+        "mutatingwebhookconfigurations",
+        False,
+        (),
+        (),
+    ),
     _b("apiregistration.k8s.io", "v1", "APIService", "apiservices", False, (), ("status",)),
     # access reviews are answered, never stored: the sandbox does not enforce authorization
-    _b("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", False, (), (),
-       verbs=("create",)),
-    _b("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", False, (), (),
-       verbs=("create",)),
-    _b("authorization.k8s.io", "v1", "LocalSubjectAccessReview", "localsubjectaccessreviews", True, (), (),
-       verbs=("create",)),
-    _b("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews", False, (), (),
-       verbs=("create",)),
+    _b(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+        False,
+        (),
+        (),
+        verbs=("create",),
+    ),
+    _b(
+        "authorization.k8s.io",
+        "v1",
+        "SubjectAccessReview",
+        "subjectaccessreviews",
+        False,
+        (),
+        (),
+        verbs=("create",),
+    ),
+    _b(
+        "authorization.k8s.io",
+        "v1",
+        "LocalSubjectAccessReview",
+        "localsubjectaccessreviews",
+        True,
+        (),
+        (),
+        verbs=("create",),
+    ),
+    _b(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+        False,
+        (),
+        (),
+        verbs=("create",),
+    ),
     # answered by sandbox/auth.py (tokens the sandbox signed)
     _b("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", False, (), (), verbs=("create",)),
-    _b("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", False, (), (), verbs=("create",)),
-    _b("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False,
-       ("crd", "crds"), ("status",)),
+    _b(
+        "authentication.k8s.io",
+        "v1",
+        "SelfSubjectReview",
+        "selfsubjectreviews",
+        False,
+        (),
+        (),
+        verbs=("create",),
+    ),
+    _b(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        False,
+        ("crd", "crds"),
+        ("status",),
+    ),
 )
 
 CRD_GROUP_RESOURCE = "apiextensions.k8s.io/customresourcedefinitions"
@@ -249,7 +334,8 @@ class Registry:
                       key=lambda t: t.plural)
 
     def find_by_name(self, name: str) -> list[ResourceType]:
-        """Resolve kubectl-style names (plural, singular, kind, short name) — used by the CLI-facing helpers."""
+        """Resolve kubectl-style names (plural, singular, kind, short name) — used by the CLI-facing
+        helpers."""
         n = name.lower()
         return [t for t in self._types.values()
                 if n in (t.plural, t.singular, t.kind.lower()) or n in t.short_names]

@@ -35,7 +35,8 @@ _ALPHANUMS = "bcdfghjklmnpqrstvwxz2456789"
 
 
 def template_hash(value: Any, collision_count: int = 0) -> str:
-    """FNV-32a of the canonical JSON (plus the collision count), SafeEncodeString'd like the controllers do."""
+    """FNV-32a of the canonical JSON (plus the collision count), SafeEncodeString'd like the controllers
+    do."""
     data = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
     if collision_count:
         data += str(collision_count).encode()
@@ -67,7 +68,8 @@ def _revision(obj: dict[str, Any], key: str = REVISION) -> int:
 
 
 def _without_nulls(value: Any) -> Any:
-    """Go's view of JSON: a null field is an unset one (``creationTimestamp: null`` in templates kubectl sends)."""
+    """Go's view of JSON: a null field is an unset one (``creationTimestamp: null`` in templates kubectl
+    sends)."""
     if isinstance(value, dict):
         return {k: _without_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
@@ -120,8 +122,9 @@ class DeploymentRollout:
             # back to an older template: that ReplicaSet becomes current with the next revision
             new = self._annotate(new, replicas, max_old + 1)
         if new is not None and not paused:
-            if int((new.get("spec") or {}).get("replicas", 0)) != replicas or \
-                    ((new.get("metadata") or {}).get("annotations") or {}).get(DESIRED_REPLICAS) != str(replicas):
+            if int((new.get("spec") or {}).get("replicas", 0)) != replicas or (
+                (new.get("metadata") or {}).get("annotations") or {}
+            ).get(DESIRED_REPLICAS) != str(replicas):
                 new = self._annotate(new, replicas, _revision(new))
             if scale_down_old:
                 for rs in old:
@@ -153,8 +156,11 @@ class DeploymentRollout:
         rs_template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = h
         selector = copy.deepcopy(spec.get("selector") or {})
         selector.setdefault("matchLabels", {})[HASH_LABEL] = h
-        annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
-                       if k not in (REVISION, REVISION_HISTORY, "kubectl.kubernetes.io/last-applied-configuration")}
+        annotations = {
+            k: v
+            for k, v in (meta.get("annotations") or {}).items()
+            if k not in (REVISION, REVISION_HISTORY, "kubectl.kubernetes.io/last-applied-configuration")
+        }
         annotations.update({REVISION: str(revision), DESIRED_REPLICAS: str(replicas),
                             MAX_REPLICAS: str(replicas + _max_surge(spec, replicas))})
         body = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
@@ -188,7 +194,9 @@ class DeploymentRollout:
         idle = sorted((rs for rs in old if not int((rs.get("spec") or {}).get("replicas", 0))), key=_revision)
         for rs in idle[:max(len(idle) - limit, 0)]:
             meta = rs["metadata"]
-            self.api.delete(self.rs_type, meta["namespace"], meta["name"], {"propagationPolicy": "Background"})
+            self.api.delete(
+                self.rs_type, meta["namespace"], meta["name"], {"propagationPolicy": "Background"}
+            )
 
     def _set_deployment_revision(self, dtype: ResourceType, deploy: dict[str, Any], revision: int
                                  ) -> dict[str, Any]:
@@ -209,7 +217,9 @@ def _max_surge(spec: dict[str, Any], replicas: int) -> int:
     surge = (strategy.get("rollingUpdate") or {}).get("maxSurge", "25%")
     if isinstance(surge, str) and surge.endswith("%"):
         try:
-            return -(-replicas * int(surge[:-1]) // 100)  # rounded up, as intstr.GetScaledValueFromIntOrPercent
+            return -(
+                -replicas * int(surge[:-1]) // 100
+            )  # rounded up, as intstr.GetScaledValueFromIntOrPercent
         except ValueError:
             return 0
     return int(surge) if isinstance(surge, int) else 0
@@ -229,7 +239,9 @@ class RevisionHistory:
         """The ControllerRevision of the owner's current template (created or re-numbered as needed)."""
         meta = owner["metadata"]
         spec = owner.get("spec") or {}
-        data = {"spec": {"template": dict(copy.deepcopy(spec.get("template") or {}), **{"$patch": "replace"})}}
+        data = {
+            "spec": {"template": dict(copy.deepcopy(spec.get("template") or {}), **{"$patch": "replace"})}
+        }
         revisions = _owned(self.api, "apps/controllerrevisions", owner)
         current = next((r for r in revisions if _without_nulls(r.get("data")) == _without_nulls(data)), None)
         top = max((int(r.get("revision") or 0) for r in revisions), default=0)
@@ -261,4 +273,6 @@ class RevisionHistory:
         old = sorted(old, key=lambda r: int(r.get("revision") or 0))
         for r in old[:max(len(old) - limit, 0)]:
             meta = r["metadata"]
-            self.api.delete(self.cr_type, meta["namespace"], meta["name"], {"propagationPolicy": "Background"})
+            self.api.delete(
+                self.cr_type, meta["namespace"], meta["name"], {"propagationPolicy": "Background"}
+            )

@@ -32,10 +32,10 @@ import json
 import math
 import re
 import uuid as _uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
-from collections.abc import Iterable
 
 __all__ = [
     "FieldError",

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Iterable
 
 __all__ = [
     "SelectorError",
@@ -530,7 +530,8 @@ def parse_field_selector(s: str | None, allowed: set[str] | None = None) -> Obje
 
 
 def matches_label_selector(selector: Any, labels: dict[str, Any]) -> bool:
-    """A ``metav1.LabelSelector`` object against labels: an empty selector selects everything, none nothing."""
+    """A ``metav1.LabelSelector`` object against labels: an empty selector selects everything, none
+    nothing."""
     if not isinstance(selector, dict):
         return False
     for k, v in (selector.get("matchLabels") or {}).items():

@@ -18,8 +18,15 @@ from aiohttp import web
 
 from ansible_operator.sandbox import auth, discovery, openapi, patching, protobuf, tables
 from ansible_operator.sandbox.api import MAX_REQUEST_BYTES, PATCH_TYPES, Api, WriteOptions, decode_body
-from ansible_operator.sandbox.errors import (ApiError, bad_request, conflict, method_not_allowed, path_not_found,
-                                             request_entity_too_large, unsupported_media_type)
+from ansible_operator.sandbox.errors import (
+    ApiError,
+    bad_request,
+    conflict,
+    method_not_allowed,
+    path_not_found,
+    request_entity_too_large,
+    unsupported_media_type,
+)
 from ansible_operator.sandbox.lifecycle import Lifecycle
 from ansible_operator.sandbox.resources import AUTHENTICATION_GROUP, REVIEW_GROUP, ResourceType
 from ansible_operator.sandbox.store import Event, Store, TooOldResourceVersion
@@ -46,7 +53,11 @@ def _flag(value: str | None) -> bool:
 
 def _partial(obj: dict[str, Any]) -> dict[str, Any]:
     """Metadata-only form (client-go metadata clients ask for it with ``as=PartialObjectMetadata``)."""
-    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata") or {}}
+    return {
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata") or {},
+    }
 
 
 def _paginate(items: list[dict[str, Any]], rv: int, limit: str, token: str
@@ -129,7 +140,9 @@ class ApiServer:
         name = (crd.get("metadata") or {}).get("name", "")
         if self.store.peek(("apiextensions.k8s.io/customresourcedefinitions", "", name)) is None:
             return self.api.create(crd_type, None, crd)
-        body = dict(crd, metadata={k: v for k, v in (crd.get("metadata") or {}).items() if k != "resourceVersion"})
+        body = dict(
+            crd, metadata={k: v for k, v in (crd.get("metadata") or {}).items() if k != "resourceVersion"}
+        )
         return self.api.update(crd_type, None, name, body)
 
     def enable_security(self, pki: auth.Pki) -> None:
@@ -205,7 +218,9 @@ class ApiServer:
         if head == "version" and len(parts) == 1:
             return _json(discovery.version())
         if head == "openapi":
-            spec = openapi.document(self.registry, parts[1:], request.query, request.headers.get("Accept", ""))
+            spec = openapi.document(
+                self.registry, parts[1:], request.query, request.headers.get("Accept", "")
+            )
             if isinstance(spec, bytes):  # gnostic protobuf (client-go's OpenAPISchema)
                 return web.Response(body=spec, headers={"Content-Type": openapi.V2_PROTOBUF})
             return _json(spec)
@@ -395,7 +410,9 @@ class ApiServer:
             review.setdefault("metadata", {})
             return _json(review, 201)
         review_namespace = route.namespace if route.rtype.kind == "LocalSubjectAccessReview" else None
-        return _json(auth.access_review(route.rtype.kind, review, user, self.authorizer, review_namespace), 201)
+        return _json(
+            auth.access_review(route.rtype.kind, review, user, self.authorizer, review_namespace), 201
+        )
 
     async def _update(self, request: web.Request, route: Route) -> web.Response:
         assert route.name is not None
@@ -478,11 +495,16 @@ class ApiServer:
         status_v = tables.jsonpath(obj, status_p)
         meta = obj["metadata"]
         scale: dict[str, Any] = {
-            "kind": "Scale", "apiVersion": "autoscaling/v1",
-            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                         if k in meta},
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {
+                k: meta[k]
+                for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                if k in meta
+            },
             "spec": {"replicas": spec_v[0] if spec_v else 0},
-            "status": {"replicas": status_v[0] if status_v else 0}}
+            "status": {"replicas": status_v[0] if status_v else 0},
+        }
         if sel_p:
             sel = tables.jsonpath(obj, sel_p)
             if sel:
@@ -536,7 +558,9 @@ class ApiServer:
         return self._scale_of(route.rtype, updated)
 
     # ---- watch -----------------------------------------------------------------------------------
-    async def _watch(self, request: web.Request, route: Route, single: str | None = None) -> web.StreamResponse:
+    async def _watch(
+        self, request: web.Request, route: Route, single: str | None = None
+    ) -> web.StreamResponse:
         q = request.query
         rtype = route.rtype
         field_selector = q.get("fieldSelector", "")
@@ -566,7 +590,9 @@ class ApiServer:
         try:
             watcher, replay = self.store.watch(rtype.group_resource, namespace, since, accept)
         except TooOldResourceVersion as e:
-            status = ApiError(410, "Expired", f"too old resource version: {e.requested} ({e.oldest})").status()
+            status = ApiError(
+                410, "Expired", f"too old resource version: {e.requested} ({e.oldest})"
+            ).status()
             error_line = _dumps({"type": "ERROR", "object": status}) + b"\n"
             replay = []
         if watcher is not None and since is None:
@@ -590,8 +616,13 @@ class ApiServer:
             nonlocal sent_columns
             if as_table:
                 presented = dict(obj, apiVersion=rtype.api_version, kind=rtype.kind)
-                table = tables.to_table(rtype, [presented], (obj.get("metadata") or {}).get("resourceVersion", ""),
-                                        include, with_columns=not sent_columns)
+                table = tables.to_table(
+                    rtype,
+                    [presented],
+                    (obj.get("metadata") or {}).get("resourceVersion", ""),
+                    include,
+                    with_columns=not sent_columns,
+                )
                 sent_columns = True
                 return _dumps({"type": ev_type, "object": table}) + b"\n"
             if as_partial:

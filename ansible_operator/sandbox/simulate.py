@@ -15,7 +15,8 @@ containers exist here, so these controllers write the status a healthy cluster c
 * Pod: scheduled on the one Node, ``Running`` and Ready (a Job's pods ``Succeeded``).
 * Service: Endpoints and an EndpointSlice of its ready Pods (:mod:`endpoints`); PodDisruptionBudget: status
   from the Pods it selects (:mod:`disruption`).
-* Cluster objects (:mod:`cluster`): the ``default`` ServiceAccount and ``kube-root-ca.crt`` in every namespace,
+* Cluster objects (:mod:`cluster`): the ``default`` ServiceAccount and ``kube-root-ca.crt`` in every
+  namespace,
   the ``kubernetes`` Service, the Node.
 * Job: ``startTime``/``active``, then ``succeeded`` with ``Complete`` (and ``completionTime``). With the
   annotation ``sandbox.ansible-operator.dev/fail: "true"`` the Job fails instead (``Failed``,
@@ -38,14 +39,19 @@ from typing import Any, Callable
 from croniter import croniter
 
 from ansible_operator.sandbox.api import Api
-from ansible_operator.sandbox.cluster import (DEFAULT_SERVICE_ACCOUNT, NODE_IP, NODE_NAME, ROOT_CA_CONFIGMAP,
-                                              ClusterObjects)
-from ansible_operator.sandbox.errors import ApiError
+from ansible_operator.sandbox.cluster import (
+    DEFAULT_SERVICE_ACCOUNT,
+    NODE_IP,
+    NODE_NAME,
+    ROOT_CA_CONFIGMAP,
+    ClusterObjects,
+)
 from ansible_operator.sandbox.disruption import DisruptionControl
 from ansible_operator.sandbox.endpoints import EndpointsControl
+from ansible_operator.sandbox.errors import ApiError
 from ansible_operator.sandbox.pods import PodControl
-from ansible_operator.sandbox.rollout import CR_HASH_LABEL, DeploymentRollout, RevisionHistory
 from ansible_operator.sandbox.resources import ResourceType
+from ansible_operator.sandbox.rollout import CR_HASH_LABEL, DeploymentRollout, RevisionHistory
 from ansible_operator.sandbox.store import Event, Key
 from ansible_operator.sandbox.timeutil import now, parse, rfc3339
 
@@ -200,11 +206,14 @@ class Simulator:
         body = copy.deepcopy(obj)
         body["status"] = status
         meta = obj["metadata"]
-        self.api.update(rtype, meta.get("namespace"), meta["name"], body, "status" if rtype.has_status else None)
+        self.api.update(
+            rtype, meta.get("namespace"), meta["name"], body, "status" if rtype.has_status else None
+        )
 
     # ---- workloads -------------------------------------------------------------------------------
     def _pods_forbidden(self, owner: dict[str, Any], template: Any, generate_name: str) -> str | None:
-        """Why the controller's pod creates would be refused by admission (a missing ServiceAccount), or None."""
+        """Why the controller's pod creates would be refused by admission (a missing ServiceAccount), or
+        None."""
         pod_spec = (template or {}).get("spec") or {} if isinstance(template, dict) else {}
         sa = pod_spec.get("serviceAccountName") or pod_spec.get("serviceAccount")
         ns = owner["metadata"].get("namespace", "")
@@ -218,10 +227,13 @@ class Simulator:
         blocked = self._pods_forbidden(obj, template, f"{obj['metadata']['name']}-")
         obj, new_rs = self._rollout.sync(rtype, obj, scale_down_old=blocked is None)
         if blocked is None:
-            # the ReplicaSets' pods exist before the Deployment reports them (the ReplicaSet controller's work,
+            # the ReplicaSets' pods exist before the Deployment reports them (the ReplicaSet controller's
+            # work,
             # done here at once so status never counts pods that are not there)
             for rs in self._rollout.replica_sets(obj):
-                self._pods.replicas(rs, "apps/v1", "ReplicaSet", int((rs.get("spec") or {}).get("replicas", 0)))
+                self._pods.replicas(
+                    rs, "apps/v1", "ReplicaSet", int((rs.get("spec") or {}).get("replicas", 0))
+                )
         if blocked is not None and not _fails(obj):
             self._deployment_blocked(rtype, obj, new_rs, blocked)
             return
@@ -245,17 +257,29 @@ class Simulator:
         name = obj["metadata"]["name"]
         rs_name = (new_rs or {}).get("metadata", {}).get("name", name)
         if failing:  # pods never become ready: what a crash-looping rollout reports
-            status = _omit_zero({"observedGeneration": obj["metadata"].get("generation", 1), "replicas": replicas,
-                                 "updatedReplicas": replicas, "unavailableReplicas": replicas})
+            status = _omit_zero(
+                {
+                    "observedGeneration": obj["metadata"].get("generation", 1),
+                    "replicas": replicas,
+                    "updatedReplicas": replicas,
+                    "unavailableReplicas": replicas,
+                }
+            )
             status["conditions"] = [
                 cond("Available", "False", "MinimumReplicasUnavailable", "Deployment does not have minimum "
                                                                          "availability."),
                 cond("Progressing", "False", "ProgressDeadlineExceeded",
                      f'ReplicaSet "{rs_name}" has timed out progressing.')]
         else:
-            status = _omit_zero({"observedGeneration": obj["metadata"].get("generation", 1), "replicas": replicas,
-                                 "updatedReplicas": updated, "readyReplicas": replicas,
-                                 "availableReplicas": replicas})
+            status = _omit_zero(
+                {
+                    "observedGeneration": obj["metadata"].get("generation", 1),
+                    "replicas": replicas,
+                    "updatedReplicas": updated,
+                    "readyReplicas": replicas,
+                    "availableReplicas": replicas,
+                }
+            )
             if paused:  # the controller only syncs scale and reports the pause (DeploymentPaused, Unknown)
                 progressing = cond("Progressing", "Unknown", "DeploymentPaused", "Deployment is paused")
             else:
@@ -277,7 +301,8 @@ class Simulator:
         sets = self._rollout.replica_sets(obj)
         serving = sum(int((rs.get("spec") or {}).get("replicas", 0)) for rs in sets
                       if rs["metadata"].get("uid") != new_uid)
-        # unavailable counts against every ReplicaSet's desired replicas, the new one's included (syncRolloutStatus)
+        # unavailable counts against every ReplicaSet's desired replicas, the new one's included
+        # (syncRolloutStatus)
         desired = sum(int((rs.get("spec") or {}).get("replicas", 0)) for rs in sets)
         old = obj.get("status") or {}
         now_s = rfc3339(now())
@@ -334,24 +359,45 @@ class Simulator:
                 if self.store.peek(("/persistentvolumeclaims", meta["namespace"], name)) is not None:
                     continue
                 tmeta = tmpl.get("metadata") or {}
-                body = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                        "metadata": {"name": name, "namespace": meta["namespace"],
-                                     "labels": dict(tmeta.get("labels") or {}, **labels),
-                                     **({"annotations": tmeta["annotations"]} if tmeta.get("annotations") else {})},
-                        "spec": copy.deepcopy(tmpl.get("spec") or {})}
+                body = {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "metadata": {
+                        "name": name,
+                        "namespace": meta["namespace"],
+                        "labels": dict(tmeta.get("labels") or {}, **labels),
+                        **({"annotations": tmeta["annotations"]} if tmeta.get("annotations") else {}),
+                    },
+                    "spec": copy.deepcopy(tmpl.get("spec") or {}),
+                }
                 self.api.create(pvc_type, meta["namespace"], body)
 
     def _replicaset(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
         replicas = int((obj.get("spec") or {}).get("replicas", 1))
-        why = self._pods_forbidden(obj, (obj.get("spec") or {}).get("template"), f"{obj['metadata']['name']}-")
+        why = self._pods_forbidden(
+            obj, (obj.get("spec") or {}).get("template"), f"{obj['metadata']['name']}-"
+        )
         if why is not None and replicas:
             now_s = rfc3339(now())
             prev = next((c for c in (obj.get("status") or {}).get("conditions") or []
                          if c.get("type") == "ReplicaFailure"), None)
-            self._write_status(rtype, obj, {
-                "observedGeneration": obj["metadata"].get("generation", 1), "replicas": 0,
-                "conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
-                                "message": why, "lastTransitionTime": (prev or {}).get("lastTransitionTime", now_s)}]})
+            self._write_status(
+                rtype,
+                obj,
+                {
+                    "observedGeneration": obj["metadata"].get("generation", 1),
+                    "replicas": 0,
+                    "conditions": [
+                        {
+                            "type": "ReplicaFailure",
+                            "status": "True",
+                            "reason": "FailedCreate",
+                            "message": why,
+                            "lastTransitionTime": (prev or {}).get("lastTransitionTime", now_s),
+                        }
+                    ],
+                },
+            )
             return
         self._pods.replicas(obj, rtype.api_version, rtype.kind, replicas)
         status = {"observedGeneration": obj["metadata"].get("generation", 1), "replicas": replicas,
@@ -363,9 +409,15 @@ class Simulator:
         revision = self._history.sync(obj, "DaemonSet")
         self._pods.daemon(obj, NODE_NAME, (revision["metadata"].get("labels") or {}).get(CR_HASH_LABEL, ""))
         # one simulated node
-        status = {"observedGeneration": obj["metadata"].get("generation", 1), "currentNumberScheduled": 1,
-                  "desiredNumberScheduled": 1, "numberAvailable": 1, "numberMisscheduled": 0, "numberReady": 1,
-                  "updatedNumberScheduled": 1}
+        status = {
+            "observedGeneration": obj["metadata"].get("generation", 1),
+            "currentNumberScheduled": 1,
+            "desiredNumberScheduled": 1,
+            "numberAvailable": 1,
+            "numberMisscheduled": 0,
+            "numberReady": 1,
+            "updatedNumberScheduled": 1,
+        }
         self._write_status(rtype, obj, status)
 
     def _pvc(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
@@ -379,11 +431,19 @@ class Simulator:
             body["spec"]["volumeName"] = f"pvc-{meta.get('uid', '')}"
             obj = self.api.update(rtype, meta.get("namespace"), meta["name"], body)
         storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
-        self._write_status(rtype, obj, {"phase": "Bound", "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
-                                        "capacity": {"storage": storage}})
+        self._write_status(
+            rtype,
+            obj,
+            {
+                "phase": "Bound",
+                "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+                "capacity": {"storage": storage},
+            },
+        )
 
     def _pod(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
-        """Pods are reported scheduled, started and Ready (nothing runs); the fail annotation makes them Failed."""
+        """Pods are reported scheduled, started and Ready (nothing runs); the fail annotation makes them
+        Failed."""
         status = obj.get("status") or {}
         if status.get("phase") in ("Running", "Succeeded", "Failed"):
             return
@@ -396,20 +456,53 @@ class Simulator:
         octets = obj["metadata"].get("uid", "0000").replace("-", "")[:4]
         new_status = {
             "phase": "Failed" if failed else "Succeeded" if job is not None else "Running",
-            "conditions": [{"type": t, "status": "True" if t in ("PodScheduled", "Initialized") else ready,
-                            "lastProbeTime": None, "lastTransitionTime": now_s}
-                           for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
-            "hostIP": NODE_IP, "hostIPs": [{"ip": NODE_IP}],
+            "conditions": [
+                {
+                    "type": t,
+                    "status": "True" if t in ("PodScheduled", "Initialized") else ready,
+                    "lastProbeTime": None,
+                    "lastTransitionTime": now_s,
+                }
+                for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+            ],
+            "hostIP": NODE_IP,
+            "hostIPs": [{"ip": NODE_IP}],
             "podIP": f"10.244.{int(octets[:2], 16)}.{int(octets[2:], 16) or 1}",
-            "startTime": now_s, "qosClass": status.get("qosClass", "BestEffort"),
-            "containerStatuses": [{
-                "name": c.get("name", ""), "image": c.get("image", ""), "imageID": "", "ready": not failed,
-                "restartCount": 0, "started": not failed,
-                "state": ({"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now_s, "finishedAt": now_s}}
-                          if failed else
-                          {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now_s,
-                                          "finishedAt": now_s}} if job is not None else
-                          {"running": {"startedAt": now_s}})} for c in containers]}
+            "startTime": now_s,
+            "qosClass": status.get("qosClass", "BestEffort"),
+            "containerStatuses": [
+                {
+                    "name": c.get("name", ""),
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "ready": not failed,
+                    "restartCount": 0,
+                    "started": not failed,
+                    "state": (
+                        {
+                            "terminated": {
+                                "exitCode": 1,
+                                "reason": "Error",
+                                "startedAt": now_s,
+                                "finishedAt": now_s,
+                            }
+                        }
+                        if failed
+                        else {
+                            "terminated": {
+                                "exitCode": 0,
+                                "reason": "Completed",
+                                "startedAt": now_s,
+                                "finishedAt": now_s,
+                            }
+                        }
+                        if job is not None
+                        else {"running": {"startedAt": now_s}}
+                    ),
+                }
+                for c in containers
+            ],
+        }
         if not spec.get("nodeName"):
             body = copy.deepcopy(obj)
             body["spec"]["nodeName"] = NODE_NAME
@@ -421,7 +514,9 @@ class Simulator:
         """The object's controller of the given kind, when it has one."""
         for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
             if ref.get("controller") and ref.get("kind") == kind and ref.get("apiVersion") == api_version:
-                return self.store.peek((group_resource, obj["metadata"].get("namespace", ""), ref.get("name", "")))
+                return self.store.peek(
+                    (group_resource, obj["metadata"].get("namespace", ""), ref.get("name", ""))
+                )
         return None
 
     # ---- jobs ------------------------------------------------------------------------------------
@@ -436,7 +531,9 @@ class Simulator:
         now_s = rfc3339(now())
         meta = obj["metadata"]
         if "startTime" not in status:
-            self._pods.job(obj, max(min(int(spec.get("parallelism", 1)), int(spec.get("completions") or 1)), 1))
+            self._pods.job(
+                obj, max(min(int(spec.get("parallelism", 1)), int(spec.get("completions") or 1)), 1)
+            )
             status.update(startTime=now_s, active=1, ready=0, uncountedTerminatedPods={})
             self._write_status(rtype, obj, status)
             self._schedule((rtype.group_resource, meta.get("namespace", ""), meta["name"]))
@@ -490,9 +587,14 @@ class Simulator:
         spec = cj.get("spec") or {}
         ns = meta["namespace"]
         status = dict(cj.get("status") or {})
-        owned = [obj for _, obj in self.store.items("batch/jobs", ns)
-                 if any(r.get("uid") == meta.get("uid") for r in (obj.get("metadata") or {}).get("ownerReferences")
-                        or [])]
+        owned = [
+            obj
+            for _, obj in self.store.items("batch/jobs", ns)
+            if any(
+                r.get("uid") == meta.get("uid")
+                for r in (obj.get("metadata") or {}).get("ownerReferences") or []
+            )
+        ]
         active = [j for j in owned if not _job_finished(j)]
         finished = [j for j in owned if _job_finished(j)]
         new_status = dict(status)
@@ -546,16 +648,32 @@ class Simulator:
             return
         annotations = dict(tmeta.get("annotations") or {})
         annotations["batch.kubernetes.io/cronjob-scheduled-timestamp"] = rfc3339(scheduled)
-        body = {"apiVersion": "batch/v1", "kind": "Job",
-                "metadata": {"name": name, "namespace": meta["namespace"], "labels": dict(tmeta.get("labels") or {}),
-                             "annotations": annotations,
-                             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob", "name": meta["name"],
-                                                  "uid": meta["uid"], "controller": True,
-                                                  "blockOwnerDeletion": True}]},
-                "spec": copy.deepcopy(tmpl.get("spec") or {})}
+        body = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": name,
+                "namespace": meta["namespace"],
+                "labels": dict(tmeta.get("labels") or {}),
+                "annotations": annotations,
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "CronJob",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": copy.deepcopy(tmpl.get("spec") or {}),
+        }
         self.api.create(job_type, meta["namespace"], body)
 
-    def _trim_history(self, job_type: ResourceType, finished: list[dict[str, Any]], spec: dict[str, Any]) -> None:
+    def _trim_history(
+        self, job_type: ResourceType, finished: list[dict[str, Any]], spec: dict[str, Any]
+    ) -> None:
         for outcome, limit in (("Complete", spec.get("successfulJobsHistoryLimit", 3)),
                                ("Failed", spec.get("failedJobsHistoryLimit", 1))):
             jobs = sorted((j for j in finished if _job_finished(j) == outcome),

@@ -184,7 +184,9 @@ class Store:
     def dependents(self, owner_uid: str) -> list[Key]:
         return sorted(self._dependents.get(owner_uid, ()))
 
-    def items(self, group_resource: str, namespace: str | None = None) -> Iterator[tuple[Key, dict[str, Any]]]:
+    def items(
+        self, group_resource: str, namespace: str | None = None
+    ) -> Iterator[tuple[Key, dict[str, Any]]]:
         """Stored objects (read-only) of one resource, optionally one namespace, sorted by namespace/name."""
         objects = self._by_resource.get(group_resource, {})
         keys = sorted(k for k in objects if namespace is None or k[1] == namespace)

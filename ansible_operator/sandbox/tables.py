@@ -122,7 +122,10 @@ def _ready(o: dict[str, Any]) -> str:
 
 def _ports(o: dict[str, Any]) -> str:
     ports = _g(o, "spec", "ports", default=[]) or []
-    return ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}" for p in ports if isinstance(p, dict)) or "<none>"
+    return (
+        ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}" for p in ports if isinstance(p, dict))
+        or "<none>"
+    )
 
 
 def _job_status(o: dict[str, Any]) -> str:
@@ -134,48 +137,90 @@ def _job_status(o: dict[str, Any]) -> str:
 
 _BUILTIN: dict[tuple[str, str], list[tuple[Column, Callable[[dict[str, Any]], Any]]]] = {
     ("", "Namespace"): [(_col("Status"), lambda o: _g(o, "status", "phase", default=""))],
-    ("", "ConfigMap"): [(_col("Data", "integer"), lambda o: len(_g(o, "data", default={}))
-                         + len(_g(o, "binaryData", default={})))],
-    ("", "Secret"): [(_col("Type"), lambda o: o.get("type", "")),
-                     (_col("Data", "integer"), lambda o: len(_g(o, "data", default={})))],
-    ("", "Service"): [(_col("Type"), lambda o: _g(o, "spec", "type", default="")),
-                      (_col("Cluster-IP"), lambda o: _g(o, "spec", "clusterIP", default="")),
-                      (_col("External-IP"), lambda o: "<none>"),
-                      (_col("Port(s)"), _ports)],
+    ("", "ConfigMap"): [
+        (
+            _col("Data", "integer"),
+            lambda o: len(_g(o, "data", default={})) + len(_g(o, "binaryData", default={})),
+        )
+    ],
+    ("", "Secret"): [
+        (_col("Type"), lambda o: o.get("type", "")),
+        (_col("Data", "integer"), lambda o: len(_g(o, "data", default={}))),
+    ],
+    ("", "Service"): [
+        (_col("Type"), lambda o: _g(o, "spec", "type", default="")),
+        (_col("Cluster-IP"), lambda o: _g(o, "spec", "clusterIP", default="")),
+        (_col("External-IP"), lambda o: "<none>"),
+        (_col("Port(s)"), _ports),
+    ],
     ("", "ServiceAccount"): [(_col("Secrets", "integer"), lambda o: len(o.get("secrets") or []))],
-    ("", "PersistentVolumeClaim"): [(_col("Status"), lambda o: _g(o, "status", "phase", default="")),
-                                    (_col("Volume"), lambda o: _g(o, "spec", "volumeName", default="")),
-                                    (_col("Capacity"), lambda o: _g(o, "status", "capacity", "storage", default="")),
-                                    (_col("Access Modes"), lambda o: ",".join(_g(o, "spec", "accessModes",
-                                                                                 default=[])))],
-    ("", "Pod"): [(_col("Ready"), lambda o: "%d/%d" % (
-        sum(1 for c in _g(o, "status", "containerStatuses", default=[]) or [] if c.get("ready")),
-        len(_g(o, "spec", "containers", default=[])))),
-                  (_col("Status"), lambda o: _g(o, "status", "phase", default="Pending")),
-                  (_col("Restarts", "integer"), lambda o: 0)],
-    ("", "Event"): [(_col("Type"), lambda o: o.get("type", "")), (_col("Reason"), lambda o: o.get("reason", "")),
-                    (_col("Object"), lambda o: f"{_g(o, 'involvedObject', 'kind', default='')}/"
-                                               f"{_g(o, 'involvedObject', 'name', default='')}".lower()),
-                    (_col("Message"), lambda o: o.get("message", ""))],
-    ("apps", "Deployment"): [(_col("Ready"), _ready),
-                             (_col("Up-to-date", "integer"), lambda o: _g(o, "status", "updatedReplicas", default=0)),
-                             (_col("Available", "integer"),
-                              lambda o: _g(o, "status", "availableReplicas", default=0))],
+    ("", "PersistentVolumeClaim"): [
+        (_col("Status"), lambda o: _g(o, "status", "phase", default="")),
+        (_col("Volume"), lambda o: _g(o, "spec", "volumeName", default="")),
+        (_col("Capacity"), lambda o: _g(o, "status", "capacity", "storage", default="")),
+        (_col("Access Modes"), lambda o: ",".join(_g(o, "spec", "accessModes", default=[]))),
+    ],
+    ("", "Pod"): [
+        (
+            _col("Ready"),
+            lambda o: (
+                "%d/%d"
+                % (
+                    sum(1 for c in _g(o, "status", "containerStatuses", default=[]) or [] if c.get("ready")),
+                    len(_g(o, "spec", "containers", default=[])),
+                )
+            ),
+        ),
+        (_col("Status"), lambda o: _g(o, "status", "phase", default="Pending")),
+        (_col("Restarts", "integer"), lambda o: 0),
+    ],
+    ("", "Event"): [
+        (_col("Type"), lambda o: o.get("type", "")),
+        (_col("Reason"), lambda o: o.get("reason", "")),
+        (
+            _col("Object"),
+            lambda o: (
+                f"{_g(o, 'involvedObject', 'kind', default='')}/"
+                f"{_g(o, 'involvedObject', 'name', default='')}".lower()
+            ),
+        ),
+        (_col("Message"), lambda o: o.get("message", "")),
+    ],
+    ("apps", "Deployment"): [
+        (_col("Ready"), _ready),
+        (_col("Up-to-date", "integer"), lambda o: _g(o, "status", "updatedReplicas", default=0)),
+        (_col("Available", "integer"), lambda o: _g(o, "status", "availableReplicas", default=0)),
+    ],
     ("apps", "StatefulSet"): [(_col("Ready"), _ready)],
-    ("apps", "ReplicaSet"): [(_col("Desired", "integer"), lambda o: _g(o, "spec", "replicas", default=0)),
-                             (_col("Current", "integer"), lambda o: _g(o, "status", "replicas", default=0)),
-                             (_col("Ready", "integer"), lambda o: _g(o, "status", "readyReplicas", default=0))],
-    ("batch", "Job"): [(_col("Status"), _job_status),
-                       (_col("Completions"), lambda o: f"{_g(o, 'status', 'succeeded', default=0)}/"
-                                                       f"{_g(o, 'spec', 'completions', default=1)}")],
-    ("batch", "CronJob"): [(_col("Schedule"), lambda o: _g(o, "spec", "schedule", default="")),
-                           (_col("Suspend"), lambda o: str(_g(o, "spec", "suspend", default=False))),
-                           (_col("Active", "integer"), lambda o: len(_g(o, "status", "active", default=[]))),
-                           (_col("Last Schedule"), lambda o: age(_g(o, "status", "lastScheduleTime"))
-                            if _g(o, "status", "lastScheduleTime") else "<none>")],
-    ("coordination.k8s.io", "Lease"): [(_col("Holder"), lambda o: _g(o, "spec", "holderIdentity", default=""))],
+    ("apps", "ReplicaSet"): [
+        (_col("Desired", "integer"), lambda o: _g(o, "spec", "replicas", default=0)),
+        (_col("Current", "integer"), lambda o: _g(o, "status", "replicas", default=0)),
+        (_col("Ready", "integer"), lambda o: _g(o, "status", "readyReplicas", default=0)),
+    ],
+    ("batch", "Job"): [
+        (_col("Status"), _job_status),
+        (
+            _col("Completions"),
+            lambda o: f"{_g(o, 'status', 'succeeded', default=0)}/{_g(o, 'spec', 'completions', default=1)}",
+        ),
+    ],
+    ("batch", "CronJob"): [
+        (_col("Schedule"), lambda o: _g(o, "spec", "schedule", default="")),
+        (_col("Suspend"), lambda o: str(_g(o, "spec", "suspend", default=False))),
+        (_col("Active", "integer"), lambda o: len(_g(o, "status", "active", default=[]))),
+        (
+            _col("Last Schedule"),
+            lambda o: (
+                age(_g(o, "status", "lastScheduleTime")) if _g(o, "status", "lastScheduleTime") else "<none>"
+            ),
+        ),
+    ],
+    ("coordination.k8s.io", "Lease"): [
+        (_col("Holder"), lambda o: _g(o, "spec", "holderIdentity", default=""))
+    ],
     ("apiextensions.k8s.io", "CustomResourceDefinition"): [
-        (_col("Created At", "date"), lambda o: (o.get("metadata") or {}).get("creationTimestamp", ""))],
+        (_col("Created At", "date"), lambda o: (o.get("metadata") or {}).get("creationTimestamp", ""))
+    ],
 }
 
 
@@ -210,11 +255,20 @@ def _row_object(obj: dict[str, Any], include: str) -> dict[str, Any] | None:
         return None
     if include == "Object":
         return obj
-    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata") or {}}
+    return {
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata") or {},
+    }
 
 
-def to_table(rtype: ResourceType, objects: list[dict[str, Any]], resource_version: str, include: str = "Metadata",
-             with_columns: bool = True) -> dict[str, Any]:
+def to_table(
+    rtype: ResourceType,
+    objects: list[dict[str, Any]],
+    resource_version: str,
+    include: str = "Metadata",
+    with_columns: bool = True,
+) -> dict[str, Any]:
     cols = columns_for(rtype)
     rows = []
     for obj in objects:

@@ -29,7 +29,9 @@ NAMESPACE = "e2e"
 EXECUTORS = [e for e in os.environ.get("E2E_EXECUTORS", "runner,warm").split(",") if e]
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2, what: str = "") -> Any:
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2, what: str = ""
+) -> Any:
     """Poll until ``predicate()`` is truthy; fail with ``what`` and the last value otherwise."""
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -186,7 +188,9 @@ def executor(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def start_operator(cluster: Cluster, tmp_path: Path, executor: str) -> Iterator[Callable[..., OperatorProcess]]:
+def start_operator(
+    cluster: Cluster, tmp_path: Path, executor: str
+) -> Iterator[Callable[..., OperatorProcess]]:
     started: list[OperatorProcess] = []
 
     def start(watches: list[dict[str, Any]] | None = None, *extra: str, name: str = "op",
@@ -205,8 +209,14 @@ def start_operator(cluster: Cluster, tmp_path: Path, executor: str) -> Iterator[
         proc_env = {**os.environ, "PYTHONUNBUFFERED": "1", "ANSIBLE_GATHERING": "explicit", **(env or {})}
         proc_env.pop("KUBECONFIG", None)
         with open(log_path, "wb") as log_file:
-            proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, cwd=workdir, env=proc_env,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                args,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                cwd=workdir,
+                env=proc_env,
+                start_new_session=True,
+            )
         op = OperatorProcess(proc, log_path, artifacts, watches_file)
         started.append(op)
         return op

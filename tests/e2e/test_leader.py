@@ -159,7 +159,9 @@ async def test_takeover_after_leader_vanishes_without_release(candidates: Any, k
     assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
 
 
-async def test_leader_that_cannot_renew_stops_before_other_acquires(candidates: Any, kubeconfig: Path) -> None:
+async def test_leader_that_cannot_renew_stops_before_other_acquires(
+    candidates: Any, kubeconfig: Path
+) -> None:
     a = candidates("a")
     a.start()
     await wait_until(lambda: a.elector.is_leader, 10, "a to lead")

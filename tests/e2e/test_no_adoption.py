@@ -65,10 +65,14 @@ def test_finalizer_updating_users_configmaps_does_not_get_them_deleted(
 
     cluster.delete_widget("adopter")
     wait_for(lambda: cluster.get_widget("adopter") is None, 120, what="adopter released by its finalizer")
-    wait_for(lambda: cluster.configmap("adopter-owned") is None, 60, what="the role's own ConfigMap collected")
+    wait_for(
+        lambda: cluster.configmap("adopter-owned") is None, 60, what="the role's own ConfigMap collected"
+    )
     for name in USER_OBJECTS:
         obj = cluster.core.read_namespaced_config_map(name, NAMESPACE)  # 404 here = the data loss of issue 10
         # PUT replaces the data; apply and patch merge into it
-        expected = {"cleanup": "done"} if name == "user-settings" else {"owner": "the-user", "cleanup": "done"}
+        expected = (
+            {"cleanup": "done"} if name == "user-settings" else {"owner": "the-user", "cleanup": "done"}
+        )
         assert obj.data == expected, (name, obj.data)
         assert not obj.metadata.owner_references, (name, obj.metadata.owner_references, op.logs()[-3000:])

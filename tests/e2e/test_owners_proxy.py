@@ -186,7 +186,9 @@ async def test_roles_objects_get_owners_through_the_proxy(
     assert DependentKind("", "v1", "ConfigMap", "configmaps", True) in seen
 
     # deleting the owner garbage-collects what it owns (but not the annotated cluster-scoped objects)
-    await asyncio.to_thread(cluster.custom.delete_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, "app1")
+    await asyncio.to_thread(
+        cluster.custom.delete_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, "app1"
+    )
 
     def secret_gone() -> bool:
         try:
@@ -227,20 +229,39 @@ async def test_existing_objects_never_get_an_owner(
     for name in ("user-put", "user-patch", "user-ssa"):
         await asyncio.to_thread(cluster.core.create_namespaced_config_map, NS,
                                 {"metadata": {"name": name}, "data": {"mine": "yes"}})
-    await asyncio.to_thread(cluster.rbac.create_cluster_role, {"metadata": {"name": "user-role"}, "rules": []})
+    await asyncio.to_thread(
+        cluster.rbac.create_cluster_role, {"metadata": {"name": "user-role"}, "rules": []}
+    )
     kubeconfig = p.kubeconfig_for(owner, tmp_path / "kubeconfig")
 
     def cm(name: str) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS},
                 "data": {"role": "was-here"}}
 
-    await run_playbook(tmp_path, kubeconfig, [
-        _k8s(cm("user-put"), "put", force=True),
-        _k8s(cm("user-patch"), "patch"),
-        _k8s(cm("user-ssa"), "ssa", apply=True, server_side_apply={"field_manager": "role", "force_conflicts": True}),
-        _k8s({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-              "metadata": {"name": "user-role", "labels": {"role": "was-here"}}, "rules": []}, "cr", force=True),
-    ])
+    await run_playbook(
+        tmp_path,
+        kubeconfig,
+        [
+            _k8s(cm("user-put"), "put", force=True),
+            _k8s(cm("user-patch"), "patch"),
+            _k8s(
+                cm("user-ssa"),
+                "ssa",
+                apply=True,
+                server_side_apply={"field_manager": "role", "force_conflicts": True},
+            ),
+            _k8s(
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRole",
+                    "metadata": {"name": "user-role", "labels": {"role": "was-here"}},
+                    "rules": [],
+                },
+                "cr",
+                force=True,
+            ),
+        ],
+    )
     for name in ("user-put", "user-patch", "user-ssa"):
         obj = await asyncio.to_thread(cluster.core.read_namespaced_config_map, name, NS)
         assert obj.data["role"] == "was-here", name
@@ -259,12 +280,30 @@ async def test_sdk_exact_mode_leaves_apply_creates_unowned(cluster: Cluster, tmp
     try:
         owner = await asyncio.to_thread(cluster.create_owner, "sdkmode")
         kubeconfig = p.kubeconfig_for(owner, tmp_path / "kubeconfig")
-        await run_playbook(tmp_path, kubeconfig, [
-            _k8s({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "sdkmode-ssa", "namespace": NS}},
-                 "ssa", apply=True, server_side_apply={"field_manager": "role"}),
-            _k8s({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "sdkmode-post", "namespace": NS}},
-                 "post"),
-        ])
+        await run_playbook(
+            tmp_path,
+            kubeconfig,
+            [
+                _k8s(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": "sdkmode-ssa", "namespace": NS},
+                    },
+                    "ssa",
+                    apply=True,
+                    server_side_apply={"field_manager": "role"},
+                ),
+                _k8s(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": "sdkmode-post", "namespace": NS},
+                    },
+                    "post",
+                ),
+            ],
+        )
     finally:
         await p.close()
     ssa = await asyncio.to_thread(cluster.core.read_namespaced_config_map, "sdkmode-ssa", NS)
@@ -281,7 +320,9 @@ async def test_reading_an_owned_object_recovers_its_watch(
     owner = await asyncio.to_thread(cluster.create_owner, "recover")
     await asyncio.to_thread(cluster.core.create_namespaced_secret, NS,
                             {"metadata": _owned(owner, name="recover-s"), "stringData": {"a": "b"}})
-    await asyncio.to_thread(cluster.core.create_namespaced_config_map, NS, {"metadata": {"name": "recover-free"}})
+    await asyncio.to_thread(
+        cluster.core.create_namespaced_config_map, NS, {"metadata": {"name": "recover-free"}}
+    )
     kubeconfig = p.kubeconfig_for(owner, tmp_path / "kubeconfig")
     await run_playbook(tmp_path, kubeconfig, [
         {"kubernetes.core.k8s_info": {"api_version": "v1", "kind": "ConfigMap", "namespace": NS,
@@ -325,8 +366,14 @@ async def test_watch_streams_and_unknown_tokens_are_refused(
     # a resource the server does not serve: forwarded, the API server's own 404 comes back
     custom = kubernetes.client.CustomObjectsApi(api)
     with pytest.raises(ApiException) as not_found:
-        await asyncio.to_thread(custom.create_namespaced_custom_object, GROUP, VERSION, NS, "nothings",
-                                {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Nothing", "metadata": {"name": "n"}})
+        await asyncio.to_thread(
+            custom.create_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            NS,
+            "nothings",
+            {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Nothing", "metadata": {"name": "n"}},
+        )
     assert not_found.value.status == 404
 
     p.release(kubeconfig)
@@ -414,8 +461,10 @@ async def test_dependent_watcher_enqueues_owner_on_delete_and_real_changes(
     apps = kubernetes.client.AppsV1Api(cluster.api)
     await w.ensure(DEPLOYMENTS)
     await asyncio.to_thread(apps.create_namespaced_deployment, NS, deployment)
-    await eventually(lambda: (apps.read_namespaced_deployment("dep1-web", NS).status.ready_replicas or 0) == 2,
-                     what="simulated Deployment ready")
+    await eventually(
+        lambda: (apps.read_namespaced_deployment("dep1-web", NS).status.ready_replicas or 0) == 2,
+        what="simulated Deployment ready",
+    )
     # the deployment controller's deployment.kubernetes.io/revision annotation is a metadata change: one
     # re-queue, as on a real cluster
     await rec.wait_for(3)

@@ -146,17 +146,30 @@ def test_metrics_count_success_and_failure(cluster: Cluster, start_operator) -> 
 
 
 def test_leader_election_one_acts_and_the_other_takes_over(cluster: Cluster, start_operator) -> None:
-    flags = ("--leader-elect", "--leader-election-id", "widgets-lock", "--leader-election-namespace", "default",
-             "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s",
-             "--leader-elect-retry-period", "0.5s")
+    flags = (
+        "--leader-elect",
+        "--leader-election-id",
+        "widgets-lock",
+        "--leader-election-namespace",
+        "default",
+        "--leader-elect-lease-duration",
+        "4s",
+        "--leader-elect-renew-deadline",
+        "3s",
+        "--leader-elect-retry-period",
+        "0.5s",
+    )
     watch = [default_watch(finalizer=None)]
     a = start_operator(watch, *flags, name="a")
     b = start_operator(watch, *flags, name="b")
     coordination = kubernetes.client.CoordinationV1Api(cluster.api)
     lease = wait_for(lambda: read_or_none(coordination.read_namespaced_lease, "widgets-lock", "default"), 60,
                      what="lease")
-    holder = wait_for(lambda: coordination.read_namespaced_lease("widgets-lock", "default").spec.holder_identity,
-                      30, what="a holder")
+    holder = wait_for(
+        lambda: coordination.read_namespaced_lease("widgets-lock", "default").spec.holder_identity,
+        30,
+        what="a holder",
+    )
 
     cluster.create_widget("first", {})
     cluster.wait_condition("first", "Successful")
@@ -181,13 +194,40 @@ def test_runs_command_shows_the_failed_task(cluster: Cluster, start_operator) ->
     cluster.create_widget("oops", {"failMessage": "quota exceeded"})
     cluster.wait_condition("oops", "Failure")
     wait_for(lambda: op.runs("oops") and op.runs("oops")[0]["result"] == "failed", 30)
-    listing = subprocess.run([sys.executable, "-m", "ansible_operator", "runs", "--artifacts-dir", str(op.artifacts),
-                              "--namespace", NAMESPACE, "Widget/oops"], capture_output=True, text=True, timeout=60)
+    listing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ansible_operator",
+            "runs",
+            "--artifacts-dir",
+            str(op.artifacts),
+            "--namespace",
+            NAMESPACE,
+            "Widget/oops",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert listing.returncode == 0, listing.stderr
     assert "Fail when asked to" in listing.stdout and "quota exceeded" in listing.stdout
     run_id = op.runs("oops")[0]["run_id"]
-    shown = subprocess.run([sys.executable, "-m", "ansible_operator", "runs", "--artifacts-dir", str(op.artifacts),
-                            "--show", run_id], capture_output=True, text=True, timeout=60)
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ansible_operator",
+            "runs",
+            "--artifacts-dir",
+            str(op.artifacts),
+            "--show",
+            run_id,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
     assert "Fail when asked to" in shown.stdout and "quota exceeded" in shown.stdout
     as_json = subprocess.run([sys.executable, "-m", "ansible_operator", "runs", "--artifacts-dir",

@@ -56,7 +56,9 @@ class RoleRun:
 
     @property
     def output(self) -> str:
-        return "\n".join(str(e.get("stdout") or "") for e in self.events) + (f"\n{self.error}" if self.error else "")
+        return "\n".join(str(e.get("stdout") or "") for e in self.events) + (
+            f"\n{self.error}" if self.error else ""
+        )
 
     @property
     def requeue_after(self) -> float | None:

@@ -24,7 +24,9 @@ KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 
 
 def kustomize(path: str) -> list[dict[str, Any]]:
-    proc = subprocess.run([KUBECTL, "kustomize", str(REPO / path)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [KUBECTL, "kustomize", str(REPO / path)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
@@ -61,7 +63,9 @@ def test_every_role_has_galaxy_metadata() -> None:
 def test_crd_kustomization_lists_every_crd_and_crds_dir_matches() -> None:
     docs = kustomize("config/crd")
     names = sorted(d["metadata"]["name"] for d in docs)
-    on_disk = sorted(yaml.safe_load(p.read_text())["metadata"]["name"] for p in (REPO / "crds").glob("*.yaml"))
+    on_disk = sorted(
+        yaml.safe_load(p.read_text())["metadata"]["name"] for p in (REPO / "crds").glob("*.yaml")
+    )
     assert names == on_disk == [
         "etcdclusters.etcd.database.example.com",
         "memcacheds.cache.example.com",
@@ -90,8 +94,13 @@ def test_default_renders_with_namespace_prefix_probes_and_metrics() -> None:
     assert svc["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
     # The bindings point at the prefixed ServiceAccount in the operator's namespace.
     for binding in by_kind["ClusterRoleBinding"] + by_kind["RoleBinding"]:
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ansible-operator-controller-manager",
-                                        "namespace": "ansible-operator-system"}]
+        assert binding["subjects"] == [
+            {
+                "kind": "ServiceAccount",
+                "name": "ansible-operator-controller-manager",
+                "namespace": "ansible-operator-system",
+            }
+        ]
 
 
 def _role_touched_kinds() -> set[tuple[str, str]]:
@@ -139,7 +148,9 @@ def test_manager_role_covers_every_kind_the_roles_touch_and_the_watched_kinds() 
         if kind != "Pod":
             assert {"create", "patch", "delete"} <= verbs, (group, kind)
     for w in load_watches(REPO / "watches.yaml", env={}):
-        plural = yaml.safe_load(next((REPO / "crds").glob(f"{w.group}_*.yaml")).read_text())["spec"]["names"]["plural"]
+        plural = yaml.safe_load(next((REPO / "crds").glob(f"{w.group}_*.yaml")).read_text())["spec"]["names"][
+            "plural"
+        ]
         assert {"get", "list", "watch", "patch", "update"} <= allowed[(w.group, plural)]
         assert {"update", "patch"} <= allowed[(w.group, f"{plural}/status")]
         assert "update" in allowed[(w.group, f"{plural}/finalizers")]
@@ -177,12 +188,16 @@ def test_samples_apply_and_get_the_crd_defaults(crd_sandbox: SandboxHandle) -> N
     ({"replicas": 3}, "spec.replicas"),
     ({"backup": {"keep": 0}}, "spec.backup.keep"),
 ])
-def test_sampledb_schema_rejects_bad_values(crd_sandbox: SandboxHandle, spec: dict[str, Any], field: str) -> None:
+def test_sampledb_schema_rejects_bad_values(
+    crd_sandbox: SandboxHandle, spec: dict[str, Any], field: str
+) -> None:
     api = kubernetes.client.CustomObjectsApi(crd_sandbox.api_client())
     body = {"apiVersion": "db.ansible-operator.dev/v1alpha1", "kind": "SampleDB",
             "metadata": {"name": "bad"}, "spec": spec}
     with pytest.raises(kubernetes.client.ApiException) as err:
-        api.create_namespaced_custom_object("db.ansible-operator.dev", "v1alpha1", "default", "sampledbs", body)
+        api.create_namespaced_custom_object(
+            "db.ansible-operator.dev", "v1alpha1", "default", "sampledbs", body
+        )
     assert err.value.status == 422
     assert re.search(re.escape(field), err.value.body)
 
@@ -198,15 +213,24 @@ def test_dockerfiles_agree_with_the_deployment_and_the_repository() -> None:
     examples image copies paths that exist and that its build context lets in."""
     base = _instructions("Dockerfile")
     assert [i for i in base if i.startswith("ENTRYPOINT")] == [
-        'ENTRYPOINT ["/tini", "--", "/usr/local/bin/ansible-operator", "run", "--watches-file=./watches.yaml"]']
+        'ENTRYPOINT ["/tini", "--", "/usr/local/bin/ansible-operator", "run",'
+        ' "--watches-file=./watches.yaml"]'
+    ]
     assert "USER 1001" in base and "WORKDIR ${HOME}" in base
     assert [i for i in base if i.startswith("FROM")][0].endswith("AS build")
     exposed = {int(p) for i in base if i.startswith("EXPOSE") for p in i.split()[1:]}
     (deploy,) = [d for d in kustomize("config/manager") if d["kind"] == "Deployment"]
-    ports = {p["name"]: p["containerPort"] for p in deploy["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    ports = {
+        p["name"]: p["containerPort"] for p in deploy["spec"]["template"]["spec"]["containers"][0]["ports"]
+    }
     assert ports["health"] in exposed
-    for name, ignore in (("Dockerfile", ".dockerignore"), ("examples.Dockerfile", "examples.Dockerfile.dockerignore")):
-        allowed = {line[1:].rstrip("/") for line in (REPO / ignore).read_text().splitlines() if line.startswith("!")}
+    for name, ignore in (
+        ("Dockerfile", ".dockerignore"),
+        ("examples.Dockerfile", "examples.Dockerfile.dockerignore"),
+    ):
+        allowed = {
+            line[1:].rstrip("/") for line in (REPO / ignore).read_text().splitlines() if line.startswith("!")
+        }
         for copy in (i for i in _instructions(name) if i.startswith("COPY") and "--from=" not in i):
             for src in [a for a in copy.split()[1:-1] if not a.startswith("--")]:
                 assert (REPO / src).exists(), f"{name}: {copy}: {src} does not exist"

@@ -66,7 +66,9 @@ class Cluster:
                             what=f"Job {name} to finish"))
 
     def image(self, statefulset: str) -> str:
-        return str(self.apps.read_namespaced_stateful_set(statefulset, NS).spec.template.spec.containers[0].image)
+        return str(
+            self.apps.read_namespaced_stateful_set(statefulset, NS).spec.template.spec.containers[0].image
+        )
 
 
 @pytest.fixture
@@ -94,7 +96,10 @@ def test_sampledb_lifecycle(cluster: Cluster) -> None:
     assert status["endpoint"] == "db.default.svc:5432"
     assert status["ready"] == "1/1"
     assert cluster.image("db") == "postgres:16.4"
-    assert "max_connections = '50'" in cluster.core.read_namespaced_config_map("db-config", NS).data["postgresql.conf"]
+    assert (
+        "max_connections = '50'"
+        in cluster.core.read_namespaced_config_map("db-config", NS).data["postgresql.conf"]
+    )
     assert cluster.core.read_namespaced_service("db-headless", NS).spec.cluster_ip == "None"
     assert cluster.core.read_namespaced_persistent_volume_claim("db-backups", NS).spec.resources.requests == {
         "storage": "1Gi"}
@@ -112,7 +117,9 @@ def test_sampledb_lifecycle(cluster: Cluster) -> None:
     assert (status["phase"], status["version"], status["restoredFrom"]) == ("Ready", "17.0", backup)
     assert status["lastBackup"]["name"] == backup
     assert cluster.job_condition("db-migrate-to-17-0") == "Complete"
-    restores = cluster.batch.list_namespaced_job(NS, label_selector="app.kubernetes.io/component=restore").items
+    restores = cluster.batch.list_namespaced_job(
+        NS, label_selector="app.kubernetes.io/component=restore"
+    ).items
     assert len(restores) == 1 and cluster.job_condition(restores[0].metadata.name) == "Complete"
     assert cluster.image("db") == "postgres:17.0"
     # the password is generated once and never rotated
@@ -128,7 +135,9 @@ def test_sampledb_lifecycle(cluster: Cluster) -> None:
     #    and so is a new storage size (volume claim templates are immutable)
     cluster.patch(SAMPLEDB, "db", {"version": "17.0", "storage": "2Gi"})
     run = cluster.reconcile("sampledb", SAMPLEDB, "db")
-    assert run.failure_messages()[0].startswith("spec.storage cannot change once the database exists (1Gi to 2Gi)")
+    assert run.failure_messages()[0].startswith(
+        "spec.storage cannot change once the database exists (1Gi to 2Gi)"
+    )
     cluster.patch(SAMPLEDB, "db", {"storage": "1Gi"})
 
     # 4. a failing migration stops the upgrade: the StatefulSet keeps running the old version
@@ -153,7 +162,9 @@ def test_sampledb_lifecycle(cluster: Cluster) -> None:
     assert cluster.job_condition("db-final-snapshot") == "Complete"
     snapshot = cluster.batch.read_namespaced_job("db-final-snapshot", NS).spec.template.spec.containers[0]
     assert snapshot.image == "postgres:17.0"  # the version that runs, not the refused spec.version
-    assert not cluster.core.read_namespaced_persistent_volume_claim("db-backups", NS).metadata.owner_references
+    assert not cluster.core.read_namespaced_persistent_volume_claim(
+        "db-backups", NS
+    ).metadata.owner_references
 
 
 def test_memcached_scales_and_reports_pods(cluster: Cluster) -> None:
@@ -171,8 +182,12 @@ def test_memcached_scales_and_reports_pods(cluster: Cluster) -> None:
     assert run.requeue_after == 2.0
     assert (available()["status"], available()["reason"]) == ("False", "RolloutInProgress")
     # The next run finds the rollout done (the sandbox's simulated controller made the Deployment ready).
-    # status.nodes lists the Deployment's pods (the sandbox's ReplicaSet controller creates them; nothing runs).
-    wait_for(lambda: cluster.apps.read_namespaced_deployment("mc-memcached", NS).status.ready_replicas == 3, timeout=30)
+    # status.nodes lists the Deployment's pods (the sandbox's ReplicaSet controller creates them; nothing
+    # runs).
+    wait_for(
+        lambda: cluster.apps.read_namespaced_deployment("mc-memcached", NS).status.ready_replicas == 3,
+        timeout=30,
+    )
     pods = sorted(p.metadata.name for p in cluster.core.list_namespaced_pod(
         NS, label_selector="app.kubernetes.io/name=memcached,app.kubernetes.io/instance=mc").items)
     run = cluster.reconcile("memcached", MEMCACHED, "mc")
@@ -188,7 +203,10 @@ def test_memcached_scales_and_reports_pods(cluster: Cluster) -> None:
     ok(run)
     assert cluster.apps.read_namespaced_deployment("mc-memcached", NS).spec.replicas == 1
     assert run.requeue_after == 2.0
-    wait_for(lambda: cluster.apps.read_namespaced_deployment("mc-memcached", NS).status.ready_replicas == 1, timeout=30)
+    wait_for(
+        lambda: cluster.apps.read_namespaced_deployment("mc-memcached", NS).status.ready_replicas == 1,
+        timeout=30,
+    )
     run = cluster.reconcile("memcached", MEMCACHED, "mc")
     ok(run)
     assert run.requeue_after is None

@@ -57,7 +57,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # ------------------------------------------------------------------------------------------------ waiting
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 120.0, interval: float = 0.2, what: str = "") -> Any:
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 120.0, interval: float = 0.2, what: str = ""
+) -> Any:
     """Poll until ``predicate()`` is truthy (returned); 404s count as "not yet"; fail after ``timeout``."""
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -113,7 +115,8 @@ class CutProxy:
         return path
 
     def relists(self, path_part: str = "") -> int:
-        """List (non-watch) GETs of collections seen so far, of every resource or those containing path_part."""
+        """List (non-watch) GETs of collections seen so far, of every resource or those containing
+        path_part."""
         return sum(n for p, n in self.lists.items() if path_part in p)
 
     def cut(self) -> None:
@@ -415,8 +418,14 @@ def operators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[...
         proc_env = {**os.environ, "PYTHONUNBUFFERED": "1", "ANSIBLE_GATHERING": "explicit", **(env or {})}
         proc_env.pop("KUBECONFIG", None)
         with open(log_path, "ab") as log_file:
-            proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, cwd=workdir, env=proc_env,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                args,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                cwd=workdir,
+                env=proc_env,
+                start_new_session=True,
+            )
         op = Operator(proc, workdir, log_path, artifacts)
         started.append(op)
         return op

@@ -34,8 +34,18 @@ def test_api_server_sigkill_and_restart_on_same_data_dir(operators, tmp_path: Pa
         kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
 
         def create(name: str, spec: dict) -> None:
-            custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, {
-                "apiVersion": f"{GROUP}/{VERSION}", "kind": "Widget", "metadata": {"name": name}, "spec": spec})
+            custom.create_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                NS,
+                PLURAL,
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "Widget",
+                    "metadata": {"name": name},
+                    "spec": spec,
+                },
+            )
 
         def converged(names: list[str]) -> bool:
             for n in names:
@@ -60,8 +70,12 @@ def test_api_server_sigkill_and_restart_on_same_data_dir(operators, tmp_path: Pa
                                   crds=[E2E / "crds"])
         sandbox = restarted
         api, custom = client()
-        assert custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "before")["spec"] == {"color": "one"}
-        custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "before", {"spec": {"color": "three"}})
+        assert custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "before")["spec"] == {
+            "color": "one"
+        }
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, NS, PLURAL, "before", {"spec": {"color": "three"}}
+        )
         create("after", {"color": "four"})
         wait_for(lambda: converged(["before", "inflight", "after"]), 240, 0.3,
                  what="every CR converged after the API server restart")

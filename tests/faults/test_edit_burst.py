@@ -44,14 +44,26 @@ class StatusRecorder:
                         self._record(obj)
                     rv = listing["metadata"]["resourceVersion"]
                     self.ready.set()
-                for ev in w.stream(self.cluster.custom.list_namespaced_custom_object, GROUP, VERSION, NS, PLURAL,
-                                   resource_version=rv, timeout_seconds=2):
+                for ev in w.stream(
+                    self.cluster.custom.list_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    NS,
+                    PLURAL,
+                    resource_version=rv,
+                    timeout_seconds=2,
+                ):
                     obj = ev["object"]
                     rv = obj["metadata"]["resourceVersion"]
                     self._record(obj)
                     if self._stop.is_set():
                         break
-            except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError):  # dropped/expired: list again
+            except (
+                ApiException,
+                urllib3.exceptions.HTTPError,
+                OSError,
+                ValueError,
+            ):  # dropped/expired: list again
                 rv = ""
 
     def _record(self, obj: dict) -> None:

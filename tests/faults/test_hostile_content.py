@@ -46,7 +46,9 @@ def test_reserved_variable_names_are_refused(cluster: Cluster, hostile_operator,
     figures.update(refused=1)
 
 
-def test_newline_in_cr_content_cannot_forge_a_log_line(cluster: Cluster, hostile_operator, figures: dict) -> None:
+def test_newline_in_cr_content_cannot_forge_a_log_line(
+    cluster: Cluster, hostile_operator, figures: dict
+) -> None:
     cluster.create(NS, "forger", {"failMessage": f"boom\n{FORGED}\r{FORGED}"})
     cond = wait_for(lambda: failure(cluster, "forger"), 120, what="Failure on forger")
     assert "boom" in cond["message"]

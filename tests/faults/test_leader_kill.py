@@ -13,9 +13,21 @@ from tests.faults.conftest import Cluster, wait_for, widget_watch
 
 NS = "leader"
 LEASE = "faults-widgets-lock"
-FLAGS = ("--namespace", NS, "--leader-elect", "--leader-election-id", LEASE, "--leader-election-namespace", NS,
-         "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s",
-         "--leader-elect-retry-period", "0.5s")
+FLAGS = (
+    "--namespace",
+    NS,
+    "--leader-elect",
+    "--leader-election-id",
+    LEASE,
+    "--leader-election-namespace",
+    NS,
+    "--leader-elect-lease-duration",
+    "4s",
+    "--leader-elect-renew-deadline",
+    "3s",
+    "--leader-elect-retry-period",
+    "0.5s",
+)
 
 
 def test_leader_killed_mid_batch_standby_takes_over(cluster: Cluster, operators, figures: dict) -> None:

@@ -65,8 +65,11 @@ def test_sigkill_mid_run_leaves_no_orphan_and_converges_after_restart(
         for p in processes_mentioning(str(marker)):  # do not let a leaked process touch the rest of the suite
             p.kill()
     assert not marker.exists(), "the killed run wrote its side effect"
-    assert not [pid for pid in doomed if psutil.pid_exists(pid)
-                and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE], "processes of the killed run survive"
+    assert not [
+        pid
+        for pid in doomed
+        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ], "processes of the killed run survive"
     killed_runs = [r for r in op.runs(ns, name)]
     assert len(killed_runs) == 1 and killed_runs[0]["result"] == "running"
 

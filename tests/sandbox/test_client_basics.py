@@ -14,6 +14,7 @@ from ansible_operator.sandbox.testing import SandboxHandle
 
 from .helpers import install_crd, wait_for, widget
 
+
 @pytest.fixture
 def api(sandbox: SandboxHandle) -> kubernetes.client.ApiClient:
     client = sandbox.api_client()
@@ -51,8 +52,9 @@ def test_deployment_becomes_available(api):
                      "template": {"metadata": {"labels": {"app": "web"}},
                                   "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}
     apps.create_namespaced_deployment("default", body)
-    dep = wait_for(lambda: (d := apps.read_namespaced_deployment("web", "default")).status.available_replicas == 2
-                   and d)
+    dep = wait_for(
+        lambda: (d := apps.read_namespaced_deployment("web", "default")).status.available_replicas == 2 and d
+    )
     assert dep.status.observed_generation == dep.metadata.generation
     assert any(c.type == "Available" and c.status == "True" for c in dep.status.conditions)
 
@@ -61,8 +63,15 @@ def test_dynamic_client_custom_resource(api):
     install_crd(api)
     dyn = DynamicClient(api)
     widgets = dyn.resources.get(api_version="test.example.com/v1", kind="Widget")
-    obj = widgets.create(body={"apiVersion": "test.example.com/v1", "kind": "Widget",
-                               "metadata": {"name": "w1"}, "spec": {"size": 2, "unknown": 1}}, namespace="default")
+    obj = widgets.create(
+        body={
+            "apiVersion": "test.example.com/v1",
+            "kind": "Widget",
+            "metadata": {"name": "w1"},
+            "spec": {"size": 2, "unknown": 1},
+        },
+        namespace="default",
+    )
     assert obj.spec.color == "blue"  # defaulted
     assert "unknown" not in obj.spec  # pruned
     with pytest.raises(kubernetes.dynamic.exceptions.UnprocessibleEntityError) as e:
@@ -101,12 +110,16 @@ def test_error_status_objects(api):
     assert status == 404
     status, body = _raw(api, "PUT", "/api/v1/namespaces/default/configmaps", body={})
     assert status == 405 and body["reason"] == "MethodNotAllowed"
-    status, body = _raw(api, "GET", "/api/v1/namespaces/default/configmaps", query={"labelSelector": "a in ("})
+    status, body = _raw(
+        api, "GET", "/api/v1/namespaces/default/configmaps", query={"labelSelector": "a in ("}
+    )
     assert status == 400
     status, body = _raw(api, "POST", "/api/v1/namespaces/default/configmaps",
                         body={"metadata": {"name": "x"}, "data": {"n": 1}})
     assert status == 400  # data values must be strings, as the real decoder insists
-    status, body = _raw(api, "POST", "/api/v1/namespaces/default/configmaps", body={"metadata": {"name": "Bad_Name"}})
+    status, body = _raw(
+        api, "POST", "/api/v1/namespaces/default/configmaps", body={"metadata": {"name": "Bad_Name"}}
+    )
     assert status == 422 and body["details"]["causes"][0]["field"] == "metadata.name"
     status, body = _raw(api, "POST", "/api/v1/namespaces/nope/configmaps", body={"metadata": {"name": "x"}})
     assert status == 404 and body["message"] == 'namespaces "nope" not found'
@@ -161,7 +174,9 @@ def test_generation_and_status_subresource_rules(api):
 
 def test_generate_name_dry_run_selectors_and_secrets(api):
     core = kubernetes.client.CoreV1Api(api)
-    a = core.create_namespaced_config_map("default", {"metadata": {"generateName": "gen-", "labels": {"t": "a"}}})
+    a = core.create_namespaced_config_map(
+        "default", {"metadata": {"generateName": "gen-", "labels": {"t": "a"}}}
+    )
     assert a.metadata.name.startswith("gen-") and len(a.metadata.name) == len("gen-") + 5
     dry = core.create_namespaced_config_map("default", {"metadata": {"name": "dry"}}, dry_run="All")
     assert dry.metadata.name == "dry"
@@ -204,29 +219,42 @@ def test_server_side_apply_create_then_merge(api):
 
 def test_immutable_fields_of_builtins(api):
     apps = kubernetes.client.AppsV1Api(api)
-    tmpl = {"metadata": {"labels": {"app": "a", "v": "1"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    tmpl = {
+        "metadata": {"labels": {"app": "a", "v": "1"}},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
     apps.create_namespaced_deployment("default", {"metadata": {"name": "d"}, "spec": {
         "selector": {"matchLabels": {"app": "a"}}, "template": tmpl}})
     with pytest.raises(ApiException) as e:
         apps.patch_namespaced_deployment("d", "default", {"spec": {"selector": {"matchLabels": {"v": "1"}}}})
-    assert e.value.status == 422 and json.loads(e.value.body)["details"]["causes"][0]["field"] == "spec.selector"
+    assert (
+        e.value.status == 422 and json.loads(e.value.body)["details"]["causes"][0]["field"] == "spec.selector"
+    )
     batch = kubernetes.client.BatchV1Api(api)
     batch.create_namespaced_job("default", {"metadata": {"name": "j"}, "spec": {"template": {
         "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}})
     with pytest.raises(ApiException) as e:
-        batch.patch_namespaced_job("j", "default", {"spec": {"template": {"spec": {"restartPolicy": "OnFailure"}}}})
+        batch.patch_namespaced_job(
+            "j", "default", {"spec": {"template": {"spec": {"restartPolicy": "OnFailure"}}}}
+        )
     assert e.value.status == 422
     core = kubernetes.client.CoreV1Api(api)
-    core.create_namespaced_secret("default", {"metadata": {"name": "s"}, "immutable": True, "data": {"a": "Yg=="}})
+    core.create_namespaced_secret(
+        "default", {"metadata": {"name": "s"}, "immutable": True, "data": {"a": "Yg=="}}
+    )
     with pytest.raises(ApiException) as e:
         core.patch_namespaced_secret("s", "default", {"data": {"a": "Yw=="}})
     assert e.value.status == 422
-    core.patch_namespaced_secret("s", "default", {"metadata": {"labels": {"ok": "yes"}}})  # metadata still mutable
+    core.patch_namespaced_secret(
+        "s", "default", {"metadata": {"labels": {"ok": "yes"}}}
+    )  # metadata still mutable
 
 
 def test_partial_object_metadata_and_table(api):
     core = kubernetes.client.CoreV1Api(api)
-    core.create_namespaced_config_map("default", {"metadata": {"name": "m", "labels": {"a": "b"}}, "data": {"k": "v"}})
+    core.create_namespaced_config_map(
+        "default", {"metadata": {"name": "m", "labels": {"a": "b"}}, "data": {"k": "v"}}
+    )
     url = api.configuration.host + "/api/v1/namespaces/default/configmaps"
     req = urllib.request.Request(url, headers={"Accept": "application/json;as=PartialObjectMetadataList;"
                                                          "g=meta.k8s.io;v=v1,application/json"})

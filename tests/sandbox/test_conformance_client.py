@@ -2,8 +2,10 @@
 
 For each kind: create, get, list, watch, patch with each patch type (JSON patch, merge patch, strategic merge
 patch where the kind allows it, server-side apply), delete and deletecollection, through the generated typed
-methods (and their models: a response the model cannot hold fails the test), asserting what a real server does:
-201 on create, uid/resourceVersion/creationTimestamp set, generation only on kinds that keep one, the object or a
+methods (and their models: a response the model cannot hold fails the test), asserting what a real server
+does:
+201 on create, uid/resourceVersion/creationTimestamp set, generation only on kinds that keep one, the object
+or a
 ``Status`` on delete as the kind's registry returns, the watch's ADDED event, deletecollection by label.
 One sandbox serves the whole module.
 """
@@ -25,7 +27,9 @@ NS = "conformance"
 POD_SPEC = {"containers": [{"name": "c", "image": "busybox:1.36"}]}
 TEMPLATE = {"metadata": {"labels": {"app": "conf"}}, "spec": POD_SPEC}
 SELECTOR = {"matchLabels": {"app": "conf"}}
-CSR_PEM = base64.b64encode(b"-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n-----END CERTIFICATE REQUEST-----\n").decode()
+CSR_PEM = base64.b64encode(
+    b"-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n-----END CERTIFICATE REQUEST-----\n"
+).decode()
 
 
 @dataclass(frozen=True)
@@ -48,90 +52,283 @@ KINDS = [
     Kind("CoreV1Api", "secret", "/secrets", {"stringData": {"k": "v"}}),
     Kind("CoreV1Api", "service", "/services", {"spec": {"ports": [{"port": 80}]}}),
     Kind("CoreV1Api", "service_account", "/serviceaccounts"),
-    Kind("CoreV1Api", "persistent_volume_claim", "/persistentvolumeclaims", {"spec": {
-        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
-    Kind("CoreV1Api", "persistent_volume", "/persistentvolumes", {"spec": {
-        "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/tmp/x"}}},
-         namespaced=False),
+    Kind(
+        "CoreV1Api",
+        "persistent_volume_claim",
+        "/persistentvolumeclaims",
+        {"spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
+    ),
+    Kind(
+        "CoreV1Api",
+        "persistent_volume",
+        "/persistentvolumes",
+        {
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "hostPath": {"path": "/tmp/x"},
+            }
+        },
+        namespaced=False,
+    ),
     Kind("CoreV1Api", "pod", "/pods", {"spec": POD_SPEC}),
-    Kind("CoreV1Api", "event", "/events", {"involvedObject": {"kind": "Pod", "name": "p", "namespace": NS},
-                                           "reason": "Test", "message": "m"}),
+    Kind(
+        "CoreV1Api",
+        "event",
+        "/events",
+        {"involvedObject": {"kind": "Pod", "name": "p", "namespace": NS}, "reason": "Test", "message": "m"},
+    ),
     Kind("CoreV1Api", "endpoints", "/endpoints", {"subsets": [{"addresses": [{"ip": "10.0.0.5"}]}]}),
     Kind("CoreV1Api", "node", "/nodes", namespaced=False),
     Kind("CoreV1Api", "resource_quota", "/resourcequotas", {"spec": {"hard": {"pods": "10"}}}),
     Kind("CoreV1Api", "limit_range", "/limitranges", {"spec": {"limits": [{"type": "Container"}]}}),
-    Kind("CoreV1Api", "replication_controller", "/replicationcontrollers", {"spec": {"template": TEMPLATE}},
-         generation=True),
+    Kind(
+        "CoreV1Api",
+        "replication_controller",
+        "/replicationcontrollers",
+        {"spec": {"template": TEMPLATE}},
+        generation=True,
+    ),
     Kind("CoreV1Api", "pod_template", "/podtemplates", {"template": TEMPLATE}, generation=True),
     Kind("CoreV1Api", "namespace", "/namespaces", namespaced=False, deletecollection=False),
-    Kind("AppsV1Api", "deployment", "apps/deployments", {"spec": {"selector": SELECTOR, "template": TEMPLATE}},
-         generation=True),
-    Kind("AppsV1Api", "stateful_set", "apps/statefulsets", {"spec": {"selector": SELECTOR, "template": TEMPLATE,
-                                                                     "serviceName": "s"}}, generation=True),
-    Kind("AppsV1Api", "replica_set", "apps/replicasets", {"spec": {"selector": SELECTOR, "template": TEMPLATE}},
-         generation=True),
-    Kind("AppsV1Api", "daemon_set", "apps/daemonsets", {"spec": {"selector": SELECTOR, "template": TEMPLATE}},
-         generation=True),
+    Kind(
+        "AppsV1Api",
+        "deployment",
+        "apps/deployments",
+        {"spec": {"selector": SELECTOR, "template": TEMPLATE}},
+        generation=True,
+    ),
+    Kind(
+        "AppsV1Api",
+        "stateful_set",
+        "apps/statefulsets",
+        {"spec": {"selector": SELECTOR, "template": TEMPLATE, "serviceName": "s"}},
+        generation=True,
+    ),
+    Kind(
+        "AppsV1Api",
+        "replica_set",
+        "apps/replicasets",
+        {"spec": {"selector": SELECTOR, "template": TEMPLATE}},
+        generation=True,
+    ),
+    Kind(
+        "AppsV1Api",
+        "daemon_set",
+        "apps/daemonsets",
+        {"spec": {"selector": SELECTOR, "template": TEMPLATE}},
+        generation=True,
+    ),
     Kind("AppsV1Api", "controller_revision", "apps/controllerrevisions", {"revision": 1, "data": {}}),
-    Kind("BatchV1Api", "job", "batch/jobs", {"spec": {"template": dict(TEMPLATE, spec=dict(
-        POD_SPEC, restartPolicy="Never"))}}, generation=True),
-    Kind("BatchV1Api", "cron_job", "batch/cronjobs", {"spec": {"schedule": "0 0 1 1 *", "jobTemplate": {"spec": {
-        "template": dict(TEMPLATE, spec=dict(POD_SPEC, restartPolicy="Never"))}}}}, generation=True),
-    Kind("EventsV1Api", "event", "events.k8s.io/events", {"eventTime": "2026-01-01T00:00:00.000000Z",
-                                                          "reportingController": "c", "reportingInstance": "i",
-                                                          "action": "A", "reason": "R", "type": "Normal"}),
+    Kind(
+        "BatchV1Api",
+        "job",
+        "batch/jobs",
+        {"spec": {"template": dict(TEMPLATE, spec=dict(POD_SPEC, restartPolicy="Never"))}},
+        generation=True,
+    ),
+    Kind(
+        "BatchV1Api",
+        "cron_job",
+        "batch/cronjobs",
+        {
+            "spec": {
+                "schedule": "0 0 1 1 *",
+                "jobTemplate": {
+                    "spec": {"template": dict(TEMPLATE, spec=dict(POD_SPEC, restartPolicy="Never"))}
+                },
+            }
+        },
+        generation=True,
+    ),
+    Kind(
+        "EventsV1Api",
+        "event",
+        "events.k8s.io/events",
+        {
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingController": "c",
+            "reportingInstance": "i",
+            "action": "A",
+            "reason": "R",
+            "type": "Normal",
+        },
+    ),
     Kind("CoordinationV1Api", "lease", "coordination.k8s.io/leases", {"spec": {"holderIdentity": "me"}}),
-    Kind("RbacAuthorizationV1Api", "role", "rbac.authorization.k8s.io/roles", {"rules": [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
-    Kind("RbacAuthorizationV1Api", "role_binding", "rbac.authorization.k8s.io/rolebindings", {
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
-        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": NS}]}),
-    Kind("RbacAuthorizationV1Api", "cluster_role", "rbac.authorization.k8s.io/clusterroles", {"rules": []},
-         namespaced=False),
-    Kind("RbacAuthorizationV1Api", "cluster_role_binding", "rbac.authorization.k8s.io/clusterrolebindings", {
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "r"}},
-         namespaced=False),
-    Kind("NetworkingV1Api", "ingress", "networking.k8s.io/ingresses", {"spec": {"defaultBackend": {"service": {
-        "name": "s", "port": {"number": 80}}}}}, generation=True),
-    Kind("NetworkingV1Api", "network_policy", "networking.k8s.io/networkpolicies", {"spec": {"podSelector": {}}},
-         generation=True),
-    Kind("NetworkingV1Api", "ingress_class", "networking.k8s.io/ingressclasses",
-         {"spec": {"controller": "example.com/ingress"}}, namespaced=False),
-    Kind("PolicyV1Api", "pod_disruption_budget", "policy/poddisruptionbudgets", {"spec": {"minAvailable": 1,
-                                                                                         "selector": SELECTOR}},
-         generation=True),
-    Kind("AutoscalingV2Api", "horizontal_pod_autoscaler", "autoscaling/horizontalpodautoscalers", {"spec": {
-        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"}, "maxReplicas": 3}},
-         generation=True),
-    Kind("StorageV1Api", "storage_class", "storage.k8s.io/storageclasses", {"provisioner": "example.com/p"},
-         namespaced=False),
-    Kind("StorageV1Api", "volume_attachment", "storage.k8s.io/volumeattachments", {"spec": {
-        "attacher": "example.com/a", "nodeName": "sandbox-node", "source": {"persistentVolumeName": "pv"}}},
-         namespaced=False),
+    Kind(
+        "RbacAuthorizationV1Api",
+        "role",
+        "rbac.authorization.k8s.io/roles",
+        {"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]},
+    ),
+    Kind(
+        "RbacAuthorizationV1Api",
+        "role_binding",
+        "rbac.authorization.k8s.io/rolebindings",
+        {
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": NS}],
+        },
+    ),
+    Kind(
+        "RbacAuthorizationV1Api",
+        "cluster_role",
+        "rbac.authorization.k8s.io/clusterroles",
+        {"rules": []},
+        namespaced=False,
+    ),
+    Kind(
+        "RbacAuthorizationV1Api",
+        "cluster_role_binding",
+        "rbac.authorization.k8s.io/clusterrolebindings",
+        {"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "r"}},
+        namespaced=False,
+    ),
+    Kind(
+        "NetworkingV1Api",
+        "ingress",
+        "networking.k8s.io/ingresses",
+        {"spec": {"defaultBackend": {"service": {"name": "s", "port": {"number": 80}}}}},
+        generation=True,
+    ),
+    Kind(
+        "NetworkingV1Api",
+        "network_policy",
+        "networking.k8s.io/networkpolicies",
+        {"spec": {"podSelector": {}}},
+        generation=True,
+    ),
+    Kind(
+        "NetworkingV1Api",
+        "ingress_class",
+        "networking.k8s.io/ingressclasses",
+        {"spec": {"controller": "example.com/ingress"}},
+        namespaced=False,
+    ),
+    Kind(
+        "PolicyV1Api",
+        "pod_disruption_budget",
+        "policy/poddisruptionbudgets",
+        {"spec": {"minAvailable": 1, "selector": SELECTOR}},
+        generation=True,
+    ),
+    Kind(
+        "AutoscalingV2Api",
+        "horizontal_pod_autoscaler",
+        "autoscaling/horizontalpodautoscalers",
+        {
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"},
+                "maxReplicas": 3,
+            }
+        },
+        generation=True,
+    ),
+    Kind(
+        "StorageV1Api",
+        "storage_class",
+        "storage.k8s.io/storageclasses",
+        {"provisioner": "example.com/p"},
+        namespaced=False,
+    ),
+    Kind(
+        "StorageV1Api",
+        "volume_attachment",
+        "storage.k8s.io/volumeattachments",
+        {
+            "spec": {
+                "attacher": "example.com/a",
+                "nodeName": "sandbox-node",
+                "source": {"persistentVolumeName": "pv"},
+            }
+        },
+        namespaced=False,
+    ),
     Kind("StorageV1Api", "csi_driver", "storage.k8s.io/csidrivers", {"spec": {}}, namespaced=False),
-    Kind("StorageV1Api", "csi_node", "storage.k8s.io/csinodes", {"spec": {"drivers": [
-        {"name": "example.com/d", "nodeID": "n1"}]}}, namespaced=False),
-    Kind("DiscoveryV1Api", "endpoint_slice", "discovery.k8s.io/endpointslices", {
-        "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.7"]}]}, generation=True),
-    Kind("SchedulingV1Api", "priority_class", "scheduling.k8s.io/priorityclasses", {"value": 100},
-         namespaced=False),
+    Kind(
+        "StorageV1Api",
+        "csi_node",
+        "storage.k8s.io/csinodes",
+        {"spec": {"drivers": [{"name": "example.com/d", "nodeID": "n1"}]}},
+        namespaced=False,
+    ),
+    Kind(
+        "DiscoveryV1Api",
+        "endpoint_slice",
+        "discovery.k8s.io/endpointslices",
+        {"addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.7"]}]},
+        generation=True,
+    ),
+    Kind(
+        "SchedulingV1Api",
+        "priority_class",
+        "scheduling.k8s.io/priorityclasses",
+        {"value": 100},
+        namespaced=False,
+    ),
     Kind("NodeV1Api", "runtime_class", "node.k8s.io/runtimeclasses", {"handler": "runc"}, namespaced=False),
-    Kind("CertificatesV1Api", "certificate_signing_request", "certificates.k8s.io/certificatesigningrequests", {
-        "spec": {"request": CSR_PEM, "signerName": "example.com/signer", "usages": ["client auth"]}},
-         namespaced=False),
-    Kind("AdmissionregistrationV1Api", "validating_webhook_configuration",
-         "admissionregistration.k8s.io/validatingwebhookconfigurations", namespaced=False, generation=True),
-    Kind("AdmissionregistrationV1Api", "mutating_webhook_configuration",
-         "admissionregistration.k8s.io/mutatingwebhookconfigurations", namespaced=False, generation=True),
-    Kind("ApiregistrationV1Api", "api_service", "apiregistration.k8s.io/apiservices", {"spec": {
-        "group": "conformance.example.com", "version": "v1", "groupPriorityMinimum": 100,
-        "versionPriority": 10}}, namespaced=False),
-    Kind("ApiextensionsV1Api", "custom_resource_definition", "apiextensions.k8s.io/customresourcedefinitions",
-         {"spec": {"group": "conformance.example.com", "scope": "Namespaced",
-                   "names": {"kind": "Thing", "plural": "things"},
-                   "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-                       "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}},
-         namespaced=False, generation=True),
+    Kind(
+        "CertificatesV1Api",
+        "certificate_signing_request",
+        "certificates.k8s.io/certificatesigningrequests",
+        {"spec": {"request": CSR_PEM, "signerName": "example.com/signer", "usages": ["client auth"]}},
+        namespaced=False,
+    ),
+    Kind(
+        "AdmissionregistrationV1Api",
+        "validating_webhook_configuration",
+        "admissionregistration.k8s.io/validatingwebhookconfigurations",
+        namespaced=False,
+        generation=True,
+    ),
+    Kind(
+        "AdmissionregistrationV1Api",
+        "mutating_webhook_configuration",
+        "admissionregistration.k8s.io/mutatingwebhookconfigurations",
+        namespaced=False,
+        generation=True,
+    ),
+    Kind(
+        "ApiregistrationV1Api",
+        "api_service",
+        "apiregistration.k8s.io/apiservices",
+        {
+            "spec": {
+                "group": "conformance.example.com",
+                "version": "v1",
+                "groupPriorityMinimum": 100,
+                "versionPriority": 10,
+            }
+        },
+        namespaced=False,
+    ),
+    Kind(
+        "ApiextensionsV1Api",
+        "custom_resource_definition",
+        "apiextensions.k8s.io/customresourcedefinitions",
+        {
+            "spec": {
+                "group": "conformance.example.com",
+                "scope": "Namespaced",
+                "names": {"kind": "Thing", "plural": "things"},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {
+                            "openAPIV3Schema": {
+                                "type": "object",
+                                "x-kubernetes-preserve-unknown-fields": True,
+                            }
+                        },
+                    }
+                ],
+            }
+        },
+        namespaced=False,
+        generation=True,
+    ),
 ]
 #: where the object's name must have a special shape
 NAMES = {"apiregistration.k8s.io/apiservices": "v1.conformance.example.com",
@@ -197,9 +394,16 @@ class Typed:
 
     def raw_patch(self, name: str, body: Any, content_type: str, **query: str) -> Any:
         model = type(self.read(name)).__name__
-        return self.api.call_api(self.path(name), "PATCH", query_params=list(query.items()), body=body,
-                                 header_params={"Content-Type": content_type, "Accept": "application/json"},
-                                 response_type=model, auth_settings=["BearerToken"], _return_http_data_only=True)
+        return self.api.call_api(
+            self.path(name),
+            "PATCH",
+            query_params=list(query.items()),
+            body=body,
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            response_type=model,
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+        )
 
     def read(self, name: str) -> Any:
         if self.kind.namespaced:

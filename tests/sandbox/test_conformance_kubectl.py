@@ -26,11 +26,15 @@ class Kubectl:
         self.env = dict(sandbox.kubectl_env(), HOME=str(home))  # kubectl's discovery/openapi cache per module
         self.home = home
 
-    def run(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(["kubectl", *args], env=self.env, capture_output=True, text=True, input=input,
                               timeout=60)
         if check and proc.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+            )
         return proc
 
     def get(self, *args: str) -> dict[str, Any]:
@@ -101,8 +105,12 @@ def test_create_workloads(kubectl: Kubectl):
     tick = kubectl.get("cronjob", "tick", "-n", ns)
     assert tick["spec"]["schedule"] == "*/5 * * * *"
     assert tick["spec"]["jobTemplate"]["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
-    assert (tick["spec"]["concurrencyPolicy"], tick["spec"]["suspend"], tick["spec"]["successfulJobsHistoryLimit"],
-            tick["spec"]["failedJobsHistoryLimit"]) == ("Allow", False, 3, 1)
+    assert (
+        tick["spec"]["concurrencyPolicy"],
+        tick["spec"]["suspend"],
+        tick["spec"]["successfulJobsHistoryLimit"],
+        tick["spec"]["failedJobsHistoryLimit"],
+    ) == ("Allow", False, 3, 1)
     manual = kubectl.get("job", "manual", "-n", ns)
     assert manual["metadata"]["annotations"]["cronjob.kubernetes.io/instantiate"] == "manual"
     assert [(o["kind"], o["name"], o.get("controller")) for o in manual["metadata"]["ownerReferences"]] == \
@@ -147,15 +155,23 @@ def test_create_rbac(kubectl: Kubectl):
                 "--resource-name=a")
     kubectl.run("create", "rolebinding", "read", "-n", ns, "--role=reader", "--user=bob",
                 f"--serviceaccount={ns}:robot", "--group=devs")
-    kubectl.run("create", "clusterrole", "nodes", "--verb=get", "--resource=nodes", "--non-resource-url=/healthz")
+    kubectl.run(
+        "create", "clusterrole", "nodes", "--verb=get", "--resource=nodes", "--non-resource-url=/healthz"
+    )
     kubectl.run("create", "clusterrole", "agg", "--aggregation-rule=rbac.example.com/aggregate=true")
     kubectl.run("create", "clusterrolebinding", "nodes", "--clusterrole=nodes", "--user=alice")
     kubectl.run("set", "subject", "rolebinding", "read", "-n", ns, "--user=carol")
 
     rules = kubectl.get("role", "reader", "-n", ns)["rules"]
-    assert rules == [{"apiGroups": [""], "resources": ["pods"], "resourceNames": ["a"], "verbs": ["get", "list"]},
-                     {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["a"],
-                      "verbs": ["get", "list"]}]
+    assert rules == [
+        {"apiGroups": [""], "resources": ["pods"], "resourceNames": ["a"], "verbs": ["get", "list"]},
+        {
+            "apiGroups": ["apps"],
+            "resources": ["deployments"],
+            "resourceNames": ["a"],
+            "verbs": ["get", "list"],
+        },
+    ]
     binding = kubectl.get("rolebinding", "read", "-n", ns)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"}
     assert sorted((s["kind"], s["name"]) for s in binding["subjects"]) == \
@@ -172,7 +188,9 @@ def test_create_rbac(kubectl: Kubectl):
 def test_create_policy_networking_quota_priority(kubectl: Kubectl):
     ns = kubectl.namespace("policy")
     kubectl.run("create", "pdb", "min", "-n", ns, "--selector=app=web", "--min-available=1")
-    kubectl.run("create", "poddisruptionbudget", "max", "-n", ns, "--selector=app=web", "--max-unavailable=50%")
+    kubectl.run(
+        "create", "poddisruptionbudget", "max", "-n", ns, "--selector=app=web", "--max-unavailable=50%"
+    )
     kubectl.run("create", "ingress", "web", "-n", ns, "--class=nginx", "--rule=foo.com/bar*=svc:8080",
                 "--rule=foo.com/exact=svc:http,tls=cert")
     kubectl.run("create", "quota", "q", "-n", ns, "--hard=cpu=1,memory=1Gi,pods=2", "--scopes=NotTerminating")
@@ -185,11 +203,25 @@ def test_create_policy_networking_quota_priority(kubectl: Kubectl):
     assert kubectl.get("pdb", "max", "-n", ns)["spec"]["maxUnavailable"] == "50%"
     ing = kubectl.get("ingress", "web", "-n", ns)["spec"]
     assert ing["ingressClassName"] == "nginx"
-    assert ing["rules"] == [{"host": "foo.com", "http": {"paths": [
-        {"path": "/bar", "pathType": "Prefix",
-         "backend": {"service": {"name": "svc", "port": {"number": 8080}}}},
-        {"path": "/exact", "pathType": "Exact", "backend": {"service": {"name": "svc", "port": {"name": "http"}}}},
-    ]}}]
+    assert ing["rules"] == [
+        {
+            "host": "foo.com",
+            "http": {
+                "paths": [
+                    {
+                        "path": "/bar",
+                        "pathType": "Prefix",
+                        "backend": {"service": {"name": "svc", "port": {"number": 8080}}},
+                    },
+                    {
+                        "path": "/exact",
+                        "pathType": "Exact",
+                        "backend": {"service": {"name": "svc", "port": {"name": "http"}}},
+                    },
+                ]
+            },
+        }
+    ]
     assert ing["tls"] == [{"hosts": ["foo.com"], "secretName": "cert"}]
     quota = kubectl.get("quota", "q", "-n", ns)["spec"]
     assert quota == {"hard": {"cpu": "1", "memory": "1Gi", "pods": "2"}, "scopes": ["NotTerminating"]}
@@ -204,9 +236,19 @@ def test_create_config_objects(kubectl: Kubectl, tmp_path: Path):
     ns = kubectl.namespace("config")
     (tmp_path / "app.conf").write_text("x = 1\n")
     (tmp_path / "blob.bin").write_bytes(b"\x00\xff\x01")
-    kubectl.run("create", "configmap", "cfg", "-n", ns, "--from-literal=a=b", f"--from-file={tmp_path / 'app.conf'}",
-                f"--from-file={tmp_path / 'blob.bin'}")
-    kubectl.run("create", "secret", "generic", "pw", "-n", ns, "--from-literal=password=hunter2", "--type=Opaque")
+    kubectl.run(
+        "create",
+        "configmap",
+        "cfg",
+        "-n",
+        ns,
+        "--from-literal=a=b",
+        f"--from-file={tmp_path / 'app.conf'}",
+        f"--from-file={tmp_path / 'blob.bin'}",
+    )
+    kubectl.run(
+        "create", "secret", "generic", "pw", "-n", ns, "--from-literal=password=hunter2", "--type=Opaque"
+    )
     kubectl.run("create", "secret", "docker-registry", "reg", "-n", ns, "--docker-server=r.example.com",
                 "--docker-username=u", "--docker-password=p")
     kubectl.run("create", "serviceaccount", "robot", "-n", ns)
@@ -246,18 +288,30 @@ def test_mutating_verbs(kubectl: Kubectl):
                                                       {"limits": {"cpu": "200m", "memory": "64Mi"}})
     assert web["metadata"]["labels"]["tier"] == "front" and web["metadata"]["annotations"]["note"] == "hello"
     # delete answers as kubectl expects and the object is gone
-    assert kubectl.run("delete", "deployment", "web", "-n", ns).stdout.strip() == 'deployment.apps "web" deleted'
+    assert (
+        kubectl.run("delete", "deployment", "web", "-n", ns).stdout.strip() == 'deployment.apps "web" deleted'
+    )
     assert "NotFound" in kubectl.run("get", "deployment", "web", "-n", ns, check=False).stderr
 
 
 def test_server_dry_run_and_field_validation(kubectl: Kubectl):
     ns = kubectl.namespace("dryrun")
-    out = json.loads(kubectl.run("create", "deployment", "ghost", "-n", ns, "--image=nginx", "--dry-run=server",
-                                 "-o", "json").stdout)
+    out = json.loads(
+        kubectl.run(
+            "create", "deployment", "ghost", "-n", ns, "--image=nginx", "--dry-run=server", "-o", "json"
+        ).stdout
+    )
     assert out["metadata"]["uid"] and out["spec"]["replicas"] == 1
     assert "NotFound" in kubectl.run("get", "deployment", "ghost", "-n", ns, check=False).stderr
-    manifest = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "typo", "namespace": ns},
-                           "data": {"a": "b"}, "dta": {"c": "d"}})
+    manifest = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "typo", "namespace": ns},
+            "data": {"a": "b"},
+            "dta": {"c": "d"},
+        }
+    )
     proc = kubectl.run("apply", "-f", "-", input=manifest, check=False)
     assert proc.returncode != 0
     assert 'strict decoding error: unknown field "dta"' in proc.stderr
@@ -309,21 +363,29 @@ def _lost(json_value: Any, pb_value: Any, path: str = "") -> list[str]:
 
 
 def test_protobuf_answers_match_json_for_every_kind(kubectl: Kubectl):
-    """kubectl (and any client-go program) may ask for protobuf: every served built-in kind encodes losslessly."""
+    """kubectl (and any client-go program) may ask for protobuf: every served built-in kind encodes
+    losslessly."""
     import urllib.request
 
     from ansible_operator.sandbox import protobuf
     from ansible_operator.sandbox.resources import Registry
 
     ns = kubectl.namespace("wire")
-    for args in (("deployment", "web", "--image=nginx", "--replicas=2"), ("job", "j", "--image=busybox"),
-                 ("service", "clusterip", "svc", "--tcp=80:8080"), ("role", "r", "--verb=get", "--resource=pods"),
-                 ("ingress", "ing", "--rule=foo.com/bar=svc:80"), ("quota", "q", "--hard=cpu=1"),
-                 ("pdb", "pdb", "--selector=app=web", "--min-available=50%")):
+    for args in (
+        ("deployment", "web", "--image=nginx", "--replicas=2"),
+        ("job", "j", "--image=busybox"),
+        ("service", "clusterip", "svc", "--tcp=80:8080"),
+        ("role", "r", "--verb=get", "--resource=pods"),
+        ("ingress", "ing", "--rule=foo.com/bar=svc:80"),
+        ("quota", "q", "--hard=cpu=1"),
+        ("pdb", "pdb", "--selector=app=web", "--min-available=50%"),
+    ):
         kubectl.run("create", *args, "-n", ns)
     kubectl.run("run", "p", "-n", ns, "--image=nginx")
     kubectl.run("wait", "deployment/web", "-n", ns, "--for=condition=Available", "--timeout=30s")
-    server = json.loads(kubectl.run("config", "view", "--minify", "-o", "json").stdout)["clusters"][0]["cluster"]
+    server = json.loads(kubectl.run("config", "view", "--minify", "-o", "json").stdout)["clusters"][0][
+        "cluster"
+    ]
     registry = Registry()
     checked = 0
     for group, versions in sorted(registry.groups().items()):
@@ -334,7 +396,9 @@ def test_protobuf_answers_match_json_for_every_kind(kubectl: Kubectl):
                 url = f"{server['server']}/{'api' if not group else 'apis/' + group}/{version}/{t.plural}"
                 answers = []
                 for accept in ("application/json", protobuf.MEDIA_TYPE):
-                    with urllib.request.urlopen(urllib.request.Request(url, headers={"Accept": accept})) as resp:
+                    with urllib.request.urlopen(
+                        urllib.request.Request(url, headers={"Accept": accept})
+                    ) as resp:
                         answers.append((resp.headers["Content-Type"], resp.read()))
                 (_, as_json), (ctype, as_pb) = answers
                 assert ctype == protobuf.MEDIA_TYPE, t.kind
@@ -347,7 +411,9 @@ def test_tokens_and_access_reviews(kubectl: Kubectl):
     """create token (TokenRequest), auth can-i (SelfSubjectAccessReview), auth whoami (SelfSubjectReview)."""
     ns = kubectl.namespace("tokens")
     kubectl.run("create", "serviceaccount", "robot", "-n", ns)
-    token = kubectl.run("create", "token", "robot", "-n", ns, "--duration=10m", "--audience=api").stdout.strip()
+    token = kubectl.run(
+        "create", "token", "robot", "-n", ns, "--duration=10m", "--audience=api"
+    ).stdout.strip()
     payload = token.split(".")[1]
     claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     assert claims["sub"] == f"system:serviceaccount:{ns}:robot"

@@ -43,14 +43,35 @@ def _aggregated(sandbox: SandboxHandle) -> set[tuple[Any, ...]]:
             for v in item["versions"]:
                 gv = f"{group}/{v['version']}" if group else v["version"]
                 for r in v["resources"]:
-                    out.add((gv, r["resource"], r["scope"] == "Namespaced", None, None, r["responseKind"]["kind"],
-                             tuple(r["verbs"]), tuple(r.get("shortNames", ())), tuple(r.get("categories", ()))))
+                    out.add(
+                        (
+                            gv,
+                            r["resource"],
+                            r["scope"] == "Namespaced",
+                            None,
+                            None,
+                            r["responseKind"]["kind"],
+                            tuple(r["verbs"]),
+                            tuple(r.get("shortNames", ())),
+                            tuple(r.get("categories", ())),
+                        )
+                    )
                     for s in r.get("subresources", []):
                         kind = s["responseKind"]
                         other = (kind["group"], kind["version"]) != (group, v["version"])
-                        out.add((gv, f"{r['resource']}/{s['subresource']}", r["scope"] == "Namespaced",
-                                 kind["group"] if other else None, kind["version"] if other else None, kind["kind"],
-                                 tuple(s["verbs"]), (), ()))
+                        out.add(
+                            (
+                                gv,
+                                f"{r['resource']}/{s['subresource']}",
+                                r["scope"] == "Namespaced",
+                                kind["group"] if other else None,
+                                kind["version"] if other else None,
+                                kind["kind"],
+                                tuple(s["verbs"]),
+                                (),
+                                (),
+                            )
+                        )
     return out
 
 
@@ -68,4 +89,6 @@ def test_aggregated_discovery_matches_the_legacy_documents(sandbox: SandboxHandl
 def test_wants_aggregated():
     assert discovery.wants_aggregated(KUBECTL_ACCEPT)
     assert not discovery.wants_aggregated("application/json")
-    assert not discovery.wants_aggregated("application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList")
+    assert not discovery.wants_aggregated(
+        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+    )

@@ -32,7 +32,9 @@ class Kubectl:
         proc = subprocess.run(["kubectl", *args], env=self.env, capture_output=True, text=True, input=input,
                               timeout=timeout)
         if check and proc.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+            )
         return proc
 
     def apply(self, *docs: dict) -> str:
@@ -64,7 +66,9 @@ def test_apply_crd_and_cr_get_and_api_resources(kubectl: Kubectl):
     assert obj["spec"] == {"size": 3, "color": "blue"}
     assert yaml.safe_load(kubectl.run("get", "wd", "w1", "-o", "yaml").stdout)["metadata"]["name"] == "w1"
     # printer columns from additionalPrinterColumns
-    kubectl.run("patch", "widget", "w1", "--subresource=status", "--type=merge", "-p", '{"status":{"phase":"Ready"}}')
+    kubectl.run(
+        "patch", "widget", "w1", "--subresource=status", "--type=merge", "-p", '{"status":{"phase":"Ready"}}'
+    )
     lines = kubectl.run("get", "widgets").stdout.splitlines()
     assert lines[0].split() == ["NAME", "SIZE", "PHASE"]
     assert lines[1].split() == ["w1", "3", "Ready"]
@@ -87,9 +91,13 @@ def test_apply_validation_errors_are_reported(kubectl: Kubectl):
 
 def test_get_watch_events(kubectl: Kubectl, sandbox: SandboxHandle):
     install(kubectl)
-    watch = subprocess.Popen(["kubectl", "get", "widgets", "-w", "--output-watch-events", "-o", "json",
-                              "--request-timeout=8s"], env=kubectl.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+    watch = subprocess.Popen(
+        ["kubectl", "get", "widgets", "-w", "--output-watch-events", "-o", "json", "--request-timeout=8s"],
+        env=kubectl.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(1.0)  # let the watch start
         kubectl.apply(widget("w", size=1))
@@ -115,7 +123,9 @@ def test_patch_types(kubectl: Kubectl):
     install(kubectl)
     kubectl.apply(widget("w", size=1), DEPLOYMENT)
     kubectl.run("patch", "widget", "w", "--type=merge", "-p", '{"spec":{"size":4}}')
-    kubectl.run("patch", "widget", "w", "--type=json", "-p", '[{"op":"replace","path":"/spec/size","value":5}]')
+    kubectl.run(
+        "patch", "widget", "w", "--type=json", "-p", '[{"op":"replace","path":"/spec/size","value":5}]'
+    )
     assert kubectl.json("get", "widget", "w")["spec"]["size"] == 5
     proc = kubectl.run("patch", "widget", "w", "--type=strategic", "-p", '{"spec":{"size":6}}', check=False)
     assert proc.returncode != 0 and "is not supported by test.example.com/v1, Kind=Widget" in proc.stderr
@@ -135,8 +145,10 @@ def test_replace_with_stale_resource_version_conflicts(kubectl: Kubectl, tmp_pat
     path.write_text(json.dumps(stale))
     proc = kubectl.run("replace", "-f", str(path), check=False)
     assert proc.returncode != 0
-    assert ('Operation cannot be fulfilled on deployments.apps "web": the object has been modified; please apply '
-            'your changes to the latest version and try again') in proc.stderr
+    assert (
+        'Operation cannot be fulfilled on deployments.apps "web": the object has been modified; please apply '
+        "your changes to the latest version and try again"
+    ) in proc.stderr
 
 
 def test_delete_with_finalizer_waits_for_removal(kubectl: Kubectl):
@@ -145,7 +157,9 @@ def test_delete_with_finalizer_waits_for_removal(kubectl: Kubectl):
     kubectl.run("delete", "configmap", "held", "--wait=false")
     obj = kubectl.json("get", "configmap", "held")
     assert obj["metadata"]["deletionTimestamp"]
-    kubectl.run("patch", "configmap", "held", "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
+    kubectl.run(
+        "patch", "configmap", "held", "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]'
+    )
     proc = kubectl.run("get", "configmap", "held", check=False)
     assert proc.returncode != 0 and "NotFound" in proc.stderr
 

@@ -10,6 +10,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from ansible_operator.sandbox.testing import SandboxHandle
+
 from .helpers import CRD, install_crd, wait_for
 
 
@@ -48,7 +49,9 @@ def test_finalizer_keeps_object_until_removed(core):
     assert obj.metadata.deletion_grace_period_seconds == 0
     # no new finalizers once deletion started
     with pytest.raises(ApiException) as e:
-        core.patch_namespaced_config_map("f", "default", {"metadata": {"finalizers": ["example.com/x", "other/y"]}})
+        core.patch_namespaced_config_map(
+            "f", "default", {"metadata": {"finalizers": ["example.com/x", "other/y"]}}
+        )
     assert e.value.status == 422
     core.patch_namespaced_config_map("f", "default", {"metadata": {"finalizers": None}})
     assert not exists(core.read_namespaced_config_map, "f", "default")
@@ -56,7 +59,9 @@ def test_finalizer_keeps_object_until_removed(core):
 
 def test_background_gc_deletes_dependents(core):
     owner = core.create_namespaced_config_map("default", {"metadata": {"name": "owner"}})
-    core.create_namespaced_config_map("default", {"metadata": {"name": "dep", "ownerReferences": [owner_ref(owner)]}})
+    core.create_namespaced_config_map(
+        "default", {"metadata": {"name": "dep", "ownerReferences": [owner_ref(owner)]}}
+    )
     core.delete_namespaced_config_map("owner", "default")
     wait_for(lambda: not exists(core.read_namespaced_config_map, "dep", "default"))
 
@@ -64,18 +69,30 @@ def test_background_gc_deletes_dependents(core):
 def test_dependent_with_another_live_owner_survives(core):
     o1 = core.create_namespaced_config_map("default", {"metadata": {"name": "o1"}})
     o2 = core.create_namespaced_config_map("default", {"metadata": {"name": "o2"}})
-    core.create_namespaced_config_map("default", {"metadata": {"name": "dep",
-                                                               "ownerReferences": [owner_ref(o1), owner_ref(o2)]}})
+    core.create_namespaced_config_map(
+        "default", {"metadata": {"name": "dep", "ownerReferences": [owner_ref(o1), owner_ref(o2)]}}
+    )
     core.delete_namespaced_config_map("o1", "default")
-    dep = wait_for(lambda: len((d := core.read_namespaced_config_map("dep", "default")).metadata.owner_references)
-                   == 1 and d)
+    dep = wait_for(
+        lambda: (
+            len((d := core.read_namespaced_config_map("dep", "default")).metadata.owner_references) == 1 and d
+        )
+    )
     assert dep.metadata.owner_references[0].name == "o2"
 
 
 def test_foreground_deletes_dependents_first(core):
     owner = core.create_namespaced_config_map("default", {"metadata": {"name": "owner"}})
-    core.create_namespaced_config_map("default", {"metadata": {"name": "dep", "finalizers": ["example.com/hold"],
-                                                               "ownerReferences": [owner_ref(owner)]}})
+    core.create_namespaced_config_map(
+        "default",
+        {
+            "metadata": {
+                "name": "dep",
+                "finalizers": ["example.com/hold"],
+                "ownerReferences": [owner_ref(owner)],
+            }
+        },
+    )
     core.delete_namespaced_config_map("owner", "default", propagation_policy="Foreground")
     # the owner waits (foregroundDeletion finalizer) while its dependent is still there
     wait_for(lambda: core.read_namespaced_config_map("dep", "default").metadata.deletion_timestamp)
@@ -87,7 +104,9 @@ def test_foreground_deletes_dependents_first(core):
 
 def test_orphan_keeps_dependents_without_owner_reference(core):
     owner = core.create_namespaced_config_map("default", {"metadata": {"name": "owner"}})
-    core.create_namespaced_config_map("default", {"metadata": {"name": "dep", "ownerReferences": [owner_ref(owner)]}})
+    core.create_namespaced_config_map(
+        "default", {"metadata": {"name": "dep", "ownerReferences": [owner_ref(owner)]}}
+    )
     core.delete_namespaced_config_map("owner", "default", propagation_policy="Orphan")
     assert not exists(core.read_namespaced_config_map, "owner", "default")
     time.sleep(0.2)
@@ -98,7 +117,9 @@ def test_orphan_keeps_dependents_without_owner_reference(core):
 def test_namespace_deletion(core):
     core.create_namespace({"metadata": {"name": "scratch"}})
     core.create_namespaced_config_map("scratch", {"metadata": {"name": "a"}})
-    core.create_namespaced_config_map("scratch", {"metadata": {"name": "held", "finalizers": ["example.com/h"]}})
+    core.create_namespaced_config_map(
+        "scratch", {"metadata": {"name": "held", "finalizers": ["example.com/h"]}}
+    )
     core.delete_namespace("scratch")
     ns = core.read_namespace("scratch")
     assert ns.status.phase == "Terminating"
@@ -131,6 +152,20 @@ def test_crd_deletion_removes_resources_and_discovery(api):
 
 
 def test_object_with_only_missing_owners_is_collected(core):
-    core.create_namespaced_config_map("default", {"metadata": {"name": "orphaned", "ownerReferences": [
-        {"apiVersion": "v1", "kind": "ConfigMap", "name": "ghost", "uid": "00000000-0000-0000-0000-000000000000"}]}})
+    core.create_namespaced_config_map(
+        "default",
+        {
+            "metadata": {
+                "name": "orphaned",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "name": "ghost",
+                        "uid": "00000000-0000-0000-0000-000000000000",
+                    }
+                ],
+            }
+        },
+    )
     wait_for(lambda: not exists(core.read_namespaced_config_map, "orphaned", "default"))

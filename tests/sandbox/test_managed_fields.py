@@ -1,4 +1,5 @@
-"""Field ownership: metadata.managedFields on every write, server-side apply conflicts, force, dropped fields."""
+"""Field ownership: metadata.managedFields on every write, server-side apply conflicts, force, dropped
+fields."""
 
 from __future__ import annotations
 
@@ -23,9 +24,16 @@ def api(sandbox: SandboxHandle):
 
 def _apply(api, path: str, body: dict, manager: str, force: bool = False):
     query = [("fieldManager", manager)] + ([("force", "true")] if force else [])
-    return api.call_api(path, "PATCH", query_params=query, body=body, response_type="object",
-                        header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
-                        auth_settings=["BearerToken"], _return_http_data_only=True)
+    return api.call_api(
+        path,
+        "PATCH",
+        query_params=query,
+        body=body,
+        response_type="object",
+        header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+    )
 
 
 def _cm(name: str, **data: str) -> dict:
@@ -59,7 +67,9 @@ def test_every_write_records_its_manager(api):
     # taking over a field moves it
     cm = core.patch_namespaced_config_map("w", "default", {"data": {"k": "new"}}, field_manager="patcher")
     assert _entries(cm)[("patcher", "Update")]["fieldsV1"] == {"f:data": {"f:k": {}, "f:k2": {}}}
-    assert _entries(cm)[("OpenAPI-Generator", "Update")]["fieldsV1"] == {"f:metadata": {"f:labels": {"f:a": {}}}}
+    assert _entries(cm)[("OpenAPI-Generator", "Update")]["fieldsV1"] == {
+        "f:metadata": {"f:labels": {"f:a": {}}}
+    }
 
 
 def test_apply_conflicts_force_and_shared_ownership(api):
@@ -71,8 +81,9 @@ def test_apply_conflicts_force_and_shared_ownership(api):
     status = json.loads(e.value.body)
     assert status["reason"] == "Conflict"
     assert status["message"] == 'Apply failed with 1 conflict: conflict with "alice": .data.x'
-    assert status["details"] == {"causes": [{"reason": "FieldManagerConflict", "message": 'conflict with "alice"',
-                                             "field": ".data.x"}]}
+    assert status["details"] == {
+        "causes": [{"reason": "FieldManagerConflict", "message": 'conflict with "alice"', "field": ".data.x"}]
+    }
     # the same value is no conflict: both own it, and the new manager is recorded although nothing changed
     same = _apply(api, f"{CM}/c", _cm("c", y="1"), "carol")
     assert int(same["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
@@ -84,7 +95,9 @@ def test_apply_conflicts_force_and_shared_ownership(api):
     # alice stops applying y: carol still owns it, so it stays; then carol drops it too and it goes
     kept = _apply(api, f"{CM}/c", _cm("c", z="1"), "alice")
     assert kept["data"] == {"x": "2", "y": "1", "z": "1"}
-    dropped = _apply(api, f"{CM}/c", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}, "carol")
+    dropped = _apply(
+        api, f"{CM}/c", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}, "carol"
+    )
     assert dropped["data"] == {"x": "2", "z": "1"}
     assert ("carol", "Apply") not in _entries(dropped)  # owns nothing any more
 
@@ -110,11 +123,22 @@ def test_conflict_with_an_update_manager_names_version_and_time(api):
 
 def test_associative_lists_and_status_subresource(api):
     apps = kubernetes.client.AppsV1Api(api)
-    deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {
-        "selector": {"matchLabels": {"app": "d"}}, "template": {"metadata": {"labels": {"app": "d"}}, "spec": {
-            "containers": [{"name": "c", "image": "nginx:1", "ports": [{"containerPort": 80}]}]}}}}
+    deploy = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "d"}},
+            "template": {
+                "metadata": {"labels": {"app": "d"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx:1", "ports": [{"containerPort": 80}]}]},
+            },
+        },
+    }
     obj = _apply(api, "/apis/apps/v1/namespaces/default/deployments/d", deploy, "roles")
-    containers = _entries(obj)[("roles", "Apply")]["fieldsV1"]["f:spec"]["f:template"]["f:spec"]["f:containers"]
+    containers = _entries(obj)[("roles", "Apply")]["fieldsV1"]["f:spec"]["f:template"]["f:spec"][
+        "f:containers"
+    ]
     item = containers['k:{"name":"c"}']
     assert item["."] == {} and item["f:image"] == {} and item["f:name"] == {}
     assert 'k:{"containerPort":80}' in item["f:ports"]
@@ -139,19 +163,40 @@ def test_kubectl_server_side_apply_conflict(sandbox):
                            capture_output=True, text=True, timeout=60)
     assert first.returncode == 0, first.stderr
     changed = json.dumps(_cm("k", key="two"))
-    clash = subprocess.run(["kubectl", "apply", "--server-side", "--field-manager", "someone-else", "-f", "-"],
-                           input=changed, env=env, capture_output=True, text=True, timeout=60)
+    clash = subprocess.run(
+        ["kubectl", "apply", "--server-side", "--field-manager", "someone-else", "-f", "-"],
+        input=changed,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert clash.returncode != 0
     assert 'conflict with "kubectl"' in clash.stderr and ".data.key" in clash.stderr
-    forced = subprocess.run(["kubectl", "apply", "--server-side", "--force-conflicts", "--field-manager",
-                             "someone-else", "-f", "-"], input=changed, env=env, capture_output=True, text=True,
-                            timeout=60)
+    forced = subprocess.run(
+        [
+            "kubectl",
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager",
+            "someone-else",
+            "-f",
+            "-",
+        ],
+        input=changed,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert forced.returncode == 0, forced.stderr
 
 
 def test_kubectl_migrates_client_side_apply_ownership(sandbox):
     """kubectl apply --server-side after a client-side apply: a changed value conflicts with
-    "kubectl-client-side-apply"; with the same values it succeeds and kubectl rewrites managedFields (a JSON patch
+    "kubectl-client-side-apply"; with the same values it succeeds and kubectl rewrites managedFields (a JSON
+    patch
     of metadata.managedFields, which the server honours), after which kubectl owns the fields."""
     env = sandbox.kubectl_env()
 
@@ -162,8 +207,13 @@ def test_kubectl_migrates_client_side_apply_ownership(sandbox):
     clash = apply("2", "--server-side")
     assert clash.returncode != 0 and 'conflict with "kubectl-client-side-apply" using v1' in clash.stderr
     assert apply("1", "--server-side").returncode == 0
-    managers = subprocess.run(["kubectl", "get", "cm", "mig", "-o", "jsonpath={.metadata.managedFields[*].manager}"],
-                              env=env, capture_output=True, text=True, timeout=60).stdout.split()
+    managers = subprocess.run(
+        ["kubectl", "get", "cm", "mig", "-o", "jsonpath={.metadata.managedFields[*].manager}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.split()
     assert "kubectl-client-side-apply" not in managers and "kubectl" in managers
     assert apply("3", "--server-side").returncode == 0
 

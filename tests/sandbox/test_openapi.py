@@ -1,4 +1,5 @@
-"""Published OpenAPI v2/v3 documents (built-in schemas from the upstream spec, CRD schemas) and built-in pruning."""
+"""Published OpenAPI v2/v3 documents (built-in schemas from the upstream spec, CRD schemas) and built-in
+pruning."""
 
 from __future__ import annotations
 
@@ -43,8 +44,12 @@ def _dangling_refs(doc: dict[str, Any], prefix: str, defs: dict[str, Any]) -> li
 
 
 def _with_gvk(schemas: dict[str, Any], group: str, version: str, kind: str) -> dict[str, Any]:
-    found = [s for s in schemas.values()
-             if {"group": group, "version": version, "kind": kind} in (s.get("x-kubernetes-group-version-kind") or [])]
+    found = [
+        s
+        for s in schemas.values()
+        if {"group": group, "version": version, "kind": kind}
+        in (s.get("x-kubernetes-group-version-kind") or [])
+    ]
     assert len(found) == 1, f"{group}/{version} {kind}: {len(found)} schemas"
     return found[0]
 
@@ -63,28 +68,67 @@ def test_pruning_walks_the_upstream_definitions():
     assert builtin_schemas.prune("example.com", "v1", "Thing", obj)[0] is obj
 
 
-@pytest.mark.parametrize("kind, obj, message", [
-    ("Deployment", {"spec": {"replicas": "3"}},
-     "json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"),
-    ("Deployment", {"spec": {"replicas": 1.5}},
-     "json: cannot unmarshal number 1.5 into Go struct field DeploymentSpec.spec.replicas of type int32"),
-    ("Deployment", {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": 5}]}}}},
-     ("json: cannot unmarshal number into Go struct field Container.spec.template.spec.containers.image of type "
-      "string")),
-    ("Deployment", {"spec": {"template": {"spec": {"containers": {"name": "c"}}}}},
-     ("json: cannot unmarshal object into Go struct field PodSpec.spec.template.spec.containers of type "
-      "[]v1.Container")),
-    ("Deployment", {"metadata": {"labels": {"a": 1}}},
-     "json: cannot unmarshal number into Go struct field ObjectMeta.metadata.labels of type string"),
-    ("Deployment", {"spec": {"selector": "app=web"}},
-     "json: cannot unmarshal string into Go struct field DeploymentSpec.spec.selector of type v1.LabelSelector"),
-    ("Deployment", {"spec": {"paused": "yes"}},
-     "json: cannot unmarshal string into Go struct field DeploymentSpec.spec.paused of type bool"),
-    # Quantity and IntOrString take strings and numbers; null leaves a field unset
-    ("Deployment", {"spec": {"strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1}},
-                             "template": {"spec": {"containers": [{"resources": {"limits": {"cpu": 1}}}],
-                                                   "nodeSelector": None}}}}, None),
-])
+@pytest.mark.parametrize(
+    "kind, obj, message",
+    [
+        (
+            "Deployment",
+            {"spec": {"replicas": "3"}},
+            "json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32",
+        ),
+        (
+            "Deployment",
+            {"spec": {"replicas": 1.5}},
+            "json: cannot unmarshal number 1.5 into Go struct field DeploymentSpec.spec.replicas"
+            " of type int32",
+        ),
+        (
+            "Deployment",
+            {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": 5}]}}}},
+            (
+                "json: cannot unmarshal number into Go struct field"
+                " Container.spec.template.spec.containers.image of type string"
+            ),
+        ),
+        (
+            "Deployment",
+            {"spec": {"template": {"spec": {"containers": {"name": "c"}}}}},
+            (
+                "json: cannot unmarshal object into Go struct field"
+                " PodSpec.spec.template.spec.containers of type []v1.Container"
+            ),
+        ),
+        (
+            "Deployment",
+            {"metadata": {"labels": {"a": 1}}},
+            "json: cannot unmarshal number into Go struct field ObjectMeta.metadata.labels of type string",
+        ),
+        (
+            "Deployment",
+            {"spec": {"selector": "app=web"}},
+            "json: cannot unmarshal string into Go struct field DeploymentSpec.spec.selector"
+            " of type v1.LabelSelector",
+        ),
+        (
+            "Deployment",
+            {"spec": {"paused": "yes"}},
+            "json: cannot unmarshal string into Go struct field DeploymentSpec.spec.paused of type bool",
+        ),
+        # Quantity and IntOrString take strings and numbers; null leaves a field unset
+        (
+            "Deployment",
+            {
+                "spec": {
+                    "strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1}},
+                    "template": {
+                        "spec": {"containers": [{"resources": {"limits": {"cpu": 1}}}], "nodeSelector": None}
+                    },
+                }
+            },
+            None,
+        ),
+    ],
+)
 def test_type_errors_as_the_go_decoder_reports_them(kind: str, obj: dict[str, Any], message: str | None):
     assert builtin_schemas.prune("apps", "v1", kind, obj)[1].type_error == message
 
@@ -130,14 +174,25 @@ def test_v2_document_and_its_protobuf_only_request(sandbox: SandboxHandle):
     assert set(definitions) == set(v2["definitions"])
     deployment = definitions["io.k8s.api.apps.v1.Deployment"]
     gvk = {e.name: yaml.safe_load(e.value.yaml) for e in deployment.vendor_extension}
-    assert gvk["x-kubernetes-group-version-kind"] == [{"group": "apps", "kind": "Deployment", "version": "v1"}]
-    spec = {p.name: p.value for p in definitions["io.k8s.api.apps.v1.DeploymentSpec"].properties.additional_properties}
+    assert gvk["x-kubernetes-group-version-kind"] == [
+        {"group": "apps", "kind": "Deployment", "version": "v1"}
+    ]
+    spec = {
+        p.name: p.value
+        for p in definitions["io.k8s.api.apps.v1.DeploymentSpec"].properties.additional_properties
+    }
     assert spec["replicas"].type.value == ["integer"] and spec["replicas"].format == "int32"
     assert spec["template"]._ref == "#/definitions/io.k8s.api.core.v1.PodTemplateSpec"
     assert len(doc.paths.path) == len(v2["paths"])
 
 
-CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}, "bogus": {"x": 1}}
+CM = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "metadata": {"name": "c"},
+    "data": {"a": "b"},
+    "bogus": {"x": 1},
+}
 
 
 @pytest.mark.parametrize("validation, code, warning", [
@@ -150,8 +205,10 @@ def test_builtin_unknown_fields_per_field_validation(sandbox: SandboxHandle, val
     assert got == code
     assert headers.get("Warning") == warning
     if code == 400:
-        assert body["message"] == ('ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding '
-                                   'error: unknown field "bogus"')
+        assert body["message"] == (
+            'ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding '
+            'error: unknown field "bogus"'
+        )
         assert _call(sandbox, "GET", "/api/v1/namespaces/default/configmaps/c")[0] == 404
     else:
         assert "bogus" not in body and body["data"] == {"a": "b"}
@@ -164,8 +221,10 @@ def test_builtin_type_errors_are_bad_requests(sandbox: SandboxHandle):
                                         "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
     code, _, body = _call(sandbox, "POST", "/apis/apps/v1/namespaces/default/deployments", deployment)
     assert (code, body["reason"]) == (400, "BadRequest")
-    assert body["message"] == ('Deployment in version "v1" cannot be handled as a Deployment: json: cannot '
-                               'unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32')
+    assert body["message"] == (
+        'Deployment in version "v1" cannot be handled as a Deployment: json: cannot '
+        "unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"
+    )
 
 
 def test_every_served_builtin_kind_has_a_schema_and_a_protobuf_message():
@@ -178,8 +237,10 @@ def test_every_served_builtin_kind_has_a_schema_and_a_protobuf_message():
     for group, versions in registry.groups().items():
         for version in versions:
             for t in registry.in_group_version(group, version):
-                if t.builtin and (builtin_schemas.definition_name(group, version, t.kind) is None or
-                                  protobuf.message_type(t.api_version, t.kind) is None or
-                                  ("list" in t.verbs and protobuf.message_type(t.api_version, t.list_kind) is None)):
+                if t.builtin and (
+                    builtin_schemas.definition_name(group, version, t.kind) is None
+                    or protobuf.message_type(t.api_version, t.kind) is None
+                    or ("list" in t.verbs and protobuf.message_type(t.api_version, t.list_kind) is None)
+                ):
                     missing.append(f"{t.api_version} {t.kind}")
     assert missing == []

@@ -23,7 +23,9 @@ def test_restart_keeps_objects_and_monotonic_resource_version(tmp_path: Path, sa
         core.create_namespace({"metadata": {"name": "keep"}})
         cm = core.create_namespaced_config_map("keep", {"metadata": {"name": "cm", "labels": {"a": "b"}},
                                                         "data": {"k": "v"}})
-        w = custom.create_namespaced_custom_object("test.example.com", "v1", "keep", "widgets", widget("w", 4))
+        w = custom.create_namespaced_custom_object(
+            "test.example.com", "v1", "keep", "widgets", widget("w", 4)
+        )
         last_rv = int(core.list_namespaced_config_map("keep").metadata.resource_version)
         api.close()
     finally:
@@ -43,8 +45,13 @@ def test_restart_keeps_objects_and_monotonic_resource_version(tmp_path: Path, sa
         new = core.create_namespaced_config_map("keep", {"metadata": {"name": "after"}})
         assert int(new.metadata.resource_version) > last_rv
         # watch history starts fresh: resuming from before the restart is 410 Gone, as after etcd compaction
-        resp = core.list_namespaced_config_map("keep", watch=True, resource_version=cm.metadata.resource_version,
-                                               timeout_seconds=2, _preload_content=False)
+        resp = core.list_namespaced_config_map(
+            "keep",
+            watch=True,
+            resource_version=cm.metadata.resource_version,
+            timeout_seconds=2,
+            _preload_content=False,
+        )
         event = json.loads(resp.readline())
         resp.release_conn()
         assert event["type"] == "ERROR" and event["object"]["code"] == 410
@@ -60,8 +67,10 @@ def test_cli_rejects_invalid_crd_files(tmp_path: Path):
     import subprocess
     import sys
     bad = tmp_path / "bad.yaml"
-    bad.write_text("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: wrong}\n"
-                   "spec: {group: x}\n")
+    bad.write_text(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: wrong}\n"
+        "spec: {group: x}\n"
+    )
     proc = subprocess.run([sys.executable, "-m", "ansible_operator", "sandbox", "--crds", str(bad)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1

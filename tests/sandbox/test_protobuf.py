@@ -1,4 +1,5 @@
-"""Kubernetes protobuf bodies: decoding from the upstream descriptors, encoding, and protobuf-only responses."""
+"""Kubernetes protobuf bodies: decoding from the upstream descriptors, encoding, and protobuf-only
+responses."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def _envelope(api_version: str, kind: str, raw: bytes) -> bytes:
 
 
 def test_decodes_hand_built_wire_bytes_by_upstream_field_numbers():
-    # ConfigMap: metadata=1 (ObjectMeta name=1, namespace=3, generateName=2 sent empty as gogo does), data=2 (map)
+    # ConfigMap: metadata=1 (ObjectMeta name=1, namespace=3, generateName=2 sent empty as gogo does), data=2
+    # (map)
     meta = _field(1, b"cfg") + _field(2, b"") + _field(3, b"ns")
     entry = _field(1, b"k") + _field(2, b"v")
     obj = protobuf.decode(_envelope("v1", "ConfigMap", _field(1, meta) + _field(2, entry)))
@@ -70,26 +72,59 @@ def test_round_trip_keeps_int_or_string_quantity_time_pointer_zeros_and_inline_m
 
 
 def test_json_names_come_from_the_go_tags_not_protoc_camel_case():
-    webhook_config = {"kind": "ValidatingWebhookConfiguration", "apiVersion": "admissionregistration.k8s.io/v1",
-                      "metadata": {"name": "w"},
-                      "webhooks": [{"name": "w.example.com", "sideEffects": "None",
-                                    "admissionReviewVersions": ["v1"],
-                                    "clientConfig": {"url": "https://example.com"},
-                                    "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                                               "resources": ["pods"]}]}]}
+    webhook_config = {
+        "kind": "ValidatingWebhookConfiguration",
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "metadata": {"name": "w"},
+        "webhooks": [
+            {
+                "name": "w.example.com",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": {"url": "https://example.com"},
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ],
+            }
+        ],
+    }
     assert protobuf.decode(protobuf.encode(webhook_config)) == webhook_config
-    crd = {"kind": "CustomResourceDefinition", "apiVersion": "apiextensions.k8s.io/v1",
-           "metadata": {"name": "things.example.com"},
-           "spec": {"group": "example.com", "scope": "Namespaced",
-                    "names": {"kind": "Thing", "plural": "things"},
-                    "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
-                                     "additionalProperties": False},
-                            "tags": {"type": "array", "items": {"type": "string"}},
-                            "size": {"type": "integer", "default": 3,
-                                     "x-kubernetes-int-or-string": True}}}}}]}}
+    crd = {
+        "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "metadata": {"name": "things.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"kind": "Thing", "plural": "things"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "x-kubernetes-preserve-unknown-fields": True,
+                                    "additionalProperties": False,
+                                },
+                                "tags": {"type": "array", "items": {"type": "string"}},
+                                "size": {"type": "integer", "default": 3, "x-kubernetes-int-or-string": True},
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
     assert protobuf.decode(protobuf.encode(crd)) == crd
 
 
@@ -140,11 +175,15 @@ def test_server_reads_protobuf_and_answers_protobuf_only_clients(sandbox: Sandbo
         [{"name": "cfg", "configMap": {"name": "web-config", "defaultMode": 420}}]
     assert as_json["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": "25%", "maxUnavailable": 1}
     # lists and errors in protobuf
-    code, ctype, raw = _request(sandbox, "GET", "/apis/apps/v1/namespaces/default/deployments", protobuf.MEDIA_TYPE)
+    code, ctype, raw = _request(
+        sandbox, "GET", "/apis/apps/v1/namespaces/default/deployments", protobuf.MEDIA_TYPE
+    )
     listed = protobuf.decode(raw)
     assert (code, ctype, listed["kind"]) == (200, protobuf.MEDIA_TYPE, "DeploymentList")
     assert [d["metadata"]["name"] for d in listed["items"]] == ["web"]
-    code, ctype, raw = _request(sandbox, "GET", "/api/v1/namespaces/default/configmaps/nope", protobuf.MEDIA_TYPE)
+    code, ctype, raw = _request(
+        sandbox, "GET", "/api/v1/namespaces/default/configmaps/nope", protobuf.MEDIA_TYPE
+    )
     status = protobuf.decode(raw)
     assert (code, ctype, status["kind"], status["reason"], status["code"]) == \
         (404, protobuf.MEDIA_TYPE, "Status", "NotFound", 404)
@@ -197,8 +236,12 @@ def test_watch_streams_length_delimited_protobuf_to_protobuf_only_clients(sandbo
     first = next(e["object"] for e in events if e["object"]["metadata"]["name"] == "first")
     assert first["data"] == {"a": "b"}
     # replay from a resourceVersion: the history's events, framed the same way
-    code, _, raw = _request(sandbox, "GET", "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1"
-                            "&timeoutSeconds=1", protobuf.MEDIA_TYPE)
+    code, _, raw = _request(
+        sandbox,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1&timeoutSeconds=1",
+        protobuf.MEDIA_TYPE,
+    )
     replayed = [(e["type"], e["object"]["metadata"]["name"]) for e in protobuf.read_watch_frames(raw)]
     assert ("ADDED", "first") in replayed
     # JSON stays the answer for clients that accept it

@@ -1,4 +1,5 @@
-"""Behaviours a real kube-apiserver has that clients observe: DELETE answers, create-time defaults, error bodies,
+"""Behaviours a real kube-apiserver has that clients observe: DELETE answers, create-time defaults, error
+bodies,
 metadata normalisation, label validation and the kinds a common client suite touches."""
 
 from __future__ import annotations
@@ -68,7 +69,10 @@ def test_pod_create_time_defaults(api):
     assert pod.spec.dns_policy == "ClusterFirst" and pod.spec.termination_grace_period_seconds == 30
     c = pod.spec.containers[0]
     assert c.image_pull_policy == "Always" and c.termination_message_path == "/dev/termination-log"
-    assert {t.key for t in pod.spec.tolerations} == {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+    assert {t.key for t in pod.spec.tolerations} == {
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    }
     assert pod.metadata.generation is None
     guaranteed = core.create_namespaced_pod("default", {"metadata": {"name": "g"}, "spec": {"containers": [
         {"name": "c", "image": "busybox:1.36", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}})
@@ -86,9 +90,19 @@ def test_generation_only_on_kinds_that_keep_one(api):
     s = core.create_namespaced_secret("default", {"metadata": {"name": "s"}, "string_data": {"a": "b"}})
     assert s.metadata.generation is None
     apps = kubernetes.client.AppsV1Api(api)
-    d = apps.create_namespaced_deployment("default", {"metadata": {"name": "d"}, "spec": {
-        "selector": {"matchLabels": {"a": "b"}},
-        "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}})
+    d = apps.create_namespaced_deployment(
+        "default",
+        {
+            "metadata": {"name": "d"},
+            "spec": {
+                "selector": {"matchLabels": {"a": "b"}},
+                "template": {
+                    "metadata": {"labels": {"a": "b"}},
+                    "spec": {"containers": [{"name": "c", "image": "x"}]},
+                },
+            },
+        },
+    )
     assert d.metadata.generation == 1
     # pod template defaults are applied as the registry does
     assert d.spec.template.spec.restart_policy == "Always"
@@ -102,23 +116,39 @@ def test_empty_metadata_lists_are_omitted(api):
     assert not {"finalizers", "labels", "annotations"} & set(cm["metadata"])
 
 
-@pytest.mark.parametrize("labels,message", [
-    ({"a b": "x"}, 'ConfigMap "l" is invalid: metadata.labels: Invalid value: "a b": name part must consist of '
-                   "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
-                   "character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
-                   "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"),
-    ({"ok": "-bad"}, 'ConfigMap "l" is invalid: metadata.labels: Invalid value: "-bad": a valid label must be an '
-                     "empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end "
-                     "with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for "
-                     "validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"),
-    ({"x" * 64: "v"}, 'ConfigMap "l" is invalid: metadata.labels: Invalid value: "' + "x" * 64
-                      + '": name part must be no more than 63 characters'),
-    ({"Bad_Prefix/name": "v"}, 'ConfigMap "l" is invalid: metadata.labels: Invalid value: "Bad_Prefix/name": '
-                               "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                               "characters, '-' or '.', and must start and end with an alphanumeric character "
-                               "(e.g. 'example.com', regex used for validation is "
-                               r"'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"),
-])
+@pytest.mark.parametrize(
+    "labels,message",
+    [
+        (
+            {"a b": "x"},
+            'ConfigMap "l" is invalid: metadata.labels: Invalid value: "a b": name part must consist of '
+            "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+            "character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
+            "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+        ),
+        (
+            {"ok": "-bad"},
+            'ConfigMap "l" is invalid: metadata.labels: Invalid value: "-bad": a valid label must be an '
+            "empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+            "with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for "
+            "validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
+        ),
+        (
+            {"x" * 64: "v"},
+            'ConfigMap "l" is invalid: metadata.labels: Invalid value: "'
+            + "x" * 64
+            + '": name part must be no more than 63 characters',
+        ),
+        (
+            {"Bad_Prefix/name": "v"},
+            'ConfigMap "l" is invalid: metadata.labels: Invalid value: "Bad_Prefix/name": '
+            "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+            "characters, '-' or '.', and must start and end with an alphanumeric character "
+            "(e.g. 'example.com', regex used for validation is "
+            r"'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+        ),
+    ],
+)
 def test_label_validation_messages(api, labels, message):
     core = kubernetes.client.CoreV1Api(api)
     with pytest.raises(kubernetes.client.ApiException) as e:
@@ -134,7 +164,10 @@ def test_annotations_total_size_limit(api):
         core.create_namespaced_config_map("default", {"metadata": {"name": "big", "annotations": {
             "a": "x" * (256 * 1024)}}})
     assert e.value.status == 422
-    assert "metadata.annotations: Too long: may not be more than 262144 bytes" in json.loads(e.value.body)["message"]
+    assert (
+        "metadata.annotations: Too long: may not be more than 262144 bytes"
+        in json.loads(e.value.body)["message"]
+    )
 
 
 def test_kinds_a_client_suite_touches(api):
@@ -142,7 +175,9 @@ def test_kinds_a_client_suite_touches(api):
     rc = core.create_namespaced_replication_controller("default", {"metadata": {"name": "rc"}, "spec": {
         "replicas": 2, "template": {"metadata": {"labels": {"app": "rc"}},
                                     "spec": {"containers": [{"name": "c", "image": "x"}]}}}})
-    assert rc.spec.selector == {"app": "rc"} and rc.metadata.labels == {"app": "rc"} and rc.status.replicas == 0
+    assert (
+        rc.spec.selector == {"app": "rc"} and rc.metadata.labels == {"app": "rc"} and rc.status.replicas == 0
+    )
     sched = kubernetes.client.SchedulingV1Api(api)
     pc = sched.create_priority_class({"metadata": {"name": "high"}, "value": 1000})
     assert pc.preemption_policy == "PreemptLowerPriority"
@@ -173,8 +208,12 @@ def test_request_limits_have_the_real_codes(sandbox):
         raw = b'{"metadata": {"name": "deep"}, "data": {"a": ' + b"[" * depth + b"]" * depth + b"}}"
         code, body, _ = _raw(sandbox, "POST", path, raw)
         assert code == 400 and json.loads(body)["reason"] == "BadRequest", body[:200]
-    assert "exceeded max depth" in json.loads(_raw(sandbox, "POST", path, b'{"data": ' + b"[" * 300 + b"]" * 300
-                                                   + b"}")[1])["message"]
+    assert (
+        "exceeded max depth"
+        in json.loads(_raw(sandbox, "POST", path, b'{"data": ' + b"[" * 300 + b"]" * 300 + b"}")[1])[
+            "message"
+        ]
+    )
 
 
 def test_container_subresources_say_no_containers_run(api, sandbox):
@@ -184,8 +223,10 @@ def test_container_subresources_say_no_containers_run(api, sandbox):
         code, body, _ = _raw(sandbox, method, f"/api/v1/namespaces/default/pods/p/{sub}")
         status = json.loads(body)
         assert code == 400, (sub, status)
-        assert status["message"] == (f'pods/{sub} of pod "p" is not supported by the sandbox: no containers run '
-                                     "(no kubelet, no container runtime)")
+        assert status["message"] == (
+            f'pods/{sub} of pod "p" is not supported by the sandbox: no containers run '
+            "(no kubelet, no container runtime)"
+        )
     with pytest.raises(kubernetes.client.ApiException) as e:
         core.read_namespaced_pod_log("p", "default")
     assert e.value.status == 400 and "no containers run" in e.value.body
@@ -201,13 +242,19 @@ def test_job_and_service_registry_defaults(api):
         "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}})
     uid = job.metadata.uid
     assert job.spec.selector.match_labels == {"batch.kubernetes.io/controller-uid": uid}
-    assert job.spec.template.metadata.labels == {"batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
-                                                 "batch.kubernetes.io/job-name": "j", "job-name": "j"}
+    assert job.spec.template.metadata.labels == {
+        "batch.kubernetes.io/controller-uid": uid,
+        "controller-uid": uid,
+        "batch.kubernetes.io/job-name": "j",
+        "job-name": "j",
+    }
     assert job.spec.completion_mode == "NonIndexed" and job.spec.suspend is False
     # updating with the template as first sent is no change to the (immutable) template
     batch.patch_namespaced_job("j", "default", {"metadata": {"labels": {"x": "y"}}})
     core = kubernetes.client.CoreV1Api(api)
-    svc = core.create_namespaced_service("default", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}})
+    svc = core.create_namespaced_service(
+        "default", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}}
+    )
     assert svc.spec.ip_families == ["IPv4"] and svc.spec.ip_family_policy == "SingleStack"
     assert svc.spec.internal_traffic_policy == "Cluster"
 
@@ -227,6 +274,7 @@ def test_empty_optional_lists_and_maps_are_not_stored(api):
     assert pod_spec["securityContext"] == {}  # a struct, serialized even when empty
     assert "annotations" not in d["spec"]["template"]["metadata"]
     disc = kubernetes.client.DiscoveryV1Api(api)
-    es = disc.create_namespaced_endpoint_slice("default", {"metadata": {"name": "none"}, "addressType": "IPv4",
-                                                           "endpoints": []})
+    es = disc.create_namespaced_endpoint_slice(
+        "default", {"metadata": {"name": "none"}, "addressType": "IPv4", "endpoints": []}
+    )
     assert es.endpoints == []  # a required field: kept

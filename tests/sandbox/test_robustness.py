@@ -1,4 +1,5 @@
-"""Whatever a client sends, the answer is a Status with a 4xx code (never a 500) and the server keeps serving."""
+"""Whatever a client sends, the answer is a Status with a 4xx code (never a 500) and the server keeps
+serving."""
 
 from __future__ import annotations
 
@@ -12,36 +13,75 @@ from ansible_operator.sandbox.testing import SandboxHandle
 from .helpers import CRD
 
 PATHS = [
-    "/api/v1/namespaces/default/configmaps", "/api/v1/namespaces/default/configmaps/x",
-    "/api/v1/namespaces/default/configmaps/x/status", "/api/v1/namespaces", "/api/v1/namespaces/default",
-    "/api/v1/namespaces/default/finalize", "/apis/apps/v1/namespaces/default/deployments/d",
-    "/apis/apps/v1/namespaces/default/deployments/d/scale", "/apis/apps/v1/namespaces/default/deployments",
+    "/api/v1/namespaces/default/configmaps",
+    "/api/v1/namespaces/default/configmaps/x",
+    "/api/v1/namespaces/default/configmaps/x/status",
+    "/api/v1/namespaces",
+    "/api/v1/namespaces/default",
+    "/api/v1/namespaces/default/finalize",
+    "/apis/apps/v1/namespaces/default/deployments/d",
+    "/apis/apps/v1/namespaces/default/deployments/d/scale",
+    "/apis/apps/v1/namespaces/default/deployments",
     "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-    "/apis/test.example.com/v1/namespaces/default/widgets", "/apis/test.example.com/v1/namespaces/default/widgets/w",
-    "/apis/test.example.com/v1/namespaces/default/widgets/w/status", "/api/v1/watch/namespaces/default/configmaps",
-    "/apis/nope/v1/x", "/api/v2/pods", "/openapi/v3/apis/apps/v1", "/api/v1/namespaces/default/configmaps/x/y/z",
+    "/apis/test.example.com/v1/namespaces/default/widgets",
+    "/apis/test.example.com/v1/namespaces/default/widgets/w",
+    "/apis/test.example.com/v1/namespaces/default/widgets/w/status",
+    "/api/v1/watch/namespaces/default/configmaps",
+    "/apis/nope/v1/x",
+    "/api/v2/pods",
+    "/openapi/v3/apis/apps/v1",
+    "/api/v1/namespaces/default/configmaps/x/y/z",
 ]
 BODIES = [
-    b"", b"{", b"[]", b"null", b"42", b'"s"', b"{}", b'{"metadata": 1}', b'{"metadata": {"name": 5}}',
-    b'{"metadata": {"name": "x", "labels": {"a": 1}}}', b'{"metadata": {"name": "x"}, "spec": "nope"}',
-    b'{"metadata": {"name": "d"}, "spec": {"selector": 3}}', b'[{"op": "nope"}]', b'[{"op": "add"}]',
-    b'{"apiVersion": 3, "kind": [], "metadata": {"name": "x"}}', b'{"spec": {"replicas": "many"}}',
+    b"",
+    b"{",
+    b"[]",
+    b"null",
+    b"42",
+    b'"s"',
+    b"{}",
+    b'{"metadata": 1}',
+    b'{"metadata": {"name": 5}}',
+    b'{"metadata": {"name": "x", "labels": {"a": 1}}}',
+    b'{"metadata": {"name": "x"}, "spec": "nope"}',
+    b'{"metadata": {"name": "d"}, "spec": {"selector": 3}}',
+    b'[{"op": "nope"}]',
+    b'[{"op": "add"}]',
+    b'{"apiVersion": 3, "kind": [], "metadata": {"name": "x"}}',
+    b'{"spec": {"replicas": "many"}}',
     b'{"metadata": {"name": "x", "ownerReferences": "no", "finalizers": {"a": 1}}}',
     b'{"metadata": {"name": "w"}, "spec": {"size": {"deep": [1, 2, {"x": null}]}}}',
-    b'{"preconditions": "x", "propagationPolicy": 7}', b"\xff\xfe\x00garbage", b"- a\n- b: [\n",
-    b"[" * 5000 + b"]" * 5000, b'{"metadata": {"name": "x", "generateName": 1}}',
-    b'{"spec": {"replicas": 3}}', b'[{"op": "replace", "path": "/spec/replicas", "value": "x"}]',
-    b'[{"op": "test", "path": "/spec/replicas", "value": 99}]', b'{"spec": {"size": 2}, "status": {"phase": 1}}',
+    b'{"preconditions": "x", "propagationPolicy": 7}',
+    b"\xff\xfe\x00garbage",
+    b"- a\n- b: [\n",
+    b"[" * 5000 + b"]" * 5000,
+    b'{"metadata": {"name": "x", "generateName": 1}}',
+    b'{"spec": {"replicas": 3}}',
+    b'[{"op": "replace", "path": "/spec/replicas", "value": "x"}]',
+    b'[{"op": "test", "path": "/spec/replicas", "value": 99}]',
+    b'{"spec": {"size": 2}, "status": {"phase": 1}}',
     b'{"metadata": {"name": "w", "finalizers": ["a/b"]}, "spec": {"size": 1}, "status": 5}',
 ]
 CONTENT_TYPES = ["application/json", "application/merge-patch+json", "application/json-patch+json",
                  "application/strategic-merge-patch+json", "application/apply-patch+yaml", "text/plain",
                  "application/vnd.kubernetes.protobuf", "application/yaml"]
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
-QUERIES = ["", "?watch=true&timeoutSeconds=1", "?labelSelector=a%20in%20(", "?fieldSelector=x", "?dryRun=Nope",
-           "?resourceVersion=abc&watch=1&timeoutSeconds=1", "?fieldManager=m&fieldValidation=Strict",
-           "?propagationPolicy=Sideways", "?fieldValidation=Loud", "?timeoutSeconds=x&watch=true", "?limit=x",
-           "?limit=1&continue=%40%40", "?limit=2&continue=eyJ9", "?continue=bnVsbA=="]
+QUERIES = [
+    "",
+    "?watch=true&timeoutSeconds=1",
+    "?labelSelector=a%20in%20(",
+    "?fieldSelector=x",
+    "?dryRun=Nope",
+    "?resourceVersion=abc&watch=1&timeoutSeconds=1",
+    "?fieldManager=m&fieldValidation=Strict",
+    "?propagationPolicy=Sideways",
+    "?fieldValidation=Loud",
+    "?timeoutSeconds=x&watch=true",
+    "?limit=x",
+    "?limit=1&continue=%40%40",
+    "?limit=2&continue=eyJ9",
+    "?continue=bnVsbA==",
+]
 
 
 def _request(url: str, method: str, body: bytes, ctype: str) -> tuple[int, bytes]:
@@ -60,13 +100,30 @@ def test_random_requests_never_500(sandbox: SandboxHandle):
              json.dumps(CRD).encode(), "application/json")
     _request(sandbox.url + "/api/v1/namespaces/default/configmaps", "POST",
              b'{"metadata": {"name": "x"}}', "application/json")
-    _request(sandbox.url + "/apis/apps/v1/namespaces/default/deployments", "POST",
-             json.dumps({"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
-                 "metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}}).encode(),
-             "application/json")
-    _request(sandbox.url + "/apis/test.example.com/v1/namespaces/default/widgets", "POST",
-             b'{"apiVersion": "test.example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 1}}',
-             "application/json")
+    _request(
+        sandbox.url + "/apis/apps/v1/namespaces/default/deployments",
+        "POST",
+        json.dumps(
+            {
+                "metadata": {"name": "d"},
+                "spec": {
+                    "selector": {"matchLabels": {"a": "b"}},
+                    "template": {
+                        "metadata": {"labels": {"a": "b"}},
+                        "spec": {"containers": [{"name": "c", "image": "i"}]},
+                    },
+                },
+            }
+        ).encode(),
+        "application/json",
+    )
+    _request(
+        sandbox.url + "/apis/test.example.com/v1/namespaces/default/widgets",
+        "POST",
+        b'{"apiVersion": "test.example.com/v1", "kind": "Widget", "metadata": {"name": "w"},'
+        b' "spec": {"size": 1}}',
+        "application/json",
+    )
     seen = set()
     for _ in range(400):
         method = rng.choice(METHODS)

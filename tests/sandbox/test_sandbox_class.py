@@ -25,7 +25,11 @@ async def test_async_start_stop_kubeconfig_and_crds(tmp_path: Path):
         assert cfg["current-context"] == "sandbox"
         assert cfg["clusters"] == [{"name": "sandbox", "cluster": {"server": sb.url}}]
         assert cfg["users"][0]["name"] == "sandbox"
-        assert cfg["contexts"][0]["context"] == {"cluster": "sandbox", "user": "sandbox", "namespace": "default"}
+        assert cfg["contexts"][0]["context"] == {
+            "cluster": "sandbox",
+            "user": "sandbox",
+            "namespace": "default",
+        }
         async with aiohttp.ClientSession() as session:
             async with session.get(f"{sb.url}/apis/test.example.com/v1") as resp:
                 doc = await resp.json()

@@ -1,4 +1,5 @@
-"""Simulated controllers: Deployment/StatefulSet/Job/PVC/CronJob status as a healthy cluster would write it."""
+"""Simulated controllers: Deployment/StatefulSet/Job/PVC/CronJob status as a healthy cluster would write
+it."""
 
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ def test_statefulset_ready_and_claims(api):
         "replicas": 2, "serviceName": "db", "selector": {"matchLabels": {"app": "x"}}, "template": TEMPLATE,
         "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
             "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}}]}})
-    sts = wait_for(lambda: (s := apps.read_namespaced_stateful_set("db", "default")).status.ready_replicas == 2 and s)
+    sts = wait_for(
+        lambda: (s := apps.read_namespaced_stateful_set("db", "default")).status.ready_replicas == 2 and s
+    )
     assert sts.status.observed_generation == sts.metadata.generation
     assert sts.status.current_revision == sts.status.update_revision
     pvcs = wait_for(lambda: [p for p in core.list_namespaced_persistent_volume_claim("default").items
@@ -64,10 +67,18 @@ def test_job_completes(api):
 
 def test_job_fails_on_annotation(api):
     batch = kubernetes.client.BatchV1Api(api)
-    batch.create_namespaced_job("default", {
-        "metadata": {"name": "bad", "annotations": {"sandbox.ansible-operator.dev/fail": "true"}},
-        "spec": {"backoffLimit": 1, "template": {"spec": {"restartPolicy": "Never",
-                                                          "containers": [{"name": "c", "image": "busybox"}]}}}})
+    batch.create_namespaced_job(
+        "default",
+        {
+            "metadata": {"name": "bad", "annotations": {"sandbox.ansible-operator.dev/fail": "true"}},
+            "spec": {
+                "backoffLimit": 1,
+                "template": {
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}
+                },
+            },
+        },
+    )
     job = wait_for(lambda: (j := batch.read_namespaced_job("bad", "default")).status.failed and j)
     assert any(c.type == "Failed" and c.status == "True" for c in job.status.conditions)
     assert not job.status.succeeded
@@ -75,10 +86,25 @@ def test_job_fails_on_annotation(api):
 
 def test_cronjob_creates_owned_jobs(api):
     batch = kubernetes.client.BatchV1Api(api)
-    cj = batch.create_namespaced_cron_job("default", {"metadata": {"name": "tick"}, "spec": {
-        "schedule": "* * * * * */1",  # every second: croniter seconds field (sandbox extension)
-        "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never",
-                                                       "containers": [{"name": "c", "image": "busybox"}]}}}}}})
+    cj = batch.create_namespaced_cron_job(
+        "default",
+        {
+            "metadata": {"name": "tick"},
+            "spec": {
+                "schedule": "* * * * * */1",  # every second: croniter seconds field (sandbox extension)
+                "jobTemplate": {
+                    "spec": {
+                        "template": {
+                            "spec": {
+                                "restartPolicy": "Never",
+                                "containers": [{"name": "c", "image": "busybox"}],
+                            }
+                        }
+                    }
+                },
+            },
+        },
+    )
     jobs = wait_for(lambda: batch.list_namespaced_job("default").items, timeout=15)
     ref = jobs[0].metadata.owner_references[0]
     assert (ref.kind, ref.name, ref.uid, ref.controller) == ("CronJob", "tick", cj.metadata.uid, True)
@@ -143,16 +169,30 @@ def test_failing_deployment_never_becomes_available(api):
 
 
 def _deploy(name: str = "web", image: str = "nginx:1", **spec):
-    return {"metadata": {"name": name}, "spec": {
-        "replicas": 2, "selector": {"matchLabels": {"app": name}}, **spec,
-        "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": image}]}}}}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": name}},
+            **spec,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": image}]},
+            },
+        },
+    }
 
 
 def _replica_sets(apps, name: str) -> dict[str, tuple[int, int]]:
     """ReplicaSet name -> (revision, replicas) for the Deployment ``name``."""
-    return {rs.metadata.name: (int(rs.metadata.annotations["deployment.kubernetes.io/revision"]), rs.spec.replicas)
-            for rs in apps.list_namespaced_replica_set("default").items
-            if rs.metadata.owner_references and rs.metadata.owner_references[0].name == name}
+    return {
+        rs.metadata.name: (
+            int(rs.metadata.annotations["deployment.kubernetes.io/revision"]),
+            rs.spec.replicas,
+        )
+        for rs in apps.list_namespaced_replica_set("default").items
+        if rs.metadata.owner_references and rs.metadata.owner_references[0].name == name
+    }
 
 
 def test_deployment_replicasets_revisions_and_rollback(api):
@@ -172,17 +212,27 @@ def test_deployment_replicasets_revisions_and_rollback(api):
     sets = wait_for(lambda: s if len(s := _replica_sets(apps, "web")) == 2 and s[first] == (1, 0) else None)
     second = next(n for n in sets if n != first)
     assert sets[second] == (2, 2)
-    d = wait_for(lambda: (d := apps.read_namespaced_deployment("web", "default")).metadata.annotations.get(
+    wait_for(lambda: (d := apps.read_namespaced_deployment("web", "default")).metadata.annotations.get(
         "deployment.kubernetes.io/revision") == "2" and d.status.updated_replicas == 2 and d)
     # kubernetes.core k8s_rollback: the previous ReplicaSet's template (without the hash label) back in place
     prev = api.sanitize_for_serialization(apps.read_namespaced_replica_set(first, "default"))
     template = prev["spec"]["template"]
     del template["metadata"]["labels"]["pod-template-hash"]
-    api.call_api("/apis/apps/v1/namespaces/default/deployments/web", "PATCH", body=[
-        {"op": "replace", "path": "/spec/template", "value": template},
-        {"op": "replace", "path": "/metadata/annotations", "value": {"deployment.kubernetes.io/revision": "1"}}],
-        header_params={"Content-Type": "application/json-patch+json"}, auth_settings=["BearerToken"],
-        _return_http_data_only=True)
+    api.call_api(
+        "/apis/apps/v1/namespaces/default/deployments/web",
+        "PATCH",
+        body=[
+            {"op": "replace", "path": "/spec/template", "value": template},
+            {
+                "op": "replace",
+                "path": "/metadata/annotations",
+                "value": {"deployment.kubernetes.io/revision": "1"},
+            },
+        ],
+        header_params={"Content-Type": "application/json-patch+json"},
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+    )
     sets = wait_for(lambda: s if (s := _replica_sets(apps, "web")).get(first) == (3, 2) else None)
     assert sets[second] == (2, 0)
     assert apps.read_namespaced_replica_set(first, "default").metadata.annotations[
@@ -200,7 +250,9 @@ def test_deployment_revision_history_limit(api):
             {"name": "c", "image": image}]}}}})
         wait_for(lambda: (d := apps.read_namespaced_deployment("h", "default")).status.observed_generation
                  == d.metadata.generation)
-    sets = wait_for(lambda: s if sorted((s := _replica_sets(apps, "h")).values()) == [(2, 0), (3, 2)] else None)
+    sets = wait_for(
+        lambda: s if sorted((s := _replica_sets(apps, "h")).values()) == [(2, 0), (3, 2)] else None
+    )
     assert len(sets) == 2
 
 
@@ -231,7 +283,9 @@ def test_statefulset_and_daemonset_controller_revisions(api):
     apps = kubernetes.client.AppsV1Api(api)
     apps.create_namespaced_stateful_set("default", {"metadata": {"name": "s"}, "spec": {
         "serviceName": "s", "selector": {"matchLabels": {"app": "x"}}, "template": TEMPLATE}})
-    sts = wait_for(lambda: (s := apps.read_namespaced_stateful_set("s", "default")).status.current_revision and s)
+    sts = wait_for(
+        lambda: (s := apps.read_namespaced_stateful_set("s", "default")).status.current_revision and s
+    )
     crs = apps.list_namespaced_controller_revision("default").items
     assert [c.metadata.name for c in crs] == [sts.status.current_revision] and crs[0].revision == 1
     assert crs[0].data["spec"]["template"]["$patch"] == "replace"
@@ -256,7 +310,8 @@ def test_statefulset_and_daemonset_controller_revisions(api):
     apps.patch_namespaced_daemon_set("ds", "default", rev.data)
     wait_for(lambda: (r := [c for c in ds_revisions() if c.metadata.name == rev.metadata.name])
              and r[0].revision == 3 and r[0])
-    # the DaemonSet's template generation (what k8s_rollback compares with the revisions') counts template changes
+    # the DaemonSet's template generation (what k8s_rollback compares with the revisions') counts template
+    # changes
     ds = apps.read_namespaced_daemon_set("ds", "default")
     assert ds.metadata.annotations["deprecated.daemonset.template.generation"] == "3"
     apps.patch_namespaced_daemon_set("ds", "default", {"metadata": {"labels": {"only": "metadata"}}})
@@ -323,9 +378,15 @@ def test_rollout_stuck_while_the_service_account_is_missing(api):
     d = wait_for(stuck)
     failure = next(c for c in d.status.conditions if c.type == "ReplicaFailure")
     assert failure.reason == "FailedCreate" and failure.message == (
-        'pods "sa-" is forbidden: error looking up service account default/robot: serviceaccount "robot" not found')
-    assert not d.status.updated_replicas and d.status.available_replicas == 1  # the old ReplicaSet still serves
-    assert d.status.unavailable_replicas == 1  # the new ReplicaSet's replica (kubernetes.core's wait fails on it)
+        'pods "sa-" is forbidden: error looking up service account default/robot:'
+        ' serviceaccount "robot" not found'
+    )
+    assert (
+        not d.status.updated_replicas and d.status.available_replicas == 1
+    )  # the old ReplicaSet still serves
+    assert (
+        d.status.unavailable_replicas == 1
+    )  # the new ReplicaSet's replica (kubernetes.core's wait fails on it)
     core.create_namespaced_service_account("default", {"metadata": {"name": "robot"}})
     wait_for(lambda: (d := apps.read_namespaced_deployment("sa", "default")).status.updated_replicas == 1
              and not any(c.type == "ReplicaFailure" for c in d.status.conditions))
@@ -343,7 +404,9 @@ def test_controllers_create_and_remove_their_pods(api):
     running = wait_for(lambda: p if len(p := [x for x in pods("app=pw") if x.status.phase == "Running"]) == 2
                        else None)
     rs_name = running[0].metadata.owner_references[0].name
-    assert all(x.metadata.name.startswith(rs_name + "-") and x.metadata.labels["pod-template-hash"] for x in running)
+    assert all(
+        x.metadata.name.startswith(rs_name + "-") and x.metadata.labels["pod-template-hash"] for x in running
+    )
     assert running[0].spec.node_name == "sandbox-node"
     core.delete_namespaced_pod(running[0].metadata.name, "default")  # the ReplicaSet replaces it
     wait_for(lambda: len(p := pods("app=pw")) == 2 and running[0].metadata.name not in
@@ -383,7 +446,9 @@ def test_services_get_endpoints_and_slices_of_ready_pods(api):
     assert ep.subsets[0].ports[0].port == 8080 and ep.subsets[0].ports[0].name == "web"
     pod_ips = {p.status.pod_ip for p in core.list_namespaced_pod("default", label_selector="app=ep").items}
     assert {a.ip for a in ep.subsets[0].addresses} == pod_ips
-    slices = disc.list_namespaced_endpoint_slice("default", label_selector="kubernetes.io/service-name=ep").items
+    slices = disc.list_namespaced_endpoint_slice(
+        "default", label_selector="kubernetes.io/service-name=ep"
+    ).items
     assert len(slices) == 1 and {e.addresses[0] for e in slices[0].endpoints} == pod_ips
     apps.patch_namespaced_deployment_scale("ep", "default", {"spec": {"replicas": 0}})
     wait_for(lambda: not core.read_namespaced_endpoints("ep", "default").subsets)
@@ -407,7 +472,9 @@ def test_kubectl_rollout_history_undo_and_restart(sandbox):
     history = kubectl("rollout", "history", "deployment/web").split("\n")
     assert [line.split()[0] for line in history[2:] if line.strip()] == ["2", "3"]
     assert len(kubectl("get", "rs", "-o", "name").split()) == 2
-    assert "nginx:1" in kubectl("get", "deployment", "web", "-o", "jsonpath={.spec.template.spec.containers[0].image}")
+    assert "nginx:1" in kubectl(
+        "get", "deployment", "web", "-o", "jsonpath={.spec.template.spec.containers[0].image}"
+    )
 
 
 def test_pod_disruption_budget_status_follows_the_pods(api):
@@ -435,17 +502,34 @@ def test_eviction_respects_disruption_budgets_and_kubectl_drain(api, sandbox):
     apps.create_namespaced_deployment("default", _deploy("ev"))  # 2 replicas
     policy.create_namespaced_pod_disruption_budget("default", {"metadata": {"name": "ev"}, "spec": {
         "minAvailable": 1, "selector": {"matchLabels": {"app": "ev"}}}})
-    wait_for(lambda: policy.read_namespaced_pod_disruption_budget("ev", "default").status.disruptions_allowed == 1)
-    first, second = sorted(p.metadata.name for p in core.list_namespaced_pod("default", label_selector="app=ev").items)
-    core.create_namespaced_pod_eviction(first, "default", {"metadata": {"name": first, "namespace": "default"}})
-    with pytest.raises(kubernetes.client.ApiException) as e:  # the budget is spent until a replacement is ready
+    wait_for(
+        lambda: policy.read_namespaced_pod_disruption_budget("ev", "default").status.disruptions_allowed == 1
+    )
+    first, second = sorted(
+        p.metadata.name for p in core.list_namespaced_pod("default", label_selector="app=ev").items
+    )
+    core.create_namespaced_pod_eviction(
+        first, "default", {"metadata": {"name": first, "namespace": "default"}}
+    )
+    with pytest.raises(
+        kubernetes.client.ApiException
+    ) as e:  # the budget is spent until a replacement is ready
         core.create_namespaced_pod_eviction(second, "default", {"metadata": {"name": second}})
     assert e.value.status == 429 and "disruption budget" in e.value.body
-    wait_for(lambda: policy.read_namespaced_pod_disruption_budget("ev", "default").status.disruptions_allowed == 1)
+    wait_for(
+        lambda: policy.read_namespaced_pod_disruption_budget("ev", "default").status.disruptions_allowed == 1
+    )
     core.create_namespaced_pod_eviction(second, "default", {"metadata": {"name": second}})
     env = sandbox.kubectl_env()
-    drain = subprocess.run(["kubectl", "drain", "sandbox-node", "--ignore-daemonsets", "--timeout=60s"], env=env,
-                           capture_output=True, text=True, timeout=90)
+    drain = subprocess.run(
+        ["kubectl", "drain", "sandbox-node", "--ignore-daemonsets", "--timeout=60s"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert drain.returncode == 0, drain.stderr
     assert core.read_node("sandbox-node").spec.unschedulable is True
-    subprocess.run(["kubectl", "uncordon", "sandbox-node"], env=env, check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["kubectl", "uncordon", "sandbox-node"], env=env, check=True, capture_output=True, timeout=60
+    )

@@ -12,7 +12,11 @@ from ansible_operator.sandbox.store import Store, TooOldResourceVersion
 
 
 def _obj(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "ns", "uid": name}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "ns", "uid": name},
+    }
 
 
 async def test_slow_watcher_is_closed_without_blocking_others(monkeypatch):

@@ -19,7 +19,9 @@ WRITERS = 16
 async def _watch(session: aiohttp.ClientSession, url: str, rv: str, expected: int,
                  ready: asyncio.Event, counter: list[int]) -> list[tuple[str, str, int]]:
     events: list[tuple[str, str, int]] = []
-    async with session.get(url, params={"watch": "true", "resourceVersion": rv, "timeoutSeconds": "60"}) as resp:
+    async with session.get(
+        url, params={"watch": "true", "resourceVersion": rv, "timeoutSeconds": "60"}
+    ) as resp:
         assert resp.status == 200
         counter[0] += 1
         if counter[0] == WATCHERS:

@@ -62,8 +62,12 @@ def test_live_events_arrive_in_order(core):
         w = kubernetes.watch.Watch()
         lst = core.list_namespaced_config_map("default")
         ready.set()
-        for ev in w.stream(core.list_namespaced_config_map, "default", resource_version=lst.metadata.resource_version,
-                           timeout_seconds=5):
+        for ev in w.stream(
+            core.list_namespaced_config_map,
+            "default",
+            resource_version=lst.metadata.resource_version,
+            timeout_seconds=5,
+        ):
             got.append((ev["type"], ev["object"].metadata.name))
             if len(got) == 3:
                 w.stop()
@@ -85,8 +89,13 @@ def test_too_old_resource_version_is_410(sandbox: SandboxHandle, core):
     for i in range(10):
         core.patch_namespaced_config_map("old", "default", {"data": {"i": str(i)}})
     # the raw stream carries an ERROR event with a 410 Status, as the real server sends it
-    resp = core.list_namespaced_config_map("default", watch=True, resource_version=first.metadata.resource_version,
-                                           timeout_seconds=2, _preload_content=False)
+    resp = core.list_namespaced_config_map(
+        "default",
+        watch=True,
+        resource_version=first.metadata.resource_version,
+        timeout_seconds=2,
+        _preload_content=False,
+    )
     line = json.loads(resp.readline())
     resp.release_conn()
     assert line["type"] == "ERROR"
@@ -100,7 +109,9 @@ def test_too_old_resource_version_is_410(sandbox: SandboxHandle, core):
 def test_label_selector_transitions(core):
     lst = core.list_namespaced_config_map("default")
     core.create_namespaced_config_map("default", cm("x", {"app": "a"}))
-    core.patch_namespaced_config_map("x", "default", {"metadata": {"labels": {"app": "b"}}})  # leaves selection
+    core.patch_namespaced_config_map(
+        "x", "default", {"metadata": {"labels": {"app": "b"}}}
+    )  # leaves selection
     core.patch_namespaced_config_map("x", "default", {"metadata": {"labels": {"app": "a"}}})  # re-enters
     core.create_namespaced_config_map("default", cm("y", {"app": "other"}))
     events = collect(core, 3, resource_version=lst.metadata.resource_version, label_selector="app=a")
@@ -123,8 +134,13 @@ def test_bookmark_sent_on_idle_watch(sandbox: SandboxHandle, core, monkeypatch):
     lst = core.list_namespaced_config_map("default")
     w = kubernetes.watch.Watch()
     types = []
-    for ev in w.stream(core.list_namespaced_config_map, "default", resource_version=lst.metadata.resource_version,
-                       allow_watch_bookmarks=True, timeout_seconds=3):
+    for ev in w.stream(
+        core.list_namespaced_config_map,
+        "default",
+        resource_version=lst.metadata.resource_version,
+        allow_watch_bookmarks=True,
+        timeout_seconds=3,
+    ):
         types.append(ev["type"])
         if ev["type"] == "BOOKMARK":
             w.stop()

@@ -42,8 +42,11 @@ CRD = {
 PLAIN = {  # same shape, no status subresource: k8s_status must fall back to the object itself
     **CRD,
     "metadata": {"name": f"plainthings.{GROUP}"},
-    "spec": {**CRD["spec"], "names": {"plural": "plainthings", "singular": "plainthing", "kind": "PlainThing"},
-             "versions": [{k: v for k, v in CRD["spec"]["versions"][0].items() if k != "subresources"}]},
+    "spec": {
+        **CRD["spec"],
+        "names": {"plural": "plainthings", "singular": "plainthing", "kind": "PlainThing"},
+        "versions": [{k: v for k, v in CRD["spec"]["versions"][0].items() if k != "subresources"}],
+    },
 }
 VENV_BIN = Path(sys.executable).parent
 
@@ -115,7 +118,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         sb.stop_thread()
 
 
-def _status_task(register: str, module: str = "ansible_operator.util.k8s_status", **args: Any) -> dict[str, Any]:
+def _status_task(
+    register: str, module: str = "ansible_operator.util.k8s_status", **args: Any
+) -> dict[str, Any]:
     return {module: {"api_version": f"{GROUP}/{VERSION}", "kind": KIND, "namespace": NS, **args},
             "register": register}
 
@@ -156,8 +161,18 @@ def test_k8s_status_check_mode_and_sdk_name(env: Env) -> None:
 
 def test_k8s_status_replace_and_errors(env: Env) -> None:
     env.gizmo("g3", status={"a": 1, "b": 2})
-    env.custom.create_namespaced_custom_object(GROUP, VERSION, NS, "plainthings", {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PlainThing", "metadata": {"name": "p1"}, "spec": {"x": 1}})
+    env.custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        NS,
+        "plainthings",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "PlainThing",
+            "metadata": {"name": "p1"},
+            "spec": {"x": 1},
+        },
+    )
     results = env.play([
         _status_task("replaced", name="g3", replace=True, status={"c": 3}),
         {"ansible_operator.util.k8s_status": {"api_version": f"{GROUP}/{VERSION}", "kind": "PlainThing",
@@ -193,9 +208,15 @@ def test_requeue_after_result_keys(env: Env) -> None:
 
 def test_k8s_event_counts_and_involved_object(env: Env) -> None:
     g = env.gizmo("g4")
-    event = {"name": "g4-backup", "namespace": NS, "reason": "BackupDone", "message": "stored",
-             "type": "Normal", "source": {"component": "gizmo-operator"},
-             "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": "g4", "namespace": NS}}
+    event = {
+        "name": "g4-backup",
+        "namespace": NS,
+        "reason": "BackupDone",
+        "message": "stored",
+        "type": "Normal",
+        "source": {"component": "gizmo-operator"},
+        "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": "g4", "namespace": NS},
+    }
     results = env.play([
         {"operator_sdk.util.k8s_event": event, "register": "first"},
         {"ansible_operator.util.k8s_event": event, "register": "second"},

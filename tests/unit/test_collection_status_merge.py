@@ -56,14 +56,24 @@ def test_merge_conditions_keeps_others_and_transition_time() -> None:
         {"type": "Ready", "status": "False", "reason": "Waiting", "lastTransitionTime": NOW},
     ]
     # Ready: same status, new message -> replaced but keeps lastTransitionTime
-    merged = sm.merge_conditions(old, [{"type": "Ready", "status": "False", "reason": "Waiting", "message": "m"}], LATER)
+    merged = sm.merge_conditions(
+        old, [{"type": "Ready", "status": "False", "reason": "Waiting", "message": "m"}], LATER
+    )
     assert merged[0] == old[0]
-    assert merged[1] == {"type": "Ready", "status": "False", "reason": "Waiting", "message": "m", "lastTransitionTime": NOW}
+    assert merged[1] == {
+        "type": "Ready",
+        "status": "False",
+        "reason": "Waiting",
+        "message": "m",
+        "lastTransitionTime": NOW,
+    }
     # Ready flips -> new lastTransitionTime
     merged = sm.merge_conditions(old, [{"type": "Ready", "status": "True", "reason": "Up"}], LATER)
     assert merged[1]["lastTransitionTime"] == LATER and merged[1]["status"] == "True"
     # identical apart from lastTransitionTime -> untouched
-    merged = sm.merge_conditions(old, [{"type": "Ready", "status": "False", "reason": "Waiting", "lastTransitionTime": LATER}], LATER)
+    merged = sm.merge_conditions(
+        old, [{"type": "Ready", "status": "False", "reason": "Waiting", "lastTransitionTime": LATER}], LATER
+    )
     assert merged == old
     # new type appended with a time
     merged = sm.merge_conditions(old, [{"type": "Backup", "status": "Unknown"}], LATER)

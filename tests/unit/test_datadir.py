@@ -13,8 +13,9 @@ import pytest
 import yaml
 
 from ansible_operator.executors.base import RunRequest
-from ansible_operator.extravars import Unsafe
 from ansible_operator.executors.datadir import new_run_id, prepare
+from ansible_operator.extravars import Unsafe
+
 
 def mode(p: Path) -> int:
     return stat.S_IMODE(p.stat().st_mode)
@@ -47,7 +48,11 @@ def test_new_run_id_format_and_order() -> None:
     later = new_run_id(t + timedelta(seconds=1))
     assert sorted([later, rid]) == [rid, later]
     # runs within one second still sort by start time (warm runs can be much shorter than a second)
-    assert new_run_id(t) < new_run_id(t + timedelta(microseconds=1)) < new_run_id(t + timedelta(milliseconds=300))
+    assert (
+        new_run_id(t)
+        < new_run_id(t + timedelta(microseconds=1))
+        < new_run_id(t + timedelta(milliseconds=300))
+    )
     other_tz = datetime(2026, 11, 22, 14, 45, 1, tzinfo=timezone(timedelta(hours=1)))
     assert new_run_id(other_tz).startswith("20261122T134501Z-")
     assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", new_run_id())
@@ -141,7 +146,7 @@ def test_bad_requests_fail_clearly_and_write_nothing(tmp_path: Path, kw: dict, m
 
 
 def test_unrepresentable_extra_vars_fail_before_writing(tmp_path: Path, playbook: Path) -> None:
-    with pytest.raises(Exception):
+    with pytest.raises(yaml.representer.RepresenterError):
         prepare(req(tmp_path, playbook=playbook, extra_vars={"x": object()}))
     assert not (tmp_path / "run").exists()
 

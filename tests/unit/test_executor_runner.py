@@ -15,9 +15,9 @@ from typing import Any
 
 import psutil
 import pytest
+from executor_helpers import descendants_with, started, write
 
 from ansible_operator.executors import make_executor
-from executor_helpers import descendants_with, started, write
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.runner import RunnerExecutor

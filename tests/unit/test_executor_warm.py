@@ -22,9 +22,9 @@ from typing import Any, AsyncIterator
 
 import psutil
 import pytest
+from executor_helpers import descendants_with, started, write
 
 from ansible_operator.executors import make_executor
-from executor_helpers import descendants_with, started, write
 from ansible_operator.executors.base import Executor, RunOutcome, RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.warm import EXECUTOR_RESTARTED, WarmExecutor
@@ -59,7 +59,9 @@ def ok_messages(events: list[dict[str, Any]]) -> list[str]:
 
 
 def job_event_files(outcome: RunOutcome) -> list[dict[str, Any]]:
-    files = sorted((outcome.artifacts_dir / "job_events").glob("*.json"), key=lambda p: int(p.name.split("-")[0]))
+    files = sorted(
+        (outcome.artifacts_dir / "job_events").glob("*.json"), key=lambda p: int(p.name.split("-")[0])
+    )
     return [json.loads(p.read_text()) for p in files]
 
 
@@ -115,7 +117,9 @@ async def test_contract_events_stream_live_in_order_with_stats_and_artifacts(
     assert "hello world" in (outcome.artifacts_dir / "stdout").read_text()
 
 
-async def test_contract_failing_task_reports_failed_with_its_event(executor: Executor, tmp_path: Path) -> None:
+async def test_contract_failing_task_reports_failed_with_its_event(
+    executor: Executor, tmp_path: Path
+) -> None:
     pb = write(tmp_path / "pb.yml", """
 - hosts: localhost
   gather_facts: false
@@ -162,7 +166,9 @@ async def test_contract_role_by_path_with_unsafe_extra_vars_kept_literal(
     assert {e["event_data"].get("role") for e in events if e["event"] == "runner_on_ok"} == {"greeter"}
 
 
-async def test_contract_collection_role_from_a_run_collection_path(executor: Executor, tmp_path: Path) -> None:
+async def test_contract_collection_role_from_a_run_collection_path(
+    executor: Executor, tmp_path: Path
+) -> None:
     collections = tmp_path / "collections"
     write(collections / "ansible_collections" / "myns" / "mycoll" / "roles" / "hello" / "tasks" / "main.yml",
           '- name: from the collection\n  debug: msg="collection role says {{ word }}"\n')
@@ -174,7 +180,9 @@ async def test_contract_collection_role_from_a_run_collection_path(executor: Exe
 
 
 async def test_contract_verbosity_is_per_run(executor: Executor, tmp_path: Path) -> None:
-    pb = write(tmp_path / "pb.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=x\n")
+    pb = write(
+        tmp_path / "pb.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=x\n"
+    )
     quiet = await executor.run(request_for(tmp_path, playbook=pb, verbosity=0), lambda e: None)
     events: list[dict[str, Any]] = []
     chatty = await executor.run(request_for(tmp_path, playbook=pb, verbosity=3), events.append)
@@ -233,15 +241,24 @@ async def test_contract_cancel_stops_the_run_and_reraises(executor: Executor, tm
     await _stopped_everything(executor, marker)
 
 
-async def test_contract_concurrent_runs_keep_their_own_vars_and_env(executor: Executor, tmp_path: Path) -> None:
+async def test_contract_concurrent_runs_keep_their_own_vars_and_env(
+    executor: Executor, tmp_path: Path
+) -> None:
     pb = write(tmp_path / "pb.yml", """
 - hosts: localhost
   gather_facts: false
   tasks:
     - debug: msg="{{ n }}-{{ lookup('env', 'RUN_MARK') }}"
 """)
-    requests = [request_for(tmp_path, playbook=pb, extra_vars={"n": str(i)},
-                            envvars={"ANSIBLE_GATHERING": "explicit", "RUN_MARK": f"env{i}"}) for i in range(4)]
+    requests = [
+        request_for(
+            tmp_path,
+            playbook=pb,
+            extra_vars={"n": str(i)},
+            envvars={"ANSIBLE_GATHERING": "explicit", "RUN_MARK": f"env{i}"},
+        )
+        for i in range(4)
+    ]
     per_run: dict[str, list[dict[str, Any]]] = {r.run_id: [] for r in requests}
     outcomes = await asyncio.gather(*(executor.run(r, per_run[r.run_id].append) for r in requests))
     for i, (req, outcome) in enumerate(zip(requests, outcomes)):
@@ -288,7 +305,9 @@ def _any_process_with(marker: str) -> bool:
 # ---- warm only ------------------------------------------------------------------------------------
 
 
-async def test_zygote_killed_mid_run_fails_in_flight_run_and_restarts(warm: WarmExecutor, tmp_path: Path) -> None:
+async def test_zygote_killed_mid_run_fails_in_flight_run_and_restarts(
+    warm: WarmExecutor, tmp_path: Path
+) -> None:
     marker = unique_sleep()
     pb = write(tmp_path / "pb.yml", f"""
 - hosts: localhost
@@ -305,7 +324,9 @@ async def test_zygote_killed_mid_run_fails_in_flight_run_and_restarts(warm: Warm
     assert (outcome.status, outcome.error) == ("error", EXECUTOR_RESTARTED)
     assert (outcome.artifacts_dir / "status").read_text() == "error"
 
-    ok = write(tmp_path / "ok.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=fine\n")
+    ok = write(
+        tmp_path / "ok.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=fine\n"
+    )
     events: list[dict[str, Any]] = []
     outcome = await warm.run(request_for(tmp_path, playbook=ok), events.append)
     assert outcome.status == "successful"
@@ -335,7 +356,9 @@ async def test_child_killed_is_an_error_and_zygote_keeps_serving(warm: WarmExecu
     await _eventually_gone(marker)  # workers and the module die with the child
     assert warm.zygote_pid == zygote_pid and warm.restarts == 0
 
-    ok = write(tmp_path / "ok.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=fine\n")
+    ok = write(
+        tmp_path / "ok.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=fine\n"
+    )
     assert (await warm.run(request_for(tmp_path, playbook=ok), lambda e: None)).status == "successful"
 
 
@@ -377,7 +400,9 @@ async def test_close_stops_the_zygote_and_running_children(tmp_path: Path) -> No
 
 
 async def test_on_event_exceptions_do_not_break_the_run(warm: WarmExecutor, tmp_path: Path) -> None:
-    pb = write(tmp_path / "pb.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=x\n")
+    pb = write(
+        tmp_path / "pb.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=x\n"
+    )
     seen: list[str] = []
 
     def bad(ev: dict[str, Any]) -> None:
@@ -391,7 +416,9 @@ async def test_on_event_exceptions_do_not_break_the_run(warm: WarmExecutor, tmp_
 
 async def test_a_per_run_ansible_config_is_refused_clearly(warm: WarmExecutor, tmp_path: Path) -> None:
     cfg = write(tmp_path / "ansible.cfg", "[defaults]\nforks = 3\n")
-    pb = write(tmp_path / "pb.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=x\n")
+    pb = write(
+        tmp_path / "pb.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=x\n"
+    )
     outcome = await warm.run(request_for(tmp_path, playbook=pb, envvars={"ANSIBLE_CONFIG": str(cfg)}),
                              lambda e: None)
     assert outcome.status == "error"
@@ -417,7 +444,9 @@ async def test_idle_zygote_is_stopped_and_comes_back_on_the_next_run(tmp_path: P
     """An idle operator should cost only its own memory: the zygote goes after idle_timeout, and the
     next run starts a new one (not counted as a crash restart)."""
     executor = WarmExecutor(idle_timeout=0.5)
-    ok = write(tmp_path / "ok.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=fine\n")
+    ok = write(
+        tmp_path / "ok.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=fine\n"
+    )
     await executor.start()
     try:
         events: list[dict[str, Any]] = []

@@ -96,7 +96,11 @@ def test_snake_case_off_and_no_spec() -> None:
     ev = build_extra_vars(cr(None), watch_vars={}, snake_case=True, mark_unsafe=False,
                           group="cache.example.com", kind="Memcached")
     assert ev["_cache_example_com_memcached_spec"] == {}
-    assert set(ev) == {"ansible_operator_meta", "_cache_example_com_memcached", "_cache_example_com_memcached_spec"}
+    assert set(ev) == {
+        "ansible_operator_meta",
+        "_cache_example_com_memcached",
+        "_cache_example_com_memcached_spec",
+    }
 
 
 def test_watch_vars_then_finalizer_vars_win() -> None:
@@ -229,7 +233,7 @@ PLAYBOOK = """
     - copy:
         dest: "{{ out }}"
         content: "{{ {'x': x, 'y': y, 'copied': copied, 'trusted': rendered_trusted, 'types': types} | to_json }}"
-"""
+"""  # noqa: E501 (one YAML line of the playbook: a Jinja expression cannot wrap)
 
 
 def test_unsafe_strings_are_not_templated_by_real_ansible(tmp_path: Path) -> None:
@@ -246,8 +250,20 @@ def test_unsafe_strings_are_not_templated_by_real_ansible(tmp_path: Path) -> Non
            "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0", "ANSIBLE_HOME": str(tmp_path / "ah"),
            "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
     proc = subprocess.run(
-        [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(tmp_path / "pb.yml"), "-e", f"@{varfile}"],
-        capture_output=True, text=True, env=env, timeout=120,
+        [
+            str(ANSIBLE_PLAYBOOK),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            str(tmp_path / "pb.yml"),
+            "-e",
+            f"@{varfile}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads((tmp_path / "out.json").read_text())
@@ -284,6 +300,7 @@ def test_refuses_reserved_and_magic_variable_names(spec_key: str, variable: str,
 def test_reserved_names_come_from_ansible_core_itself() -> None:
     import ansible.constants as C
     from ansible.inventory.host import Host
+
     from ansible_operator.extravars import reserved_names
 
     names = reserved_names()

@@ -54,8 +54,17 @@ def test_json_format_fields_and_extras(capture: Any) -> None:
         log.info("hello %s", "world", extra={"generation": 3})
     log.error("no object")
     first, second = (json.loads(line) for line in stream.getvalue().splitlines())
-    assert first["msg"] == "hello world" and first["level"] == "INFO" and first["logger"] == "ansible_operator.test"
-    assert (first["kind"], first["namespace"], first["name"], first["run_id"]) == ("Memcached", "ns1", "cache", "r1")
+    assert (
+        first["msg"] == "hello world"
+        and first["level"] == "INFO"
+        and first["logger"] == "ansible_operator.test"
+    )
+    assert (first["kind"], first["namespace"], first["name"], first["run_id"]) == (
+        "Memcached",
+        "ns1",
+        "cache",
+        "r1",
+    )
     assert first["generation"] == 3 and first["watch"] == "Memcached.x.io"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", first["ts"])
     assert second["kind"] is None and second["name"] is None
@@ -108,17 +117,52 @@ def _event(counter: int, event: str, **data: Any) -> dict[str, Any]:
 
 EVENTS = [
     _event(1, "playbook_on_start"),
-    _event(2, "runner_on_ok", task="say hi", task_action="debug", host="localhost",
-           res={"msg": "hi", "changed": False}),
-    _event(3, "runner_on_ok", task="create deployment", task_action="k8s", host="localhost",
-           res={"changed": True, "result": {"kind": "Deployment"}}),
+    _event(
+        2,
+        "runner_on_ok",
+        task="say hi",
+        task_action="debug",
+        host="localhost",
+        res={"msg": "hi", "changed": False},
+    ),
+    _event(
+        3,
+        "runner_on_ok",
+        task="create deployment",
+        task_action="k8s",
+        host="localhost",
+        res={"changed": True, "result": {"kind": "Deployment"}},
+    ),
     _event(4, "runner_on_skipped", task="skip me", task_action="debug", host="localhost"),
-    _event(5, "runner_on_failed", task="optional", task_action="command", host="localhost", ignore_errors=True,
-           res={"msg": "non-zero return code", "rc": 1}),
-    _event(6, "runner_on_failed", task="boom", task_action="fail", host="localhost",
-           res={"msg": "replicas must be positive", "changed": False}),
-    _event(7, "playbook_on_stats", ok={"localhost": 3}, changed={"localhost": 1}, failures={"localhost": 1},
-           skipped={"localhost": 1}, ignored={"localhost": 1}, dark={}, rescued={}, processed={"localhost": 1}),
+    _event(
+        5,
+        "runner_on_failed",
+        task="optional",
+        task_action="command",
+        host="localhost",
+        ignore_errors=True,
+        res={"msg": "non-zero return code", "rc": 1},
+    ),
+    _event(
+        6,
+        "runner_on_failed",
+        task="boom",
+        task_action="fail",
+        host="localhost",
+        res={"msg": "replicas must be positive", "changed": False},
+    ),
+    _event(
+        7,
+        "playbook_on_stats",
+        ok={"localhost": 3},
+        changed={"localhost": 1},
+        failures={"localhost": 1},
+        skipped={"localhost": 1},
+        ignored={"localhost": 1},
+        dark={},
+        rescued={},
+        processed={"localhost": 1},
+    ),
 ]
 
 
@@ -148,7 +192,10 @@ def test_event_logger_verbosity_levels(caplog: pytest.LogCaptureFixture) -> None
     v2 = [m for _, m in _lines(caplog, 2)]
     assert "TASK [skip me] skipped: localhost" in v2 and len(v2) == 6
     v3 = [m for _, m in _lines(caplog, 3)]
-    assert 'TASK [create deployment] changed: localhost => {"changed": true, "result": {"kind": "Deployment"}}' in v3
+    assert (
+        'TASK [create deployment] changed: localhost => {"changed": true, "result": {"kind": "Deployment"}}'
+        in v3
+    )
 
 
 def test_kopf_object_loggers_fill_the_object_and_objects_are_not_dumped(capture: Any) -> None:
@@ -171,7 +218,9 @@ def test_kopf_object_loggers_fill_the_object_and_objects_are_not_dumped(capture:
 
 # ---- hostile CR content (issue 11, defects 4 and 7) ----------------------------------------------------
 
-FORGED = "bad value\n2026-11-22T13:45:01Z INFO  [Memcached ns/other] reconcile run x succeeded\r\x1b[2K\u2028tail"
+FORGED = (
+    "bad value\n2026-11-22T13:45:01Z INFO  [Memcached ns/other] reconcile run x succeeded\r\x1b[2K\u2028tail"
+)
 
 
 def test_text_log_escapes_control_characters_no_forged_lines(capture: Any) -> None:

@@ -6,7 +6,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ansible_operator.metrics import Metrics, parse_bind_address, serve, serve_endpoints, close_all
+from ansible_operator.metrics import Metrics, close_all, parse_bind_address, serve, serve_endpoints
 
 WATCH = "Memcached.cache.example.com"
 

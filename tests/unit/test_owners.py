@@ -105,11 +105,18 @@ def test_inject_rejects_malformed_metadata() -> None:
         ("/api/v1/namespaces/ns", RequestInfo("", "v1", "namespaces", None, "ns")),
         ("/api/v1/namespaces/ns/status", RequestInfo("", "v1", "namespaces", None, "ns", "status")),
         ("/api/v1/namespaces/ns/pods/p/exec", RequestInfo("", "v1", "pods", "ns", "p", "exec")),
-        ("/apis/rbac.authorization.k8s.io/v1/clusterroles",
-         RequestInfo("rbac.authorization.k8s.io", "v1", "clusterroles")),
-        ("/apis/apps/v1/watch/namespaces/ns/deployments",
-         RequestInfo("apps", "v1", "deployments", "ns", watch_path=True)),
-        ("/apis/x.io/v1/namespaces/ns/things/t/status", RequestInfo("x.io", "v1", "things", "ns", "t", "status")),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            RequestInfo("rbac.authorization.k8s.io", "v1", "clusterroles"),
+        ),
+        (
+            "/apis/apps/v1/watch/namespaces/ns/deployments",
+            RequestInfo("apps", "v1", "deployments", "ns", watch_path=True),
+        ),
+        (
+            "/apis/x.io/v1/namespaces/ns/things/t/status",
+            RequestInfo("x.io", "v1", "things", "ns", "t", "status"),
+        ),
     ],
 )
 def test_parse_request_path(path: str, info: RequestInfo) -> None:
@@ -143,7 +150,11 @@ def test_owners_are_added_on_create_only() -> None:
 
 
 def test_owner_json_patch_for_a_created_object() -> None:
-    created = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "apps", "uid": "c-1"}}
+    created = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "apps", "uid": "c-1"},
+    }
     ops = owner_json_patch(created, NAMESPACED, "ownerReference")
     assert ops == [{"op": "test", "path": "/metadata/uid", "value": "c-1"},
                    {"op": "add", "path": "/metadata/ownerReferences", "value": [owner_ref(NAMESPACED)]}]
@@ -153,20 +164,33 @@ def test_owner_json_patch_for_a_created_object() -> None:
         "op": "add", "path": "/metadata/ownerReferences/-", "value": owner_ref(NAMESPACED)}
     assert owner_json_patch({"metadata": {"uid": "c-1", "ownerReferences": [owner_ref(NAMESPACED)]}},
                             NAMESPACED, "ownerReference") is None
-    annotated = owner_json_patch({"metadata": {"uid": "n-1", "annotations": {"a": "b"}}}, NAMESPACED, "annotations")
+    annotated = owner_json_patch(
+        {"metadata": {"uid": "n-1", "annotations": {"a": "b"}}}, NAMESPACED, "annotations"
+    )
     assert annotated[1:] == [
         {"op": "add", "path": "/metadata/annotations/operator-sdk~1primary-resource", "value": "apps/mc"},
         {"op": "add", "path": "/metadata/annotations/operator-sdk~1primary-resource-type",
          "value": "Memcached.cache.example.com"}]
     bare = owner_json_patch({"metadata": {"uid": "n-1"}}, NAMESPACED, "annotations")
-    assert bare[1] == {"op": "add", "path": "/metadata/annotations", "value": {
-        ANNOTATION_PRIMARY_RESOURCE: "apps/mc", ANNOTATION_PRIMARY_RESOURCE_TYPE: "Memcached.cache.example.com"}}
+    assert bare[1] == {
+        "op": "add",
+        "path": "/metadata/annotations",
+        "value": {
+            ANNOTATION_PRIMARY_RESOURCE: "apps/mc",
+            ANNOTATION_PRIMARY_RESOURCE_TYPE: "Memcached.cache.example.com",
+        },
+    }
     with pytest.raises(ValueError, match="uid"):
         owner_json_patch({"metadata": {"name": "c"}}, NAMESPACED, "ownerReference")
 
 
 def test_owned_by_kind_of() -> None:
-    other_cr = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached", "name": "other", "uid": "u-9"}
+    other_cr = {
+        "apiVersion": "cache.example.com/v1alpha1",
+        "kind": "Memcached",
+        "name": "other",
+        "uid": "u-9",
+    }
     assert owned_by_kind_of({"metadata": {"ownerReferences": [other_cr]}}, NAMESPACED)
     assert not owned_by_kind_of({"metadata": {"ownerReferences": [dict(other_cr, kind="Redis")]}}, NAMESPACED)
     assert owned_by_kind_of({"metadata": {"annotations": {
@@ -229,7 +253,12 @@ def test_owners_from_owner_references() -> None:
     obj["metadata"]["ownerReferences"][1]["controller"] = True
     assert owners_of(obj, KINDS) == {("cache.example.com/v1alpha1", "Memcached", "apps", "b")}
     # cluster-scoped owner kinds have no namespace
-    cobj = {"metadata": {"namespace": "apps", "ownerReferences": [_ref("Cluster", "c", "9", api_version="cache.example.com/v1")]}}
+    cobj = {
+        "metadata": {
+            "namespace": "apps",
+            "ownerReferences": [_ref("Cluster", "c", "9", api_version="cache.example.com/v1")],
+        }
+    }
     assert owners_of(cobj, KINDS) == {("cache.example.com/v1", "Cluster", None, "c")}
 
 
@@ -308,14 +337,23 @@ async def _fake_apiserver() -> tuple[web.AppRunner, str, list[dict]]:
 
     async def record(request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        seen.append({"method": request.method, "path": request.path_qs, "auth": request.headers.get("Authorization"),
-                     "ctype": request.headers.get("Content-Type"), "x": request.headers.get("X-Custom"),
-                     "body": json.loads(body) if body else None})
+        seen.append(
+            {
+                "method": request.method,
+                "path": request.path_qs,
+                "auth": request.headers.get("Authorization"),
+                "ctype": request.headers.get("Content-Type"),
+                "x": request.headers.get("X-Custom"),
+                "body": json.loads(body) if body else None,
+            }
+        )
         if request.query.get("watch") == "1":
             resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
             await resp.prepare(request)
             for i in range(3):
-                await resp.write(json.dumps({"type": "ADDED", "object": {"metadata": {"name": f"c{i}"}}}).encode() + b"\n")
+                await resp.write(
+                    json.dumps({"type": "ADDED", "object": {"metadata": {"name": f"c{i}"}}}).encode() + b"\n"
+                )
                 await asyncio.sleep(0.01)
             return resp
         if request.query.get("gz") == "1":
@@ -374,7 +412,9 @@ async def test_forwarding_to_any_upstream(tmp_path: Path) -> None:
                 lines = [json.loads(line) async for line in r.content if line.strip()]
             assert [e["object"]["metadata"]["name"] for e in lines] == ["c0", "c1", "c2"]
 
-            async with http.get(proxy.url + "/api/v1/x?gz=1", headers={**auth, "Accept-Encoding": "gzip"}) as r:
+            async with http.get(
+                proxy.url + "/api/v1/x?gz=1", headers={**auth, "Accept-Encoding": "gzip"}
+            ) as r:
                 assert r.headers["Content-Encoding"] == "gzip" and await r.json() == {"ok": True}
 
             async with http.ws_connect(proxy.url + "/api/v1/namespaces/ns/pods/p/exec?command=ls",
@@ -385,7 +425,9 @@ async def test_forwarding_to_any_upstream(tmp_path: Path) -> None:
                 assert msg.data == b"echo:\x00hi"
             assert seen[-1]["ws_auth"] == "Bearer operator-token"
 
-            async with http.get(proxy.url + "/api/v1/namespaces", headers={"Authorization": "Bearer nope"}) as r:
+            async with http.get(
+                proxy.url + "/api/v1/namespaces", headers={"Authorization": "Bearer nope"}
+            ) as r:
                 assert r.status == 401 and (await r.json())["reason"] == "Unauthorized"
             async with http.get(proxy.url + "/api/v1/namespaces") as r:
                 assert r.status == 401
@@ -400,9 +442,13 @@ async def test_upstream_down_gives_502(tmp_path: Path) -> None:
     proxy = OwnerProxy(cfg)
     await proxy.start()
     try:
-        token = yaml.safe_load(proxy.kubeconfig_for(CR, tmp_path / "kc").read_text())["users"][0]["user"]["token"]
+        token = yaml.safe_load(proxy.kubeconfig_for(CR, tmp_path / "kc").read_text())["users"][0]["user"][
+            "token"
+        ]
         async with ClientSession() as http:
-            async with http.get(proxy.url + "/api/v1/namespaces", headers={"Authorization": f"Bearer {token}"}) as r:
+            async with http.get(
+                proxy.url + "/api/v1/namespaces", headers={"Authorization": f"Bearer {token}"}
+            ) as r:
                 assert r.status == 502
             async with http.post(proxy.url + "/api/v1/namespaces/apps/configmaps", json={"metadata": {}},
                                  headers={"Authorization": f"Bearer {token}"}) as r:

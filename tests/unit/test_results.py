@@ -50,20 +50,49 @@ def collect(events, out: RunOutcome) -> RunResult:
 
 # A verbatim runner_on_failed captured from ansible-runner 2.4.3 / ansible-core 2.19 (command module).
 CAPTURED_FAILED = {
-    "uuid": "2af2b501-84e1-4b32-984f-abdab443885d", "counter": 40, "stdout": "fatal: [localhost]: FAILED! => ...",
-    "start_line": 40, "end_line": 41, "runner_ident": "f50fd2c7", "event": "runner_on_failed", "pid": 10023,
-    "created": "2026-11-22T13:54:00.148293+00:00", "parent_uuid": "02fc0000-0001-2ce5-4a06-00000000000e",
+    "uuid": "2af2b501-84e1-4b32-984f-abdab443885d",
+    "counter": 40,
+    "stdout": "fatal: [localhost]: FAILED! => ...",
+    "start_line": 40,
+    "end_line": 41,
+    "runner_ident": "f50fd2c7",
+    "event": "runner_on_failed",
+    "pid": 10023,
+    "created": "2026-11-22T13:54:00.148293+00:00",
+    "parent_uuid": "02fc0000-0001-2ce5-4a06-00000000000e",
     "event_data": {
-        "playbook": "pb.yml", "playbook_uuid": "1ff61ae8", "play": "localhost", "play_uuid": "02fc0000-0002",
-        "play_pattern": "localhost", "task": "real failure", "task_uuid": "02fc0000-000e", "task_action": "command",
-        "resolved_action": "ansible.builtin.command", "task_args": "", "task_path": "/tmp/rr/project/pb.yml:24",
-        "host": "localhost", "remote_addr": "localhost", "res": {
-            "changed": True, "stdout": "", "stderr": "ls: cannot access '/nonexistent-xyz': No such file or directory",
-            "rc": 2, "cmd": ["ls", "/nonexistent-xyz"], "msg": "non-zero return code", "stdout_lines": [],
+        "playbook": "pb.yml",
+        "playbook_uuid": "1ff61ae8",
+        "play": "localhost",
+        "play_uuid": "02fc0000-0002",
+        "play_pattern": "localhost",
+        "task": "real failure",
+        "task_uuid": "02fc0000-000e",
+        "task_action": "command",
+        "resolved_action": "ansible.builtin.command",
+        "task_args": "",
+        "task_path": "/tmp/rr/project/pb.yml:24",
+        "host": "localhost",
+        "remote_addr": "localhost",
+        "res": {
+            "changed": True,
+            "stdout": "",
+            "stderr": "ls: cannot access '/nonexistent-xyz': No such file or directory",
+            "rc": 2,
+            "cmd": ["ls", "/nonexistent-xyz"],
+            "msg": "non-zero return code",
+            "stdout_lines": [],
             "stderr_lines": ["ls: cannot access '/nonexistent-xyz': No such file or directory"],
-            "exception": "(traceback unavailable)", "_ansible_no_log": False},
-        "start": "2026-11-22T13:53:59.823789+00:00", "end": "2026-11-22T13:54:00.148293+00:00",
-        "duration": 0.324504, "ignore_errors": None, "event_loop": None, "uuid": "2af2b501"},
+            "exception": "(traceback unavailable)",
+            "_ansible_no_log": False,
+        },
+        "start": "2026-11-22T13:53:59.823789+00:00",
+        "end": "2026-11-22T13:54:00.148293+00:00",
+        "duration": 0.324504,
+        "ignore_errors": None,
+        "event_loop": None,
+        "uuid": "2af2b501",
+    },
 }
 
 
@@ -79,7 +108,15 @@ def test_successful_run_counts_from_stats_and_changed_tasks() -> None:
         stats(ok=3, changed=1, skipped=1, processed=1),
     ], outcome())
     assert r.succeeded and r.status == "successful"
-    assert (r.ok, r.changed, r.skipped, r.failures, r.unreachable, r.rescued, r.ignored) == (3, 1, 1, 0, 0, 0, 0)
+    assert (r.ok, r.changed, r.skipped, r.failures, r.unreachable, r.rescued, r.ignored) == (
+        3,
+        1,
+        1,
+        0,
+        0,
+        0,
+        0,
+    )
     assert r.changed_tasks == ("memcached : create deployment",)
     assert r.failed_task is None and r.message == "" and r.stats_seen
 
@@ -87,9 +124,13 @@ def test_successful_run_counts_from_stats_and_changed_tasks() -> None:
 def test_failed_task_from_captured_event() -> None:
     r = collect([CAPTURED_FAILED, stats(ok=1, failures=1)], outcome("failed", 2))
     assert not r.succeeded
-    assert r.failed_task == FailedTask(name="real failure", action="command", role=None,
-                                       message="ls: cannot access '/nonexistent-xyz': No such file or directory (rc=2)",
-                                       host="localhost")
+    assert r.failed_task == FailedTask(
+        name="real failure",
+        action="command",
+        role=None,
+        message="ls: cannot access '/nonexistent-xyz': No such file or directory (rc=2)",
+        host="localhost",
+    )
     assert r.failures == 1
     assert r.message.startswith("real failure: ls: cannot access")
     assert r.changed_tasks == ("real failure",)  # command reported changed even though it failed
@@ -125,10 +166,17 @@ def test_rescued_then_real_failure_reports_the_real_one() -> None:
 
 
 def test_unreachable_counts_as_failure() -> None:
-    r = collect([
-        ev("runner_on_unreachable", "ping", {"msg": "Failed to connect to the host via ssh", "unreachable": True}),
-        stats(dark=1),
-    ], outcome("failed", 4))
+    r = collect(
+        [
+            ev(
+                "runner_on_unreachable",
+                "ping",
+                {"msg": "Failed to connect to the host via ssh", "unreachable": True},
+            ),
+            stats(dark=1),
+        ],
+        outcome("failed", 4),
+    )
     assert not r.succeeded and r.unreachable == 1 and r.failures == 0
     assert r.failed_task.message == "Failed to connect to the host via ssh"
 
@@ -171,7 +219,10 @@ def test_ansible_error_outside_tasks() -> None:
                              " indicates a misspelling.\x1b[0m"),
         ev("verbose", stdout="\x1b[0;31mOrigin: /p/syntax.yml:3:7\x1b[0m"),
     ], outcome("failed", 4))
-    assert r.ansible_error == "couldn't resolve module/action 'nosuchmodule'. This often indicates a misspelling."
+    assert (
+        r.ansible_error
+        == "couldn't resolve module/action 'nosuchmodule'. This often indicates a misspelling."
+    )
     assert r.message == r.ansible_error
     assert not r.stats_seen
 
@@ -193,38 +244,74 @@ def test_requeue_after_last_value_wins() -> None:
     assert collect([stats(ok=0)], outcome()).requeue_after is None
 
 
-K8S_422 = ("Failed to create object: b'{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},"
-           "\"status\":\"Failure\",\"message\":\"Memcached.cache.example.com \\\\\"m1\\\\\" is invalid: spec.size:"
-           " Invalid value: -1: spec.size in body should be greater than or equal to 0\",\"reason\":\"Invalid\","
-           "\"details\":{\"name\":\"m1\"},\"code\":422}\\n'")
+K8S_422 = (
+    'Failed to create object: b\'{"kind":"Status","apiVersion":"v1","metadata":{},'
+    '"status":"Failure","message":"Memcached.cache.example.com \\\\"m1\\\\" is invalid: spec.size:'
+    ' Invalid value: -1: spec.size in body should be greater than or equal to 0","reason":"Invalid",'
+    '"details":{"name":"m1"},"code":422}\\n\''
+)
 
 
-@pytest.mark.parametrize("res, expected", [
-    ({"msg": "custom failure"}, "custom failure"),
-    ({"msg": "non-zero return code", "stderr": "line1\nthe real problem\n", "rc": 3}, "the real problem (rc=3)"),
-    ({"msg": "non-zero return code", "stderr": "", "stdout": "out\nlast out", "rc": 1}, "last out (rc=1)"),
-    ({"msg": "non-zero return code", "rc": 5}, "non-zero return code (rc=5)"),
-    ({"msg": "MODULE FAILURE\nSee stdout/stderr for the exact error", "module_stderr": "Traceback...\nKeyError: 'x'\n",
-      "rc": 1}, "KeyError: 'x'"),
-    ({"exception": "Traceback\n  File\nRuntimeError: bad thing"}, "RuntimeError: bad thing"),
-    ({"exception": "(traceback unavailable)"}, "task failed"),
-    ({"censored": "the output has been hidden due to the fact that 'no_log: true' was specified for this result"},
-     "the output has been hidden due to the fact that 'no_log: true' was specified for this result"),
-    ({"msg": "line one\n  line two"}, "line one line two"),
-    ({"msg": {"structured": True}}, '{"structured": true}'),
-    ({"msg": "All items completed", "results": [{"failed": False, "item": 1},
-                                                 {"failed": True, "msg": "item broke", "item": "b",
-                                                  "_ansible_item_label": "b"}]}, "item broke (item='b')"),
-    ({"msg": K8S_422, "exception": "Traceback ..."},
-     'Failed to create object: Memcached.cache.example.com "m1" is invalid: spec.size: Invalid value: -1:'
-     " spec.size in body should be greater than or equal to 0 (422 Invalid)"),
-    ({"msg": "Failed to patch object: {\"message\": \"conflict\", \"code\": 409, \"reason\": \"Conflict\"}"},
-     "Failed to patch object: conflict (409 Conflict)"),
-    ({"msg": "Failed to apply patch", "error": 404, "status": 404, "reason": "Not Found"},
-     "Failed to apply patch (404 Not Found)"),
-    ({"msg": "x" * 5000}, "x" * 999 + "…"),
-    (None, "task failed"),
-])
+@pytest.mark.parametrize(
+    "res, expected",
+    [
+        ({"msg": "custom failure"}, "custom failure"),
+        (
+            {"msg": "non-zero return code", "stderr": "line1\nthe real problem\n", "rc": 3},
+            "the real problem (rc=3)",
+        ),
+        (
+            {"msg": "non-zero return code", "stderr": "", "stdout": "out\nlast out", "rc": 1},
+            "last out (rc=1)",
+        ),
+        ({"msg": "non-zero return code", "rc": 5}, "non-zero return code (rc=5)"),
+        (
+            {
+                "msg": "MODULE FAILURE\nSee stdout/stderr for the exact error",
+                "module_stderr": "Traceback...\nKeyError: 'x'\n",
+                "rc": 1,
+            },
+            "KeyError: 'x'",
+        ),
+        ({"exception": "Traceback\n  File\nRuntimeError: bad thing"}, "RuntimeError: bad thing"),
+        ({"exception": "(traceback unavailable)"}, "task failed"),
+        (
+            {
+                "censored": "the output has been hidden due to the fact that 'no_log: true'"
+                " was specified for this result"
+            },
+            "the output has been hidden due to the fact that 'no_log: true' was specified for this result",
+        ),
+        ({"msg": "line one\n  line two"}, "line one line two"),
+        ({"msg": {"structured": True}}, '{"structured": true}'),
+        (
+            {
+                "msg": "All items completed",
+                "results": [
+                    {"failed": False, "item": 1},
+                    {"failed": True, "msg": "item broke", "item": "b", "_ansible_item_label": "b"},
+                ],
+            },
+            "item broke (item='b')",
+        ),
+        (
+            {"msg": K8S_422, "exception": "Traceback ..."},
+            'Failed to create object: Memcached.cache.example.com "m1" is invalid:'
+            " spec.size: Invalid value: -1:"
+            " spec.size in body should be greater than or equal to 0 (422 Invalid)",
+        ),
+        (
+            {"msg": 'Failed to patch object: {"message": "conflict", "code": 409, "reason": "Conflict"}'},
+            "Failed to patch object: conflict (409 Conflict)",
+        ),
+        (
+            {"msg": "Failed to apply patch", "error": 404, "status": 404, "reason": "Not Found"},
+            "Failed to apply patch (404 Not Found)",
+        ),
+        ({"msg": "x" * 5000}, "x" * 999 + "…"),
+        (None, "task failed"),
+    ],
+)
 def test_failure_message(res, expected: str) -> None:
     assert failure_message(res) == expected
 
@@ -280,10 +367,17 @@ def run_real(tmp_path: Path, playbook: str) -> tuple[ResultCollector, RunOutcome
 
     bindir = str(Path(sys.executable).parent)
     r = ansible_runner.run(
-        private_data_dir=str(tmp_path), playbook="pb.yml", quiet=True, event_handler=handler,
-        inventory="localhost ansible_connection=local", timeout=120,
-        envvars={"PATH": bindir + os.pathsep + os.environ.get("PATH", ""), "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
-                 "ANSIBLE_HOME": str(tmp_path / "ansible_home")},
+        private_data_dir=str(tmp_path),
+        playbook="pb.yml",
+        quiet=True,
+        event_handler=handler,
+        inventory="localhost ansible_connection=local",
+        timeout=120,
+        envvars={
+            "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+            "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+            "ANSIBLE_HOME": str(tmp_path / "ansible_home"),
+        },
     )
     return collector, RunOutcome(status=r.status, rc=r.rc, artifacts_dir=tmp_path / "artifacts"), events
 
@@ -314,9 +408,10 @@ def test_real_run_module_not_found(tmp_path: Path) -> None:
 
 def test_operator_sdk_requeue_after_period_is_understood() -> None:
     """The real operator_sdk.util.requeue_after returns ``period`` (a Go duration), not our key."""
+    from pathlib import Path
+
     from ansible_operator.executors.base import RunOutcome
     from ansible_operator.results import ResultCollector
-    from pathlib import Path
 
     collector = ResultCollector()
     collector.feed({"event": "runner_on_ok", "event_data": {
@@ -343,7 +438,9 @@ def test_redact_secret_objects_and_their_values_in_free_text() -> None:
         "diff": [{"after": {"data": {"password": "aHVudGVyMjI="}, "kind": "Secret"}}],
     }
     out = redact_result(res)
-    assert out["result"]["data"] == {"password": REDACTED} and out["result"]["stringData"] == {"token": REDACTED}
+    assert out["result"]["data"] == {"password": REDACTED} and out["result"]["stringData"] == {
+        "token": REDACTED
+    }
     assert out["result"]["metadata"] == {"name": "db"}
     assert out["msg"] == f"created db with {REDACTED} and {REDACTED}"
     assert out["diff"][0]["after"]["data"] == {"password": REDACTED}

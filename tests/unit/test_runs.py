@@ -90,9 +90,25 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     ok_dir = _obj_dir(root) / OK_ID
     ok_dir.mkdir()
-    (ok_dir / "run.json").write_text(json.dumps(_summary(
-        OK_ID, finished="2026-11-22T14:00:01Z", duration_s=0.42, result="successful",
-        stats={"ok": 3, "changed": 0, "skipped": 0, "failures": 0, "unreachable": 0, "rescued": 0, "ignored": 0})))
+    (ok_dir / "run.json").write_text(
+        json.dumps(
+            _summary(
+                OK_ID,
+                finished="2026-11-22T14:00:01Z",
+                duration_s=0.42,
+                result="successful",
+                stats={
+                    "ok": 3,
+                    "changed": 0,
+                    "skipped": 0,
+                    "failures": 0,
+                    "unreachable": 0,
+                    "rescued": 0,
+                    "ignored": 0,
+                },
+            )
+        )
+    )
 
     running = _obj_dir(root, ns="prod", name="big") / RUNNING_ID
     running.mkdir(parents=True)
@@ -119,7 +135,9 @@ def test_default_artifacts_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert runs.default_artifacts_dir() == tmp_path / "state" / "ansible-operator" / "runs"
     monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert runs.default_artifacts_dir() == tmp_path / "home" / ".local" / "state" / "ansible-operator" / "runs"
+    assert (
+        runs.default_artifacts_dir() == tmp_path / "home" / ".local" / "state" / "ansible-operator" / "runs"
+    )
 
 
 def test_list_newest_first_and_filters(artifacts: Path) -> None:

@@ -9,10 +9,10 @@ from ansible_operator.sandbox.auth import (
     ANONYMOUS_USER,
     Attributes,
     UserInfo,
+    _applies_to,
     forbidden,
     request_attributes,
     rule_allows,
-    _applies_to,
 )
 
 SA = UserInfo("system:serviceaccount:ns:bot", ("system:serviceaccounts", "system:authenticated"))

@@ -22,10 +22,20 @@ T2 = T0 + timedelta(minutes=10)
 def result(status: str = "successful", *, failed: FailedTask | None = None, changed: int = 0,
            changed_tasks: tuple[str, ...] = (), unreachable: int = 0, error: str | None = None,
            failures: int | None = None) -> RunResult:
-    return RunResult(status=status, ok=5, changed=changed, skipped=1,
-                     failures=(1 if failed else 0) if failures is None else failures, unreachable=unreachable,
-                     rescued=0, ignored=0, failed_task=failed, changed_tasks=changed_tasks, requeue_after=None,
-                     error=error)
+    return RunResult(
+        status=status,
+        ok=5,
+        changed=changed,
+        skipped=1,
+        failures=(1 if failed else 0) if failures is None else failures,
+        unreachable=unreachable,
+        rescued=0,
+        ignored=0,
+        failed_task=failed,
+        changed_tasks=changed_tasks,
+        requeue_after=None,
+        error=error,
+    )
 
 
 def by_type(status: dict) -> dict[str, dict]:
@@ -42,7 +52,9 @@ def test_condition_types() -> None:
 
 def test_format_time() -> None:
     assert format_time(T0) == "2026-11-22T13:45:01Z"
-    assert format_time(datetime(2026, 1, 1, 12, tzinfo=timezone(timedelta(hours=2)))) == "2026-01-01T10:00:00Z"
+    assert (
+        format_time(datetime(2026, 1, 1, 12, tzinfo=timezone(timedelta(hours=2)))) == "2026-01-01T10:00:00Z"
+    )
 
 
 def test_running_status_on_fresh_object() -> None:
@@ -62,8 +74,12 @@ def test_success_after_running() -> None:
     assert c["Running"]["message"] == "Awaiting next reconciliation"
     assert c["Running"]["lastTransitionTime"] == format_time(T1)  # True -> False is a transition
     assert c["Successful"] == {
-        "type": "Successful", "status": "True", "reason": "Successful", "message": "Last reconciliation succeeded",
-        "lastTransitionTime": format_time(T1), "observedGeneration": 3,
+        "type": "Successful",
+        "status": "True",
+        "reason": "Successful",
+        "message": "Last reconciliation succeeded",
+        "lastTransitionTime": format_time(T1),
+        "observedGeneration": 3,
         "ansibleResult": {"ok": 5, "changed": 2, "skipped": 1, "failures": 0, "completion": T1.isoformat()},
     }
     assert c["Failure"]["status"] == "False" and "ansibleResult" not in c["Failure"]
@@ -84,7 +100,9 @@ def test_failure_message_and_conditions() -> None:
 
 
 def test_timeout_and_executor_error_messages() -> None:
-    c = by_type(result_status(None, result("timeout", error="run exceeded the 1h timeout"), generation=1, now=T0))
+    c = by_type(
+        result_status(None, result("timeout", error="run exceeded the 1h timeout"), generation=1, now=T0)
+    )
     assert c["Failure"]["message"] == "run exceeded the 1h timeout"
     c = by_type(result_status(None, result("timeout"), generation=1, now=T0))
     assert c["Failure"]["message"] == "the run timed out"

@@ -234,60 +234,110 @@ def test_finalizer_role_and_playbook_resolved(project: Path) -> None:
     assert b.finalizer.role == str((project / "roles" / "memcached").resolve())
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("- {group: cache.example.com, version: v1, kind: Memcached, rol: memcached}\n",
-     "watches.yaml: entry 1 (Memcached.cache.example.com): unknown key 'rol' (did you mean 'role'?)"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, reconcileperiod: 5s}\n",
-     "unknown key 'reconcileperiod' (did you mean 'reconcilePeriod'?)"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, finalizer: {nmae: x, vars: {a: 1}}}\n",
-     "unknown key 'finalizer.nmae' (did you mean 'name'?)"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, selector: {matchLabel: {a: b}}}\n",
-     "unknown key 'selector.matchLabel' (did you mean 'matchLabels'?)"),
-    ("- {version: v1, kind: A, role: memcached}\n", "missing required key 'group'"),
-    ("- {group: a.io, kind: A, role: memcached}\n", "missing required key 'version'"),
-    ("- {group: a.io, version: v1, role: memcached}\n", "missing required key 'kind'"),
-    ("- {group: a.io, version: '', kind: A, role: memcached}\n", "'version' must not be empty"),
-    ("- {group: a.io, version: v1, kind: A}\n", "exactly one of 'role' or 'playbook' is required"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, playbook: playbooks/site.yml}\n",
-     "'role' and 'playbook' are mutually exclusive"),
-    ("- {group: a.io, version: v1, kind: A, role: nothere}\n", "role 'nothere' not found"),
-    ("- {group: a.io, version: v1, kind: A, role: /abs/nothere}\n", "role directory '/abs/nothere' does not exist"),
-    ("- {group: a.io, version: v1, kind: A, playbook: nope.yml}\n", "'playbook': playbook"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached}\n- {group: a.io, version: v1, kind: A, role: memcached}\n",
-     "entry 2 (A.a.io): duplicate watch for a.io/v1 A (first defined in entry 1)"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, reconcilePeriod: abc}\n",
-     "'reconcilePeriod': invalid duration 'abc'"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, reconcilePeriod: -5s}\n", "negative"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, maxRunnerArtifacts: x}\n",
-     "invalid value for 'maxRunnerArtifacts': 'x': must be an integer"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, maxRunnerArtifacts: -1}\n",
-     "invalid value for 'maxRunnerArtifacts': -1"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, manageStatus: 'no'}\n",
-     "invalid value for 'manageStatus': 'no': must be true or false"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, vars: [1]}\n",
-     "invalid value for 'vars': [1]: must be a mapping"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, finalizer: {vars: {a: 1}}}\n",
-     "missing required key 'finalizer.name'"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, finalizer: {name: f}}\n",
-     "'finalizer' needs a 'role', a 'playbook' or 'vars'"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, finalizer: {name: f, role: memcached,"
-     " playbook: playbooks/site.yml}}\n", "'finalizer.role' and 'finalizer.playbook' are mutually exclusive"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, finalizer: {name: f, role: gone}}\n",
-     "'finalizer.role': role 'gone' not found"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, selector: {matchExpressions: [{key: a, operator: Is}]}}\n",
-     "selector.matchExpressions[0].operator"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, selector: {matchExpressions: [{key: a, operator: In}]}}\n",
-     "operator In needs a non-empty 'values' list"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, selector: {matchExpressions: [{key: a, operator: Exists,"
-     " values: [x]}]}}\n", "operator Exists must not have 'values'"),
-    ("- {group: a.io, version: v1, kind: A, role: memcached, blacklist: [{group: '', kind: Secret}]}\n",
-     "missing required key 'blacklist[0].version'"),
-    ("- just a string\n", "entry 1: expected a mapping"),
-    ("group: a.io\n", "expected a list of watches at the top level, got a dict"),
-    ("", "is empty"),
-    ("[]\n", "the list of watches is empty"),
-    ("- {group: a.io\n  version: [\n", "YAML syntax error: line"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "- {group: cache.example.com, version: v1, kind: Memcached, rol: memcached}\n",
+            "watches.yaml: entry 1 (Memcached.cache.example.com): unknown key 'rol' (did you mean 'role'?)",
+        ),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached, reconcileperiod: 5s}\n",
+            "unknown key 'reconcileperiod' (did you mean 'reconcilePeriod'?)",
+        ),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached, finalizer: {nmae: x, vars: {a: 1}}}\n",
+            "unknown key 'finalizer.nmae' (did you mean 'name'?)",
+        ),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached, selector: {matchLabel: {a: b}}}\n",
+            "unknown key 'selector.matchLabel' (did you mean 'matchLabels'?)",
+        ),
+        ("- {version: v1, kind: A, role: memcached}\n", "missing required key 'group'"),
+        ("- {group: a.io, kind: A, role: memcached}\n", "missing required key 'version'"),
+        ("- {group: a.io, version: v1, role: memcached}\n", "missing required key 'kind'"),
+        ("- {group: a.io, version: '', kind: A, role: memcached}\n", "'version' must not be empty"),
+        ("- {group: a.io, version: v1, kind: A}\n", "exactly one of 'role' or 'playbook' is required"),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached, playbook: playbooks/site.yml}\n",
+            "'role' and 'playbook' are mutually exclusive",
+        ),
+        ("- {group: a.io, version: v1, kind: A, role: nothere}\n", "role 'nothere' not found"),
+        (
+            "- {group: a.io, version: v1, kind: A, role: /abs/nothere}\n",
+            "role directory '/abs/nothere' does not exist",
+        ),
+        ("- {group: a.io, version: v1, kind: A, playbook: nope.yml}\n", "'playbook': playbook"),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached}\n"
+            "- {group: a.io, version: v1, kind: A, role: memcached}\n",
+            "entry 2 (A.a.io): duplicate watch for a.io/v1 A (first defined in entry 1)",
+        ),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached, reconcilePeriod: abc}\n",
+            "'reconcilePeriod': invalid duration 'abc'",
+        ),
+        ("- {group: a.io, version: v1, kind: A, role: memcached, reconcilePeriod: -5s}\n", "negative"),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached, maxRunnerArtifacts: x}\n",
+            "invalid value for 'maxRunnerArtifacts': 'x': must be an integer",
+        ),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached, maxRunnerArtifacts: -1}\n",
+            "invalid value for 'maxRunnerArtifacts': -1",
+        ),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached, manageStatus: 'no'}\n",
+            "invalid value for 'manageStatus': 'no': must be true or false",
+        ),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached, vars: [1]}\n",
+            "invalid value for 'vars': [1]: must be a mapping",
+        ),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached, finalizer: {vars: {a: 1}}}\n",
+            "missing required key 'finalizer.name'",
+        ),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached, finalizer: {name: f}}\n",
+            "'finalizer' needs a 'role', a 'playbook' or 'vars'",
+        ),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached, finalizer: {name: f, role: memcached,"
+            " playbook: playbooks/site.yml}}\n",
+            "'finalizer.role' and 'finalizer.playbook' are mutually exclusive",
+        ),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached, finalizer: {name: f, role: gone}}\n",
+            "'finalizer.role': role 'gone' not found",
+        ),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached,"
+            " selector: {matchExpressions: [{key: a, operator: Is}]}}\n",
+            "selector.matchExpressions[0].operator",
+        ),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached,"
+            " selector: {matchExpressions: [{key: a, operator: In}]}}\n",
+            "operator In needs a non-empty 'values' list",
+        ),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached,"
+            " selector: {matchExpressions: [{key: a, operator: Exists, values: [x]}]}}\n",
+            "operator Exists must not have 'values'",
+        ),
+        (
+            "- {group: a.io, version: v1, kind: A, role: memcached,"
+            " blacklist: [{group: '', kind: Secret}]}\n",
+            "missing required key 'blacklist[0].version'",
+        ),
+        ("- just a string\n", "entry 1: expected a mapping"),
+        ("group: a.io\n", "expected a list of watches at the top level, got a dict"),
+        ("", "is empty"),
+        ("[]\n", "the list of watches is empty"),
+        ("- {group: a.io\n  version: [\n", "YAML syntax error: line"),
+    ],
+)
 def test_errors_are_one_line(project: Path, text: str, expected: str) -> None:
     p = write(project, text)
     with pytest.raises(WatchesError) as exc:
@@ -352,11 +402,19 @@ def test_annotation_overrides(project: Path) -> None:
 # ---- issue 11: duplicate keys (defect 9), annotation verbosity cap (defect 4) ---------------------------
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("- group: a.io\n  version: v1\n  kind: A\n  role: memcached\n  role: other\n",
-     "duplicate key 'role' (first at line 4)"),
-    ("- group: a.io\n  version: v1\n  kind: A\n  role: memcached\n  vars: {x: 1, x: 2}\n", "duplicate key 'x'"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        (
+            "- group: a.io\n  version: v1\n  kind: A\n  role: memcached\n  role: other\n",
+            "duplicate key 'role' (first at line 4)",
+        ),
+        (
+            "- group: a.io\n  version: v1\n  kind: A\n  role: memcached\n  vars: {x: 1, x: 2}\n",
+            "duplicate key 'x'",
+        ),
+    ],
+)
 def test_duplicate_keys_are_refused_in_one_line(project: Path, text: str, fragment: str) -> None:
     p = write(project, text)
     with pytest.raises(WatchesError) as exc:
@@ -387,6 +445,8 @@ def test_annotation_verbosity_is_capped_by_the_operator(project: Path) -> None:
     assert got["invalid"][0][0] == annotation and "maximum 2" in got["invalid"][0][2]
     assert annotation_overrides(w, {annotation: "0"})["ansible_verbosity"] == 0  # lowering is always fine
     [w] = load(p, max_annotation_verbosity=4)
-    assert annotation_overrides(w, {annotation: "4"}) == dict(annotation_overrides(w, None), ansible_verbosity=4)
+    assert annotation_overrides(w, {annotation: "4"}) == dict(
+        annotation_overrides(w, None), ansible_verbosity=4
+    )
     with pytest.raises(WatchesError, match="0..7"):
         load(p, max_annotation_verbosity=8)

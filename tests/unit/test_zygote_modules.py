@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 import pytest
+from executor_helpers import started
 
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.warm import WarmExecutor
 from ansible_operator.executors.zygote_modules import plan_for
-from executor_helpers import started
 
 pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
 
@@ -185,10 +185,14 @@ async def test_module_results_are_the_same_with_and_without_the_fast_path(
 async def test_kubernetes_core_tasks_match_a_fresh_interpreter(
         fast: WarmExecutor, slow: WarmExecutor, sandbox: Any, tmp_path: Path) -> None:
     results = []
-    for tag, ex in (("fast", fast), ("slow", slow)):
+    for _tag, ex in (("fast", fast), ("slow", slow)):
         events: list[dict[str, Any]] = []
-        req = _request(tmp_path, K8S_PLAYBOOK, extra_vars={"tag": "t"},
-                       envvars={"ANSIBLE_GATHERING": "explicit", "K8S_AUTH_KUBECONFIG": str(sandbox.kubeconfig)})
+        req = _request(
+            tmp_path,
+            K8S_PLAYBOOK,
+            extra_vars={"tag": "t"},
+            envvars={"ANSIBLE_GATHERING": "explicit", "K8S_AUTH_KUBECONFIG": str(sandbox.kubeconfig)},
+        )
         outcome = await ex.run(req, events.append)
         assert outcome.status == "successful", [e.get("stdout") for e in events][-3:]
         results.append(_results(events))
@@ -202,12 +206,16 @@ async def test_kubernetes_core_tasks_match_a_fresh_interpreter(
     assert failed == ["unknown kind"]
 
 
-async def test_a_run_collection_path_shadows_the_preloaded_collection(fast: WarmExecutor, tmp_path: Path) -> None:
+async def test_a_run_collection_path_shadows_the_preloaded_collection(
+    fast: WarmExecutor, tmp_path: Path
+) -> None:
     """The zygote imported kubernetes.core; a run whose path has another one must use that one."""
     fake = 'from ansible.module_utils.basic import AnsibleModule\n' \
            'AnsibleModule(argument_spec={}, supports_check_mode=True).exit_json(fake=True)\n'
     collections = _collection(tmp_path / "collections", "kubernetes", "core", "k8s_cluster_info", fake)
-    playbook = "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - kubernetes.core.k8s_cluster_info: {}\n"
+    playbook = (
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - kubernetes.core.k8s_cluster_info: {}\n"
+    )
     events: list[dict[str, Any]] = []
     outcome = await fast.run(_request(tmp_path, playbook, collections_path=(collections,),
                                       envvars={"ANSIBLE_GATHERING": "explicit"}), events.append)

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 import pytest
+from executor_helpers import started
 
 from ansible_operator.executors import ansible_compat
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.warm import WarmExecutor
 from ansible_operator.executors.zygote_payloads import PayloadStore, decode_entry, encode_entry, is_fresh
-from executor_helpers import started
 
 pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
 
@@ -77,7 +77,9 @@ def _store_entries(ex: WarmExecutor) -> list[str]:
     return [p.name for base in bases for p in base.glob(pattern) if not p.name.startswith(".part-")]
 
 
-async def test_a_payload_is_built_once_and_rebuilt_when_a_source_changes(warm: WarmExecutor, tmp_path: Path) -> None:
+async def test_a_payload_is_built_once_and_rebuilt_when_a_source_changes(
+    warm: WarmExecutor, tmp_path: Path
+) -> None:
     collections = _collection(tmp_path / "c", "v1", "one")
     assert await _speak(warm, tmp_path, collections) == {"module": "v1", "util": "one"}
     # the store hooks ansible-core 2.19's payload builder; 2.16 - 2.18 runs build their own, as before

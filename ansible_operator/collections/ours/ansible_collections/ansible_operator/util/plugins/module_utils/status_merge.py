@@ -199,6 +199,8 @@ def plan_status_replace(old_status, status, conditions, now=None):
     if conditions:
         if "conditions" in new_status:
             raise ConditionError("give conditions either in `status.conditions` or in `conditions`, not both")
-        kept = [c for c in (old_status.get("conditions") or []) if _find(conditions, c.get("type")) is not None]
+        kept = [
+            c for c in (old_status.get("conditions") or []) if _find(conditions, c.get("type")) is not None
+        ]
         new_status["conditions"] = merge_conditions(kept, conditions, now)
     return new_status, new_status != old_status

@@ -103,7 +103,6 @@ import copy  # noqa: E402
 import datetime  # noqa: E402
 import time  # noqa: E402
 
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule  # noqa: E402
 from ansible_collections.ansible_operator.util.plugins.module_utils.k8s_common import (  # noqa: E402
     api_error,
     auth_argspec,
@@ -111,6 +110,7 @@ from ansible_collections.ansible_operator.util.plugins.module_utils.k8s_common i
     find_resource,
     is_api_error,
 )
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule  # noqa: E402
 
 EVENT_ARG_SPEC = {
     "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},

@@ -67,7 +67,7 @@ options:
     type: bool
     default: false
 author: ansible-operator contributors
-"""
+"""  # noqa: E501 (Ansible module documentation: one option per YAML flow mapping)
 
 EXAMPLES = r"""
 - name: Publish custom status fields
@@ -103,7 +103,6 @@ result:
 import copy  # noqa: E402
 import time  # noqa: E402
 
-from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule  # noqa: E402
 from ansible_collections.ansible_operator.util.plugins.module_utils.k8s_common import (  # noqa: E402
     NAME_ARG_SPEC,
     api_error,
@@ -120,6 +119,7 @@ from ansible_collections.ansible_operator.util.plugins.module_utils.status_merge
     plan_status_replace,
     validate_conditions,
 )
+from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule  # noqa: E402
 
 CONFLICT_RETRIES = 5
 
@@ -157,7 +157,10 @@ def _write(module, resource, instance, new_status, patch):
         body = copy.deepcopy(instance)
         body["status"] = new_status
         return target.replace(body=body, name=meta["name"], namespace=namespace).to_dict()
-    body = {"metadata": {"name": meta["name"], "resourceVersion": meta.get("resourceVersion")}, "status": patch}
+    body = {
+        "metadata": {"name": meta["name"], "resourceVersion": meta.get("resourceVersion")},
+        "status": patch,
+    }
     if namespace:
         body["metadata"]["namespace"] = namespace
     return target.patch(

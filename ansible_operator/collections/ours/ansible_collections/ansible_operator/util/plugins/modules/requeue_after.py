@@ -46,7 +46,9 @@ from ansible_collections.ansible_operator.util.plugins.module_utils.duration imp
 
 
 def main():
-    module = AnsibleModule(argument_spec={"time": {"type": "str", "required": True}}, supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec={"time": {"type": "str", "required": True}}, supports_check_mode=True
+    )
     text = module.params["time"]
     try:
         seconds = parse_duration(text)
