@@ -31,6 +31,9 @@ from ansible_operator.sandbox.lifecycle import Lifecycle
 from ansible_operator.sandbox.resources import AUTHENTICATION_GROUP, REVIEW_GROUP, ResourceType
 from ansible_operator.sandbox.store import Event, Store, TooOldResourceVersion
 
+# The authenticated user of a request (secure mode), set by the authentication step.
+USER_KEY: web.RequestKey[auth.UserInfo] = web.RequestKey("user", auth.UserInfo)
+
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
@@ -198,7 +201,7 @@ class ApiServer:
         if "Impersonate-User" in request.headers or "Impersonate-Group" in request.headers:
             user = auth.impersonate(user, request.headers, request.headers.getall("Impersonate-Group", []),
                                     self.authorizer)
-        request["user"] = user
+        request[USER_KEY] = user
         attrs = auth.request_attributes(user, request.method, request.path, request.query)
         allowed, reason = self.authorizer.authorize(attrs)
         if not allowed:
@@ -390,7 +393,7 @@ class ApiServer:
         review = dict(body if isinstance(body, dict) else {}, apiVersion=route.rtype.api_version,
                       kind=route.rtype.kind)
         # non-secure mode: everyone is the admin
-        user: auth.UserInfo = request.get("user") or auth.UserInfo(auth.ADMIN_USER,
+        user: auth.UserInfo = request.get(USER_KEY) or auth.UserInfo(auth.ADMIN_USER,
                                                                    (auth.MASTERS, auth.AUTHENTICATED))
         if route.rtype.kind == "TokenReview":
             return _json(self.authenticator.token_review(review), 201)
