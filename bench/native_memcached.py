@@ -394,8 +394,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.resume(GROUP, VERSION, PLURAL, id="reconcile")
 @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile")
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec", id="reconcile")
-async def memcached_changed(namespace: str, name: str, **_: Any) -> None:
-    assert QUEUE is not None
+async def memcached_changed(namespace: str | None, name: str, **_: Any) -> None:
+    assert QUEUE is not None and namespace is not None  # Memcached is namespaced
     QUEUE.trigger(namespace, name)
 
 

@@ -136,7 +136,7 @@ def table(raw: Raw, counts: dict[str, int], kind: str = "Memcached") -> str:
         if a is None and b is None and row.check is None:
             continue  # e.g. create->Available for a workload whose role reports no Available condition
         numbers = isinstance(a, (int, float)) and isinstance(b, (int, float))
-        ratio = _ratio(float(b), float(a)) if numbers else None
+        ratio = _ratio(float(b), float(a)) if numbers and a is not None and b is not None else None
         verdict = ""
         if row.check is not None:
             met = row.check(h)

@@ -39,6 +39,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "ansible_operator" / "sandbox"
 
@@ -202,8 +203,8 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     data = fds.SerializeToString(deterministic=True)
     (args.out / "k8s.binpb").write_bytes(data)
-    fields = {"inline": dict(sorted(inline.items())), "keep": dict(sorted(keep.items()))}
-    (args.out / "k8s_fields.json").write_text(json.dumps(fields, separators=(",", ":")) + "\n")
+    field_notes: dict[str, Any] = {"inline": dict(sorted(inline.items())), "keep": dict(sorted(keep.items()))}
+    (args.out / "k8s_fields.json").write_text(json.dumps(field_notes, separators=(",", ":")) + "\n")
     print(f"wrote {args.out / 'k8s.binpb'} ({len(data)} bytes, {len(fds.file)} files), "
           f"{sum(map(len, inline.values()))} inline and {sum(map(len, keep.values()))} keep-zero fields")
     return 0

@@ -22,8 +22,8 @@ def executor() -> str:
     return EXECUTORS[0]  # about reconcile, not the executor
 
 
-def _successful_generations(cluster: Cluster, name: str, seen: list[tuple[int, int]], stop: threading.Event,
-                            ready: threading.Event) -> None:
+def _successful_generations(cluster: Cluster, name: str, seen: list[tuple[int | None, int]],
+                            stop: threading.Event, ready: threading.Event) -> None:
     """Each distinct (status.observedGeneration, metadata.generation) of Successful=True, in order."""
     w = kubernetes.watch.Watch()
     ready.set()
@@ -47,7 +47,7 @@ def test_status_names_the_generation_the_run_applied(cluster: Cluster, start_ope
     markers = tmp_path / "markers"
     markers.mkdir()
     start_operator([default_watch(role=str(HERE / "roles" / "gated"), finalizer=None)])
-    seen: list[tuple[int, int]] = []
+    seen: list[tuple[int | None, int]] = []
     stop, ready = threading.Event(), threading.Event()
     watcher = threading.Thread(target=_successful_generations, args=(cluster, "edited", seen, stop, ready),
                                daemon=True)
@@ -57,7 +57,8 @@ def test_status_names_the_generation_the_run_applied(cluster: Cluster, start_ope
     wait_for(lambda: (markers / "started").exists(), 60, what="first run started")
     for i in range(1, 11):  # ten spec edits while the first run is in flight
         cluster.patch_widget("edited", {"spec": {"color": f"c{i}"}})
-    assert cluster.get_widget("edited")["metadata"]["generation"] == 11
+    edited = cluster.get_widget("edited")
+    assert edited is not None and edited["metadata"]["generation"] == 11
     (markers / "release").write_text("go")
     cluster.wait_condition("edited", "Successful", generation=11, timeout=90)
     wait_for(lambda: seen and seen[-1][0] == 11, 30, what="the watch saw the final status")

@@ -60,7 +60,9 @@ def test_owned_objects_and_self_healing(cluster: Cluster, start_operator) -> Non
     assert [(r.kind, r.name, r.uid) for r in refs] == [("Widget", "own", widget["metadata"]["uid"])]
 
     # the role's status module call sits next to the runner's own conditions
-    status = cluster.get_widget("own")["status"]
+    own = cluster.get_widget("own")
+    assert own is not None
+    status = own["status"]
     assert status["appDeployment"] == "own-app"
     types = {c["type"]: c["status"] for c in status["conditions"]}
     assert types["AppReady"] == "True" and types["Successful"] == "True"
@@ -78,8 +80,10 @@ def test_owned_objects_and_self_healing(cluster: Cluster, start_operator) -> Non
 
     # the runner's and the role's conditions both survive the next run
     cluster.wait_condition("own", "Successful")
-    types = {c["type"] for c in cluster.get_widget("own")["status"]["conditions"]}
-    assert {"AppReady", "Successful", "Running", "Failure"} <= types
+    own = cluster.get_widget("own")
+    assert own is not None
+    condition_types = {c["type"] for c in own["status"]["conditions"]}
+    assert {"AppReady", "Successful", "Running", "Failure"} <= condition_types
 
 
 def test_cluster_scoped_dependent_gets_annotations_and_requeues(cluster: Cluster, start_operator) -> None:

@@ -63,7 +63,9 @@ def test_relist_after_410_runs_recreated_objects_and_forgets_deleted_ones(
     cluster.create_widget("gone", {"color": "blue"})
     cluster.wait_condition("again", "Successful", generation=1)
     cluster.wait_condition("gone", "Successful", generation=1)
-    old_uid = cluster.get_widget("again")["metadata"]["uid"]
+    again = cluster.get_widget("again")
+    assert again is not None
+    old_uid = again["metadata"]["uid"]
     assert op.runs("gone")
 
     # The gap: the operator's API server goes away; meanwhile, on the same data, the changes happen.
@@ -75,7 +77,8 @@ def test_relist_after_410_runs_recreated_objects_and_forgets_deleted_ones(
         _delete_for_good(other, "again")
         _delete_for_good(other, "gone")
         other.create_widget("again", {"color": "green"})
-        assert other.get_widget("again")["metadata"]["generation"] == 1
+        recreated = other.get_widget("again")
+        assert recreated is not None and recreated["metadata"]["generation"] == 1
         other.api.close()
     finally:
         side.sandbox.stop_thread()
@@ -85,7 +88,8 @@ def test_relist_after_410_runs_recreated_objects_and_forgets_deleted_ones(
 
     done = cluster.wait_condition("again", "Successful", generation=1, timeout=90)
     assert done["ansibleResult"]["failures"] == 0
-    assert cluster.get_widget("again")["metadata"]["uid"] != old_uid
+    again = cluster.get_widget("again")
+    assert again is not None and again["metadata"]["uid"] != old_uid
     assert (cluster.configmap("again-out") or {}).get("color") == "green", op.logs()[-3000:]
     # the object deleted during the gap is forgotten, artifacts included
     wait_for(lambda: op.runs("gone") == [], 30, what="artifacts of 'gone' removed")

@@ -80,7 +80,8 @@ def test_failure_condition_names_task_and_emits_warning(cluster: Cluster, start_
     # fixing the spec clears the failure
     cluster.patch_widget("bad", {"spec": {"failMessage": None}})
     cluster.wait_condition("bad", "Successful", generation=2)
-    assert cluster.condition("bad", "Failure")["status"] == "False"
+    failure = cluster.condition("bad", "Failure")
+    assert failure is not None and failure["status"] == "False"
 
 
 def test_failed_runs_back_off_instead_of_hot_looping(cluster: Cluster, start_operator) -> None:
@@ -118,7 +119,8 @@ def test_cr_values_are_inert_to_jinja(cluster: Cluster, start_operator) -> None:
     payload = "{{ lookup('pipe', 'id') }}"
     cluster.create_widget("inject", {"templateText": payload})
     cluster.wait_condition("inject", "Successful")
-    assert cluster.configmap("inject-out")["template_text"] == payload
+    out = cluster.configmap("inject-out")
+    assert out is not None and out["template_text"] == payload
 
 
 def test_ansible_variables_in_spec_are_refused(cluster: Cluster, start_operator) -> None:

@@ -96,6 +96,7 @@ class _SharedExecutor:
                 self._executor = executor
                 atexit.register(self.close)
         events: list[dict[str, Any]] = []
+        assert self._loop is not None
         future = asyncio.run_coroutine_threadsafe(self._executor.run(request, events.append), self._loop)
         outcome = future.result(timeout + 30)
         return RoleRun(outcome.status, events, outcome.error)

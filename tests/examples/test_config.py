@@ -111,7 +111,8 @@ def _role_touched_kinds() -> set[tuple[str, str]]:
         if isinstance(node, dict):
             for key, args in node.items():
                 if isinstance(key, str) and key.startswith("kubernetes.core.") and isinstance(args, dict):
-                    spec = args.get("definition") if isinstance(args.get("definition"), dict) else args
+                    definition = args.get("definition")
+                    spec = definition if isinstance(definition, dict) else args
                     api, kind = spec.get("apiVersion") or spec.get("api_version", "v1"), spec.get("kind")
                     if isinstance(kind, str) and "{{" not in kind and "{{" not in str(api):
                         found.add((api.rpartition("/")[0], kind))

@@ -169,7 +169,7 @@ def test_v2_document_and_its_protobuf_only_request(sandbox: SandboxHandle):
     with urllib.request.urlopen(req, timeout=30) as resp:
         ctype, raw = resp.headers["Content-Type"], resp.read()
     assert ctype == "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
-    doc = protobuf.message_class("openapi.v2.Document").FromString(raw)
+    doc: Any = protobuf.message_class("openapi.v2.Document").FromString(raw)  # a generated class
     definitions = {d.name: d.value for d in doc.definitions.additional_properties}
     assert set(definitions) == set(v2["definitions"])
     deployment = definitions["io.k8s.api.apps.v1.Deployment"]

@@ -66,7 +66,8 @@ def test_sqlite_reload(tmp_path: Path):
     again = Store(tmp_path)
     assert again.resource_version == 3
     assert again.get(("/configmaps", "ns", "a")) is None
-    assert again.get(("/configmaps", "ns", "b"))["metadata"]["resourceVersion"] == "2"
+    b = again.get(("/configmaps", "ns", "b"))
+    assert b is not None and b["metadata"]["resourceVersion"] == "2"
     with pytest.raises(TooOldResourceVersion):
         again.watch("/configmaps", None, 2)  # history does not survive a restart
     again.close()

@@ -18,7 +18,7 @@ import pytest
 from ansible_operator.cli import build_parser, finish_run_args, main
 
 
-def parse(*argv: str) -> object:
+def parse(*argv: str) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(["run", *argv])
     finish_run_args(args.run_parser, args)
@@ -221,7 +221,11 @@ def test_every_flag_of_every_command_has_help() -> None:
         if not a.help and not isinstance(a, argparse._SubParsersAction)
     ]
     assert missing == []
-    run = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    subparsers = build_parser()._subparsers
+    assert subparsers is not None
+    action = subparsers._group_actions[0]
+    assert isinstance(action, argparse._SubParsersAction)
+    run = action.choices["run"]
     groups = [g.title for g in run._action_groups]
     for title in ("Ansible", "Controller", "Metrics and health probes", "Leader election"):
         assert title in groups

@@ -23,7 +23,7 @@ from ansible_operator.sandbox import Sandbox
 
 GROUP, VERSION, PLURAL, KIND = "status.ansible-operator.dev", "v1", "gizmos", "Gizmo"
 NS = "coll"
-CRD = {
+CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
     "metadata": {"name": f"{PLURAL}.{GROUP}"},
@@ -129,7 +129,7 @@ def test_k8s_status_merges_keeps_conditions_and_is_idempotent(env: Env) -> None:
     env.gizmo("g1", status={"conditions": [{"type": "Running", "status": "True", "reason": "Running",
                                             "lastTransitionTime": "2026-01-01T00:00:00Z"}],
                             "keep": "me"})
-    args = {"name": "g1", "status": {"replicas": 3, "nested": {"a": 1}},
+    args: dict[str, Any] = {"name": "g1", "status": {"replicas": 3, "nested": {"a": 1}},
             "conditions": [{"type": "Ready", "status": "True", "reason": "AllUp", "message": "ok"}]}
     results = env.play([_status_task("first", **args), _status_task("second", **args)], "merge")
     assert results["first"]["changed"] is True

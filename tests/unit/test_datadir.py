@@ -155,7 +155,11 @@ def test_unsafe_values_are_tagged_in_the_file(tmp_path: Path, playbook: Path) ->
     class Loader(yaml.SafeLoader):
         pass
 
-    Loader.add_constructor("!unsafe", lambda loader, node: ("UNSAFE", loader.construct_scalar(node)))
+    def construct_unsafe(loader: yaml.SafeLoader, node: yaml.Node) -> object:
+        assert isinstance(node, yaml.ScalarNode)
+        return ("UNSAFE", loader.construct_scalar(node))
+
+    Loader.add_constructor("!unsafe", construct_unsafe)
     p = prepare(req(tmp_path, playbook=playbook,
                     extra_vars={"x": Unsafe("{{ lookup('pipe','id') }}"), "n": 1}))
     text = p.extravars_file.read_text()

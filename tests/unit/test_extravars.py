@@ -204,7 +204,11 @@ def test_dump_round_trips_with_pyyaml(unsafe: bool) -> None:
     class Loader(yaml.SafeLoader):
         pass
 
-    Loader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+    def construct_unsafe(loader: yaml.SafeLoader, node: yaml.Node) -> object:
+        assert isinstance(node, yaml.ScalarNode)
+        return loader.construct_scalar(node)
+
+    Loader.add_constructor("!unsafe", construct_unsafe)
     text = dump(data)
     assert yaml.load(text, Loader=Loader) == ROUND_TRIP
     if unsafe:

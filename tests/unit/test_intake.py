@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import copy
+import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -59,11 +60,18 @@ def intake_for(watch: Watch | None = None,
 KEY = ObjectKey(namespace="ns", name="a")
 
 
+def cached(intake: WatchIntake) -> dict[str, Any]:
+    """The cached object of KEY, which the test expects to be there."""
+    obj = intake.cache.get(KEY)
+    assert obj is not None, f"{KEY} is not in the cache"
+    return obj
+
+
 def test_first_sight_enqueues_and_caches_latest() -> None:
     intake, queue = intake_for()
     intake.handle(None, cr())
     assert queue.added == [KEY]
-    assert intake.cache.get(KEY)["spec"] == {"size": 1}
+    assert cached(intake)["spec"] == {"size": 1}
 
 
 def test_status_only_and_finalizer_writes_do_not_enqueue() -> None:
@@ -75,7 +83,7 @@ def test_status_only_and_finalizer_writes_do_not_enqueue() -> None:
     intake.handle("MODIFIED", cr(resourceVersion="3", finalizers=["x/finalizer"]))
     assert queue.added == [KEY]
     # ...but the cache still moves to the latest body
-    assert intake.cache.get(KEY)["metadata"]["resourceVersion"] == "3"
+    assert cached(intake)["metadata"]["resourceVersion"] == "3"
 
 
 def test_generation_change_enqueues() -> None:
@@ -85,7 +93,7 @@ def test_generation_change_enqueues() -> None:
     changed["spec"]["size"] = 3
     intake.handle("MODIFIED", changed)
     assert queue.added == [KEY, KEY]
-    assert intake.cache.get(KEY)["spec"]["size"] == 3
+    assert cached(intake)["spec"]["size"] == 3
 
 
 def test_annotations_only_with_watch_annotations_changes() -> None:
@@ -158,7 +166,7 @@ def test_recreated_with_same_name_and_generation_is_a_new_object() -> None:
     intake.handle(None, cr(uid="u2", resourceVersion="9"))
     assert queue.added == [KEY, KEY]
     assert queue.forgotten == [KEY] and forgotten == [(KEY, "u1")]
-    assert intake.cache.get(KEY)["metadata"]["uid"] == "u2"
+    assert cached(intake)["metadata"]["uid"] == "u2"
 
 
 def test_late_deleted_of_the_old_uid_keeps_the_new_object() -> None:
@@ -166,7 +174,7 @@ def test_late_deleted_of_the_old_uid_keeps_the_new_object() -> None:
     intake.handle("ADDED", cr(uid="u1"))
     intake.handle("ADDED", cr(uid="u2", resourceVersion="5"))
     intake.handle("DELETED", cr(uid="u1", resourceVersion="6"))
-    assert intake.cache.get(KEY)["metadata"]["uid"] == "u2"
+    assert cached(intake)["metadata"]["uid"] == "u2"
     assert queue.forgotten == [KEY]  # once, for the replacement; not for the stale DELETED
 
 
@@ -206,7 +214,7 @@ def test_relist_with_a_recreated_object_forgets_the_old_uid_either_order() -> No
     intake.handle(None, cr(uid="u9", resourceVersion="9"))
     assert queue.added == [KEY, KEY]
     intake.relisted("ns", [("ns", "a", "u9")])
-    assert intake.cache.get(KEY)["metadata"]["uid"] == "u9"
+    assert cached(intake)["metadata"]["uid"] == "u9"
 
 
 async def test_kopf_relist_after_410_reaches_the_intake(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -218,7 +226,7 @@ async def test_kopf_relist_after_410_reaches_the_intake(monkeypatch: pytest.Monk
     import ansible_operator.intake as intake_mod
 
     monkeypatch.setattr(watching, "continuous_watch", watching.continuous_watch)  # restored afterwards
-    monkeypatch.setattr(intake_mod, "_LISTENERS", intake_mod.weakref.WeakSet())
+    monkeypatch.setattr(intake_mod, "_LISTENERS", weakref.WeakSet())
     listings = [[cr(uid="u1"), cr(name="b", uid="u2")], [cr(uid="u3", resourceVersion="20")]]
 
     async def fetch_objs(**_: Any) -> Any:
@@ -235,11 +243,12 @@ async def test_kopf_relist_after_410_reaches_the_intake(monkeypatch: pytest.Monk
     settings.watching.reconnect_backoff = 0
     resource = references.Resource(group="cache.example.com", version="v1alpha1", plural="memcacheds",
                                    kind="Memcached", namespaced=True)
-    async for item in watching.infinite_watch(settings=settings, resource=resource, namespace="ns",
+    async for item in watching.infinite_watch(settings=settings, resource=resource,
+                                              namespace=references.NamespaceName("ns"),
                                               _iterations=2):
         if isinstance(item, dict) and item.get("type") is None:
-            intake.handle(None, item["object"])
+            intake.handle(None, cast(dict[str, Any], item["object"]))
     assert intake.relists == 1
-    assert intake.cache.keys() == [KEY] and intake.cache.get(KEY)["metadata"]["uid"] == "u3"
+    assert intake.cache.keys() == [KEY] and cached(intake)["metadata"]["uid"] == "u3"
     assert queue.added == [KEY, ObjectKey("ns", "b"), KEY]  # the re-created "a" runs again
     assert set(queue.forgotten) == {KEY, ObjectKey("ns", "b")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
+from typing import Any
 
 import kubernetes
 import pytest
@@ -160,19 +161,20 @@ def test_owner_json_patch_for_a_created_object() -> None:
                    {"op": "add", "path": "/metadata/ownerReferences", "value": [owner_ref(NAMESPACED)]}]
     other = {"apiVersion": "v1", "kind": "Thing", "name": "t", "uid": "t-1"}
     with_refs = {"metadata": {"name": "c", "uid": "c-1", "ownerReferences": [other]}}
-    assert owner_json_patch(with_refs, NAMESPACED, "ownerReference")[1] == {
+    appended = owner_json_patch(with_refs, NAMESPACED, "ownerReference")
+    assert appended is not None and appended[1] == {
         "op": "add", "path": "/metadata/ownerReferences/-", "value": owner_ref(NAMESPACED)}
     assert owner_json_patch({"metadata": {"uid": "c-1", "ownerReferences": [owner_ref(NAMESPACED)]}},
                             NAMESPACED, "ownerReference") is None
     annotated = owner_json_patch(
         {"metadata": {"uid": "n-1", "annotations": {"a": "b"}}}, NAMESPACED, "annotations"
     )
-    assert annotated[1:] == [
+    assert annotated is not None and annotated[1:] == [
         {"op": "add", "path": "/metadata/annotations/operator-sdk~1primary-resource", "value": "apps/mc"},
         {"op": "add", "path": "/metadata/annotations/operator-sdk~1primary-resource-type",
          "value": "Memcached.cache.example.com"}]
     bare = owner_json_patch({"metadata": {"uid": "n-1"}}, NAMESPACED, "annotations")
-    assert bare[1] == {
+    assert bare is not None and bare[1] == {
         "op": "add",
         "path": "/metadata/annotations",
         "value": {
@@ -237,14 +239,14 @@ KINDS = OwnerKinds({("cache.example.com", "Memcached"): "cache.example.com/v1alp
 
 def _ref(kind: str, name: str, uid: str, controller: bool | None = None,
          api_version: str = "cache.example.com/v1alpha1") -> dict:
-    ref = {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid}
+    ref: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid}
     if controller is not None:
         ref["controller"] = controller
     return ref
 
 
 def test_owners_from_owner_references() -> None:
-    obj = {"metadata": {"namespace": "apps", "ownerReferences": [
+    obj: dict[str, Any] = {"metadata": {"namespace": "apps", "ownerReferences": [
         _ref("Memcached", "a", "1"), _ref("Memcached", "b", "2"),
         _ref("ReplicaSet", "rs", "3", True, "apps/v1")]}}
     assert owners_of(obj, KINDS) == {("cache.example.com/v1alpha1", "Memcached", "apps", "a"),
@@ -263,7 +265,7 @@ def test_owners_from_owner_references() -> None:
 
 
 def test_owners_from_annotations() -> None:
-    obj = {"metadata": {"name": "role", "annotations": {
+    obj: dict[str, Any] = {"metadata": {"name": "role", "annotations": {
         "operator-sdk/primary-resource": "apps/a",
         "operator-sdk/primary-resource-type": "Memcached.cache.example.com"}}}
     assert owners_of(obj, KINDS) == {("cache.example.com/v1alpha1", "Memcached", "apps", "a")}
@@ -276,7 +278,7 @@ def test_owners_from_annotations() -> None:
 
 
 def test_event_filtering_ignores_status_and_bookkeeping() -> None:
-    base = {"apiVersion": "apps/v1", "kind": "Deployment",
+    base: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "d", "generation": 1, "resourceVersion": "5", "labels": {"a": "1"}},
             "spec": {"replicas": 1}, "status": {"readyReplicas": 0}}
     fp = fingerprint(base)

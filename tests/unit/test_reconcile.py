@@ -166,10 +166,12 @@ async def test_a_listing_removes_runs_of_objects_deleted_while_the_operator_was_
     deleted = run("b", "u2", "20200101T000000Z-cccccc")
     other_ns = run("c", "u3", "20200101T000000Z-dddddd", namespace="other")
     future = run("d", "u4", "29991231T235959Z-eeeeee")  # began after the listing: not its business
+    janitor = reconciler.rt.janitor
+    assert janitor is not None
     reconciler.cache.listed("ns", frozenset({(KEY, "u1")}))
-    await reconciler.rt.janitor.settle()
+    await janitor.settle()
     assert kept.exists() and other_ns.exists() and future.exists()
     assert not old_incarnation.exists() and not deleted.exists() and not deleted.parent.exists()
     reconciler.cache.listed(None, frozenset({(KEY, "u1")}))  # a cluster-wide listing covers every namespace
-    await reconciler.rt.janitor.settle()
+    await janitor.settle()
     assert kept.exists() and not other_ns.exists()

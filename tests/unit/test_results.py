@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ansible_operator.executors.base import RunOutcome
+from ansible_operator.executors.base import RunOutcome, RunStatus
 from ansible_operator.results import FailedTask, ResultCollector, RunResult, failure_message
 
 _counter = 0
@@ -34,10 +35,11 @@ def ev(event: str, task: str | None = None, res: dict | None = None, *, host: st
 
 def stats(**counts) -> dict:
     keys = ("ok", "changed", "dark", "failures", "ignored", "processed", "rescued", "skipped")
-    return ev("playbook_on_stats", **{k: ({"localhost": counts[k]} if counts.get(k) else {}) for k in keys})
+    per_host: dict[str, Any] = {k: ({"localhost": counts[k]} if counts.get(k) else {}) for k in keys}
+    return ev("playbook_on_stats", **per_host)
 
 
-def outcome(status: str = "successful", rc: int | None = 0, error: str | None = None) -> RunOutcome:
+def outcome(status: RunStatus = "successful", rc: int | None = 0, error: str | None = None) -> RunOutcome:
     return RunOutcome(status=status, rc=rc, artifacts_dir=Path("/tmp/x"), error=error)
 
 
@@ -161,6 +163,7 @@ def test_rescued_then_real_failure_reports_the_real_one() -> None:
         ev("runner_on_failed", "real", {"msg": "boom"}, action="fail", role="app"),
         stats(ok=1, rescued=1, failures=1),
     ], outcome("failed", 2))
+    assert r.failed_task is not None
     assert r.failed_task.name == "real" and r.failed_task.role == "app"
     assert r.message == "app : real: boom"
 
@@ -178,6 +181,7 @@ def test_unreachable_counts_as_failure() -> None:
         outcome("failed", 4),
     )
     assert not r.succeeded and r.unreachable == 1 and r.failures == 0
+    assert r.failed_task is not None
     assert r.failed_task.message == "Failed to connect to the host via ssh"
 
 
@@ -208,6 +212,7 @@ def test_timeout_without_error_text() -> None:
 
 def test_failed_task_without_stats_kept() -> None:
     r = collect([ev("runner_on_failed", "t", {"msg": "bad"})], outcome("error", None, error="worker crashed"))
+    assert r.failed_task is not None
     assert r.failed_task.message == "bad" and r.failures == 1
     assert r.message == "t: bad"  # the task is more specific than the executor error
     assert r.error == "worker crashed"
@@ -430,7 +435,7 @@ from ansible_operator.results import REDACTED, redact_result  # noqa: E402
 
 
 def test_redact_secret_objects_and_their_values_in_free_text() -> None:
-    res = {
+    res: dict[str, Any] = {
         "changed": True,
         "result": {"kind": "Secret", "apiVersion": "v1", "metadata": {"name": "db"}, "type": "Opaque",
                    "data": {"password": "aHVudGVyMjI="}, "stringData": {"token": "tok-123456"}},

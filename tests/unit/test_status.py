@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from ansible_operator.results import FailedTask, RunResult
 from ansible_operator.status import (
@@ -144,7 +145,7 @@ def test_running_does_not_move_observed_generation() -> None:
 
 
 def test_role_written_fields_and_conditions_are_kept() -> None:
-    current = {
+    current: dict[str, Any] = {
         "conditions": [
             {"type": "Ready", "status": "True", "reason": "PodsReady", "message": "3/3",
              "lastTransitionTime": "2026-01-01T00:00:00Z"},

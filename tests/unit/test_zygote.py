@@ -37,7 +37,7 @@ def test_supported_range(version: str, ok: bool) -> None:
 
 
 def test_operator_side_refuses_another_ansible_core(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(warm.metadata, "version", lambda name: "2.99.0")
+    monkeypatch.setattr(metadata, "version", lambda name: "2.99.0")  # the module warm.py reads
     with pytest.raises(RuntimeError, match=r"2\.16 - 2\.19.*2\.99\.0.*--executor runner"):
         warm.check_ansible_core_version()
 
@@ -143,4 +143,5 @@ def test_playbook_arguments_carry_verbosity_inventory_and_extra_vars_file() -> N
     assert args[0].endswith("ansible-playbook")
     assert args[1:] == ["-i", "/pdd/inventory/hosts", "-e", "@/pdd/env/extravars", "-vvv",
                         "/pdd/project/main.yml"]
-    assert "-v" not in " ".join(zygote_child._playbook_args({**spec, "verbosity": 0}))
+    quiet: Any = {**spec, "verbosity": 0}
+    assert "-v" not in " ".join(zygote_child._playbook_args(quiet))
