@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, Mapping, Protocol
 from urllib.parse import quote
 
-from ansible_operator.kube import ApiError, NotFound
+from ansible_operator.kube import ApiError, Forbidden, NotFound
 from ansible_operator.queue import ObjectKey
 from ansible_operator.results import RunResult
 from ansible_operator.status import format_time
@@ -117,6 +117,9 @@ class EventRecorder:
         self.api = api
         self._last: dict[ObjectKey, tuple[tuple[Any, ...], str, int]] = {}
         """Per object: the last Event recorded (its identity, name and count)."""
+        self._told_forbidden = False
+        """Whether the missing permission was reported (once: the SDK records no Events, so its scaffold's
+        RBAC grants none, and a warning on every reconcile would bury the log)."""
 
     async def record(self, obj: Mapping[str, Any], body: dict[str, Any] | None) -> None:
         if body is None:
@@ -141,6 +144,14 @@ class EventRecorder:
                     pass
             created = await self.api.create_event(namespace, body)
             self._last[key] = (identity, created["metadata"]["name"], int(created.get("count") or 1))
+        except Forbidden as exc:  # still tried each time: the permission may be granted later
+            if self._told_forbidden:
+                log.debug("could not record event %s: %s", body.get("reason"), exc)
+            else:
+                self._told_forbidden = True
+                log.warning("could not record event %s: %s (further Events refused are logged at debug"
+                            " level; grant create and patch on events to record them)",
+                            body.get("reason"), exc)
         except ApiError as exc:  # events are best effort, as in every Kubernetes controller
             log.warning("could not record event %s: %s", body.get("reason"), exc)
 

@@ -3,8 +3,11 @@ aggregated into count/lastTimestamp like client-go's recorder."""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta, timezone
 from typing import Any
+
+import pytest
 
 from ansible_operator import events
 from ansible_operator.kube import Forbidden, NotFound
@@ -114,3 +117,20 @@ async def test_recorder_aggregates_repeats_and_survives_errors() -> None:
     api.fail_create = Forbidden(403, "Forbidden", "events is forbidden")
     await rec.record(OBJ, events.refused(OBJ, "x", now=T0))  # logged, not raised
     await rec.record(OBJ, None)
+
+
+async def test_forbidden_events_are_warned_once_and_still_tried(caplog: pytest.LogCaptureFixture) -> None:
+    # the Operator SDK records no Events, so its scaffold's RBAC grants none: one warning, not one per run
+    api = FakeApi()
+    api.fail_create = Forbidden(403, "Forbidden", "events is forbidden")
+    rec = events.EventRecorder(api)
+    with caplog.at_level(logging.DEBUG, logger="ansible_operator"):
+        for minute in range(3):
+            ev = events.for_result(OBJ, result("failed", failed=FAILED), now=T0 + timedelta(minutes=minute))
+            await rec.record(OBJ, ev)
+    refused = [r for r in caplog.records if "could not record event" in r.getMessage()]
+    assert [r.levelno for r in refused] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+    assert "grant create and patch on events" in refused[0].getMessage()
+    api.fail_create = None  # granted later: recorded
+    await rec.record(OBJ, events.refused(OBJ, "x", now=T0))
+    assert len(api.created) == 1
