@@ -145,8 +145,11 @@ def _operations(t: ResourceType, ref_prefix: str, v3: bool) -> dict[str, Any]:
             o["responses"] = {"200": {"description": "OK", "content": {
                 "application/json": {"schema": {"$ref": kind_ref}}}}}
             if with_body:
+                # a CRD's PATCH consumes no strategic merge patch (apiextensions' openapi builder), which
+                # tells kubectl apply to send a JSON merge patch; built-ins accept all four
                 types = (["application/apply-patch+yaml", "application/json-patch+json",
-                          "application/merge-patch+json", "application/strategic-merge-patch+json"]
+                          "application/merge-patch+json"]
+                         + (["application/strategic-merge-patch+json"] if t.builtin else [])
                          if action == "patch" else ["*/*"])
                 o["requestBody"] = {"content": {m: {"schema": {"$ref": body_ref}} for m in types}}
         else:

@@ -73,6 +73,10 @@ def test_apply_crd_and_cr_get_and_api_resources(kubectl: Kubectl):
     assert lines[0].split() == ["NAME", "SIZE", "PHASE"]
     assert lines[1].split() == ["w1", "3", "Ready"]
     assert "w1" in kubectl.run("get", "widgets", "-A").stdout
+    # a changed CR: kubectl apply sends a JSON merge patch, because the CR's published PATCH accepts no
+    # strategic merge patch (it did, and the sandbox then refused kubectl's strategic patch with 415)
+    assert "widget.test.example.com/w1 configured" in kubectl.apply(widget("w1", size=4))
+    assert kubectl.json("get", "widget", "w1")["spec"]["size"] == 4
 
 
 def test_apply_validation_errors_are_reported(kubectl: Kubectl):

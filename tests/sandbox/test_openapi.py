@@ -145,6 +145,7 @@ def test_v3_documents_publish_builtin_and_crd_schemas(sandbox: SandboxHandle):
     assert _dangling_refs(apps, "#/components/schemas/", schemas) == []
     patch = apps["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"]
     assert "fieldValidation" in [p["name"] for p in patch["parameters"]]
+    assert "application/strategic-merge-patch+json" in patch["requestBody"]["content"]
     # a CRD's schema is published in its group's document, and the root's hash moves with it
     old_hash = root["paths"].get("apis/test.example.com/v1")
     install_crd(sandbox.api_client())
@@ -153,6 +154,10 @@ def test_v3_documents_publish_builtin_and_crd_schemas(sandbox: SandboxHandle):
     _, _, doc = _call(sandbox, "GET", root["paths"]["apis/test.example.com/v1"]["serverRelativeURL"])
     widget = _with_gvk(doc["components"]["schemas"], "test.example.com", "v1", "Widget")
     assert widget["properties"]["spec"]["required"] == ["size"]
+    # as apiextensions publishes it: no strategic merge patch for a custom resource (kubectl merge-patches)
+    widget_patch = doc["paths"]["/apis/test.example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"]
+    assert sorted(widget_patch["requestBody"]["content"]) == [
+        "application/apply-patch+yaml", "application/json-patch+json", "application/merge-patch+json"]
     assert _dangling_refs(doc, "#/components/schemas/", doc["components"]["schemas"]) == []
 
 
