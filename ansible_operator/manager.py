@@ -388,8 +388,7 @@ async def _start_leader_election(args: argparse.Namespace, kube: Any, controller
 
     async def started() -> None:
         state["leading"] = True
-        metrics.set_leader(True)
-        log.info("became leader (lease %s/%s, identity %s)", namespace, name, identity)
+        metrics.set_leader(True)  # leader.py logs "became leader"
         for c in controllers:
             c.queue.resume()
 
