@@ -114,7 +114,8 @@ def record(py_spy: str, crs: int, out: Path) -> tuple[float, int]:
         scenarios._wait_quiet(op)
         watcher = cluster.watcher(MEMCACHED, "prof")
         zygote = next(p for p in op.family() if p.pid != op.proc.pid)
-        targets = (("operator", op.proc.pid, []), ("zygote", zygote.pid, ["--subprocesses"]))
+        targets: tuple[tuple[str, int, list[str]], ...] = (
+            ("operator", op.proc.pid, []), ("zygote", zygote.pid, ["--subprocesses"]))
         spies = [subprocess.Popen([py_spy, "record", "-p", str(pid), *extra, "-r", str(RATE), "-f", "raw",
                                    "-o", str(out / f"{what}.raw")],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
