@@ -129,11 +129,11 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
     from ansible_operator.collections import COLLECTIONS_ROOT
     from ansible_operator.executors import make_executor
     from ansible_operator.intake import ObjectCache, WatchIntake
+    from ansible_operator.labels import label_selector_from_dict
     from ansible_operator.logs import ansible_event_logger
     from ansible_operator.metrics import Metrics, close_all, serve_endpoints
     from ansible_operator.queue import WorkQueue
     from ansible_operator.reconcile import PassThroughCredentials, Reconciler, Runtime
-    from ansible_operator.sandbox.selectors import label_selector_from_dict
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

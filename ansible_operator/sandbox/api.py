@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import yaml
 
+from ansible_operator import labels
 from ansible_operator.sandbox import (
     builtin_schemas,
     crdcheck,
@@ -382,12 +383,12 @@ class Api:
         checks: list[Callable[[dict[str, Any]], bool]] = []
         try:
             if label_selector:
-                lsel = selectors.parse_label_selector(label_selector)
+                lsel = labels.parse_label_selector(label_selector)
                 checks.append(lambda o: lsel((o.get("metadata") or {}).get("labels") or {}))
             if field_selector:
                 allowed = None if rtype.builtin else {"metadata.name", "metadata.namespace"}
                 checks.append(selectors.parse_field_selector(field_selector, allowed))
-        except selectors.SelectorError as e:
+        except labels.SelectorError as e:
             raise bad_request(str(e)) from None
         if not checks:
             return None
@@ -689,7 +690,7 @@ class Api:
         pdb_type = self.registry.get("policy", "v1", "poddisruptionbudgets")
         budgets = [] if pdb_type is None or phase in ("Succeeded", "Failed", "Pending") else [
             b for _, b in self.store.items("policy/poddisruptionbudgets", namespace)
-            if selectors.matches_label_selector((b.get("spec") or {}).get("selector"), pod_labels)]
+            if labels.matches_label_selector((b.get("spec") or {}).get("selector"), pod_labels)]
         if len(budgets) > 1:
             raise ApiError(
                 500,

@@ -51,8 +51,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ansible_operator.labels import SelectorError, label_selector_from_dict
 from ansible_operator.sandbox.errors import ApiError, bad_request
-from ansible_operator.sandbox.selectors import SelectorError, label_selector_from_dict
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 API_AUDIENCES = (ISSUER,)

@@ -13,9 +13,9 @@ import copy
 import math
 from typing import Any
 
+from ansible_operator.labels import matches_label_selector as selects
 from ansible_operator.sandbox.api import Api
 from ansible_operator.sandbox.errors import ApiError
-from ansible_operator.sandbox.selectors import matches_label_selector as selects
 from ansible_operator.sandbox.timeutil import now_rfc3339
 
 

@@ -15,7 +15,7 @@ import ipaddress
 import random
 from typing import Any
 
-from ansible_operator.sandbox import builtin_schemas, labels, schema
+from ansible_operator.sandbox import builtin_schemas, objectmeta, schema
 from ansible_operator.sandbox.errors import ApiError, bad_request, invalid
 from ansible_operator.sandbox.resources import ResourceType
 from ansible_operator.sandbox.timeutil import now_rfc3339
@@ -270,7 +270,7 @@ def normalize(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | No
     check_metadata(obj)
     meta = obj.get("metadata")
     if isinstance(meta, dict):
-        errors = labels.validate_metadata(meta)
+        errors = objectmeta.validate_metadata(meta)
         if errors:
             name = meta.get("name", "")
             qualified = f"{rtype.kind}.{rtype.group}" if rtype.group else rtype.kind

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from ansible_operator.sandbox.selectors import (
+from ansible_operator.labels import (
     SelectorError,
     label_selector_from_dict,
-    parse_field_selector,
     parse_label_selector,
     validate_label_key,
     validate_label_value,
 )
+from ansible_operator.sandbox.selectors import parse_field_selector
 
 LABELS = {
     "app": "web",

@@ -10,8 +10,8 @@ from typing import Any, cast
 import pytest
 
 from ansible_operator.intake import WatchIntake
+from ansible_operator.labels import label_selector_from_dict
 from ansible_operator.queue import ObjectKey
-from ansible_operator.sandbox.selectors import label_selector_from_dict
 from ansible_operator.watches import Watch
 
 

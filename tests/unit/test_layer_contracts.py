@@ -22,11 +22,11 @@ def _contracts() -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in config["tool"]["importlinter"]["contracts"]}
 
 
-def _runner_modules() -> set[str]:
-    """Every top-level module and sub-package of ansible_operator except the sandbox."""
+def _top_level_modules() -> set[str]:
+    """Every top-level module and sub-package of ansible_operator."""
     modules = {f"ansible_operator.{p.stem}" for p in PACKAGE.glob("*.py") if not p.stem.startswith("__")}
     packages = {f"ansible_operator.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py")}
-    return (modules | packages) - {"ansible_operator.sandbox"}
+    return modules | packages
 
 
 def _contract(word: str) -> dict[str, Any]:
@@ -35,9 +35,32 @@ def _contract(word: str) -> dict[str, Any]:
     return found[0]
 
 
+def _neutral_modules() -> set[str]:
+    """The modules both sides share (the neutral contract's sources)."""
+    return set(_contract("Neutral modules import neither")["source_modules"])
+
+
+def _runner_modules() -> set[str]:
+    """Every top-level module and sub-package of ansible_operator except the sandbox and the neutral ones."""
+    return _top_level_modules() - {"ansible_operator.sandbox"} - _neutral_modules()
+
+
 def test_the_runner_module_list_is_found() -> None:
     expected = {"ansible_operator.manager", "ansible_operator.executors", "ansible_operator.collections"}
     assert expected <= _runner_modules()
+
+
+def test_neutral_modules_exist_and_forbid_both_sides() -> None:
+    neutral = _neutral_modules()
+    assert "ansible_operator.labels" in neutral and neutral <= _top_level_modules()
+    contract = _contract("Neutral modules import neither")
+    assert contract["type"] == "forbidden" and not contract.get("ignore_imports")
+    assert set(contract["forbidden_modules"]) == _runner_modules() | {"ansible_operator.sandbox"}
+
+
+def test_the_runner_imports_the_sandbox_only_to_start_it() -> None:
+    assert _contract("runner imports the sandbox only")["ignore_imports"] == [
+        "ansible_operator.manager -> ansible_operator.sandbox"]
 
 
 @pytest.mark.parametrize("key, word", [
