@@ -114,6 +114,7 @@ class WarmExecutor:
         self._zygote: _Zygote | None = None
         self._spawn_lock = asyncio.Lock()
         self._closing = False
+        self._no_restart = False
         self._restarts = 0
         self._workdir: str | None = None
 
@@ -143,6 +144,11 @@ class WarmExecutor:
             if self._workdir is not None:
                 shutil.rmtree(self._workdir, ignore_errors=True)
                 self._workdir = None
+
+    def stop_restarting(self) -> None:
+        """The operator is shutting down: a zygote that dies from now on is not replaced (with SIGTERM sent
+        to the whole process group it gets one too). Runs in flight keep the zygote they have."""
+        self._no_restart = True
 
     async def _stop_zygote(self, zygote: _Zygote) -> None:
         if zygote.alive and zygote.process.stdin is not None:
@@ -269,7 +275,7 @@ class WarmExecutor:
                 kill_group(run.pid)  # module processes are orphaned, still in the run's group
             if not run.done.done():
                 run.done.set_result(None)
-        if self._closing or self._zygote is not zygote:
+        if self._closing or self._no_restart or self._zygote is not zygote:
             return
         self._restarts += 1
         log.warning("warm executor: zygote exited with %s; %d in-flight run(s) failed; restarting",
