@@ -17,36 +17,34 @@ Which events re-queue the owner, following Operator SDK's ``DependentPredicate``
 Cluster-scoped dependents found only through the annotations are followed only with
 ``watchClusterScopedResources`` (``cluster_scoped=True``), as in Operator SDK.
 
-Implementation: each watch is an asyncio task speaking HTTP to the API server with aiohttp (list, then
-watch from the list's resourceVersion with bookmarks; on ``410 Gone`` re-list and diff against what we
-knew, turning vanished objects into deletions; on errors reconnect with capped exponential backoff).
-An async task rather than a ``kubernetes.watch.Watch`` thread per kind because closing must be prompt
-(a thread blocked in a socket read cannot be interrupted), the events land on the loop where ``enqueue``
-lives, and the connection settings (TLS, auth, token refresh) are the very ones the proxy uses.
+Implementation: each watch is kopf's own list/watch stream (``kopf._cogs.clients.watching.
+infinite_watch``), the very code that watches the custom resources: it lists, watches from the list's
+resourceVersion with bookmarks, lists again after ``410 Gone`` and retries failed requests with
+``settings.networking.error_backoffs``, through kopf's session and credentials (the vault shared with
+``kopf.operator``, re-filled by its login handler after a 401). What is ours is only what a dependent
+watch decides: the owner mapping, the fingerprint, and the comparison of each relist with what we knew
+(objects that vanished or changed during the gap produced no event). Each watch is an asyncio task, so
+closing is prompt (cancellation closes kopf's open response) and events land on the loop where
+``enqueue`` lives.
 We keep per object only a fingerprint and its owners, not the object.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import json
 import logging
-import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
-from urllib.parse import urlencode
+from typing import Any, Callable, Iterable, Mapping
 
+from ansible_operator.kube import error_from_kopf
 from ansible_operator.owners import (
     ANNOTATION_PRIMARY_RESOURCE,
     ANNOTATION_PRIMARY_RESOURCE_TYPE,
     DependentKind,
-    Upstream,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    import kubernetes.client
-    from aiohttp import ClientSession
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +55,9 @@ OwnerKey = tuple[str, str, "str | None", str]
 
 EnqueueFn = Callable[[str, str, "str | None", str], None]
 
-_WATCH_TIMEOUT_SECONDS = 300
 _NEVER_WATCHED = frozenset({("", "Event"), ("events.k8s.io", "Event")})
 """Events a run records (k8s_event) get the owner for GC, but watching them would loop: every
 re-recorded Event (count+1) would re-queue the owner, whose run records the Event again."""
-_LIST_PAGE = 500
-_BACKOFF_START = 0.5
-_BACKOFF_MAX = 30.0
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -147,132 +141,71 @@ def owners_of(obj: Mapping[str, Any], kinds: OwnerKinds, *, follow_annotations: 
 # the watcher
 
 
-class _Gone(Exception):
-    """The resourceVersion we watch from is too old (410): re-list."""
-
-
 class _KindWatch:
-    """List+watch one dependent kind (in one namespace or all) and report owner re-queues."""
+    """One dependent kind (in one namespace or all) through kopf's ``infinite_watch``; re-queues owners."""
 
     def __init__(self, watcher: "DependentWatcher", kind: DependentKind, namespace: str | None) -> None:
+        from kopf._cogs.structs import references
+
         self.watcher = watcher
         self.kind = kind
         self.namespace = namespace
+        self.resource = references.Resource(group=kind.group, version=kind.version, plural=kind.plural,
+                                            kind=kind.kind, namespaced=kind.namespaced)
+        self._kopf_namespace = references.NamespaceName(namespace) if namespace else None
         self.known: dict[str, tuple[str, frozenset[OwnerKey]]] = {}  # uid -> (fingerprint, owners)
-        self.resource_version = ""
+        self._listing: dict[str, tuple[str, frozenset[OwnerKey], dict[str, Any]]] = {}
+        self.listings = 0
+        """Completed listings (the first one, then one after each watch gap that ended in 410)."""
         self.synced = asyncio.Event()
-
-    @property
-    def path(self) -> str:
-        base = (
-            f"/apis/{self.kind.group}/{self.kind.version}" if self.kind.group else f"/api/{self.kind.version}"
-        )
-        if self.namespace and self.kind.namespaced:
-            return f"{base}/namespaces/{self.namespace}/{self.kind.plural}"
-        return f"{base}/{self.kind.plural}"
 
     def describe(self) -> str:
         where = f" in {self.namespace}" if self.namespace else ""
         return f"{self.kind.kind}.{self.kind.group or 'core'}/{self.kind.version}{where}"
 
     async def run(self) -> None:
-        backoff = _BACKOFF_START
-        need_list = not (self.synced.is_set() and self.resource_version)
+        """kopf lists, watches from the list's resourceVersion with bookmarks, re-lists after ``410 Gone``
+        and retries failed requests (``settings.networking.error_backoffs``); only what kopf gives up on
+        (a request that kept failing, a watch ``ERROR``) reaches this loop, which starts kopf's stream again
+        after the longest of those backoffs."""
+        from kopf._cogs.clients import watching
+
+        settings = self.watcher._settings
         while True:
             try:
-                if need_list:
-                    await self.watcher._owner_kinds()
-                    await self._list()
-                    need_list = False
-                    self.synced.set()
-                await self._watch()
-                backoff = _BACKOFF_START  # a watch that ended normally (timeoutSeconds) is healthy
+                await self.watcher._owner_kinds()
+                self._listing.clear()
+                async for item in watching.infinite_watch(settings=settings, resource=self.resource,
+                                                          namespace=self._kopf_namespace):
+                    self._on_item(item)
             except asyncio.CancelledError:
                 raise
-            except _Gone:
-                log.debug("dependent watch %s: resourceVersion expired, re-listing", self.describe())
-                need_list = True
-            except Exception as exc:  # network, 5xx, 403...: keep trying, never die silently
-                log.warning("dependent watch %s: %s; retrying in %.1fs", self.describe(), exc, backoff)
-                await asyncio.sleep(backoff * (0.8 + 0.4 * random.random()))
-                backoff = min(backoff * 2, _BACKOFF_MAX)
-                if not self.resource_version:
-                    need_list = True
+            except Exception as exc:  # network, 5xx, 403... that outlived kopf's retries: never die silently
+                delay = _restart_delay(settings)
+                typed = error_from_kopf(exc)
+                log.warning("dependent watch %s: %s; retrying in %.0fs", self.describe(), typed or exc, delay)
+                await asyncio.sleep(delay)
 
-    async def _list(self) -> None:
-        seen: dict[str, tuple[str, frozenset[OwnerKey]]] = {}
-        objects: list[dict[str, Any]] = []
-        cont = ""
-        while True:
-            query = {"limit": str(_LIST_PAGE)}
-            if cont:
-                query["continue"] = cont
-            doc = await self.watcher._get_json(f"{self.path}?{urlencode(query)}")
-            objects.extend(o for o in doc.get("items") or [] if isinstance(o, dict))
-            meta = doc.get("metadata") or {}
-            cont = meta.get("continue") or ""
-            if not cont:
-                self.resource_version = str(meta.get("resourceVersion") or "")
-                break
-        first = not self.synced.is_set()
-        for obj in objects:
-            uid = str((obj.get("metadata") or {}).get("uid") or "")
-            owners = self.watcher._owners(obj, self.kind)
-            if not uid or not owners:
-                continue
-            fp = fingerprint(obj)
-            seen[uid] = (fp, owners)
-            if not first:
-                previous = self.known.get(uid)
-                if previous is not None and previous[0] != fp:
-                    self.watcher._enqueue(previous[1] | owners, "modified (re-list)", obj)
-        if not first:
-            for uid, (_, owners) in self.known.items():
-                if uid not in seen:
-                    self.watcher._enqueue(owners, "deleted (re-list)", None)
-        self.known = seen
+    def _on_item(self, item: Any) -> None:
+        from kopf._cogs.clients import watching
 
-    async def _watch(self) -> None:
-        query = {"watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": str(_WATCH_TIMEOUT_SECONDS)}
-        if self.resource_version:
-            query["resourceVersion"] = self.resource_version
-        session = self.watcher._session_or_fail()
-        headers = await self.watcher._headers()
-        url = self.watcher._upstream.base + f"{self.path}?{urlencode(query)}"
-        async with session.get(
-            url, headers=headers, server_hostname=self.watcher._upstream.server_hostname
-        ) as resp:
-            if resp.status == 410:
-                raise _Gone()
-            if resp.status != 200:
-                body = (await resp.read())[:300].decode("utf-8", "replace")
-                raise RuntimeError(f"watch {self.path}: HTTP {resp.status}: {body}")
-            buffer = b""
-            async for chunk in resp.content.iter_any():
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        self._on_line(line)
-
-    def _on_line(self, line: bytes) -> None:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            log.warning("dependent watch %s: unparsable event line %r", self.describe(), line[:200])
+        if item is watching.Bookmark.LISTED:
+            self._listed()
             return
-        type_ = event.get("type")
-        obj = event.get("object") or {}
-        if type_ == "ERROR":
-            if obj.get("code") == 410:
-                raise _Gone()
-            raise RuntimeError(f"watch error: {obj.get('message') or obj}")
+        if not isinstance(item, dict):
+            return
+        type_ = item.get("type")
+        obj = item.get("object") or {}
+        if type_ == "BOOKMARK" or not isinstance(obj, dict):
+            return
         meta = obj.get("metadata") or {}
-        if meta.get("resourceVersion"):
-            self.resource_version = str(meta["resourceVersion"])
-        if type_ == "BOOKMARK":
-            return
         uid = str(meta.get("uid") or "")
+        if type_ is None:  # a listed object (kopf's convention); judged when the listing ends
+            owners = self.watcher._owners(obj, self.kind)
+            if uid and owners:  # the name only, for the log line of a change found by a relist
+                self._listing[uid] = (fingerprint(obj), owners, {"metadata": {
+                    "name": meta.get("name"), "namespace": meta.get("namespace")}})
+            return
         previous = self.known.get(uid)
         owners = self.watcher._owners(obj, self.kind)
         if type_ == "DELETED":
@@ -295,19 +228,59 @@ class _KindWatch:
             else:
                 self.known.pop(uid, None)
 
+    def _listed(self) -> None:
+        """A listing ended (``Bookmark.LISTED``). The first one only records; a later one followed a watch
+        gap: what changed or vanished meanwhile produced no event, so compare it with what we knew (as the
+        intake does for the primary resources, see :meth:`ansible_operator.intake.WatchIntake.relisted`)."""
+        listing, self._listing = self._listing, {}
+        if self.listings:
+            log.info("dependent watch %s: relisted after a watch gap (%d owned objects listed)",
+                     self.describe(), len(listing))
+            for uid, (fp, owners, obj) in listing.items():
+                previous = self.known.get(uid)
+                if previous is not None and previous[0] != fp:
+                    self.watcher._enqueue(previous[1] | owners, "modified (re-list)", obj)
+            for uid, (_, owners) in self.known.items():
+                if uid not in listing:
+                    self.watcher._enqueue(owners, "deleted during a watch gap (not in the relist)", None)
+        self.known = {uid: (fp, owners) for uid, (fp, owners, _) in listing.items()}
+        self.listings += 1
+        self.synced.set()
+
+
+def _restart_delay(settings: Any) -> float:
+    """How long to wait before starting a stream kopf gave up on: its own longest retry backoff."""
+    backoffs = settings.networking.error_backoffs
+    if isinstance(backoffs, (int, float)):
+        return float(backoffs)
+    try:
+        return float(max(backoffs))
+    except (TypeError, ValueError):
+        return 10.0
+
 
 class DependentWatcher:
-    """Watches each dependent kind once (not once per CR) and re-queues owners."""
+    """Watches each dependent kind once (not once per CR) and re-queues owners.
 
-    def __init__(self, api_client: "kubernetes.client.ApiClient", enqueue: EnqueueFn, *,
+    ``settings`` and ``vault`` are kopf's (``kopf.OperatorSettings`` and the credentials vault given to
+    ``kopf.operator(vault=...)``, see :func:`ansible_operator.kube.kopf_vault`): the watches are kopf's
+    list/watch streams, authenticated (and re-authenticated after a 401) by kopf's login handler."""
+
+    def __init__(self, enqueue: EnqueueFn, *, settings: Any, vault: Any,
                  owner_kinds: set[tuple[str, str]], cluster_scoped: bool,
                  namespaces: Iterable[str] = ()) -> None:
         """``namespaces``: watch only these (one watch per namespace for namespaced kinds); empty = all.
 
         Cluster-scoped kinds are always watched cluster-wide.
         """
-        self._upstream = Upstream(api_client.configuration)
+        from kopf._cogs.clients import auth
+
         self._enqueue_fn = enqueue
+        self._settings = settings
+        # kopf's API calls take their credentials from this context variable; kopf sets it in its own
+        # tasks, ours (started from the owner proxy's handlers) get a context of their own with it set.
+        self._context = contextvars.copy_context()
+        self._context.run(auth.vault_var.set, vault)
         self._owner_gks = set(owner_kinds)
         self._cluster_scoped = cluster_scoped
         self._namespaces = tuple(sorted(set(namespaces)))
@@ -316,7 +289,6 @@ class DependentWatcher:
         self._watches: dict[tuple[str, str, str, str | None], _KindWatch] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._pending: set[asyncio.Task[None]] = set()
-        self._session: ClientSession | None = None
         self._closed = False
 
     # -- public ---------------------------------------------------------------------------------------
@@ -340,7 +312,8 @@ class DependentWatcher:
                 continue
             watch = _KindWatch(self, kind, ns)
             self._watches[key] = watch
-            task = asyncio.create_task(watch.run(), name=f"dependent-watch {watch.describe()}")
+            task = asyncio.create_task(watch.run(), name=f"dependent-watch {watch.describe()}",
+                                       context=self._context)
             self._tasks.append(task)
             started.append((watch, task))
             log.info("watching dependent resources %s", watch.describe())
@@ -378,6 +351,7 @@ class DependentWatcher:
         return sorted({w.kind for w in self._watches.values()}, key=lambda k: (k.group, k.kind))
 
     async def close(self) -> None:
+        """Cancel every watch (kopf closes its open responses on cancellation) and wait for them."""
         self._closed = True
         tasks = [*self._pending, *self._tasks]
         for task in tasks:
@@ -385,45 +359,23 @@ class DependentWatcher:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._pending.clear()
         self._tasks.clear()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
     # -- internals ------------------------------------------------------------------------------------
 
-    def _session_or_fail(self) -> "ClientSession":
-        from aiohttp import ClientSession, ClientTimeout, TCPConnector
-
-        if self._closed:
-            raise RuntimeError("DependentWatcher is closed")
-        if self._session is None:
-            self._session = ClientSession(
-                connector=TCPConnector(ssl=self._upstream.ssl, limit=0),
-                # sock_read bounds a silent connection: the server sends bookmarks / ends at timeoutSeconds
-                timeout=ClientTimeout(total=None, sock_connect=30, sock_read=_WATCH_TIMEOUT_SECONDS + 60),
-            )
-        return self._session
-
-    async def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
-        auth = await self._upstream.auth_header()
-        if auth:
-            headers["Authorization"] = auth
-        return headers
-
     async def _get_json(self, path: str) -> dict[str, Any]:
-        session = self._session_or_fail()
-        async with session.get(self._upstream.base + path, headers=await self._headers(),
-                               server_hostname=self._upstream.server_hostname) as resp:
-            if resp.status == 410:
-                raise _Gone()
-            data = await resp.read()
-            if resp.status != 200:
-                raise RuntimeError(f"GET {path}: HTTP {resp.status}: {data[:300].decode('utf-8', 'replace')}")
-            doc = json.loads(data)
-            if not isinstance(doc, dict):
-                raise RuntimeError(f"GET {path}: not a JSON object")
-            return doc
+        """GET through kopf's client (its session, credentials and retries); typed errors."""
+        from kopf._cogs.clients import api
+
+        try:
+            doc = await api.get(path, settings=self._settings, logger=log)
+        except Exception as exc:
+            typed = error_from_kopf(exc)
+            if typed is not None:
+                raise typed from exc
+            raise
+        if not isinstance(doc, dict):
+            raise ValueError(f"GET {path}: not a JSON object")
+        return doc
 
     async def _owner_kinds(self) -> OwnerKinds:
         """Discover apiVersion and scope of the owner kinds (once; retried until it works)."""
@@ -470,8 +422,8 @@ class DependentWatcher:
             owners, key=lambda o: (o[0], o[1], o[2] or "", o[3])
         ):
             dependent_ns = meta.get("namespace")
-            log.info("re-queue %s %s/%s: dependent %s %s", kind, namespace or "", name, why,
-                     f"{dependent_ns + '/' if dependent_ns else ''}{meta.get('name', '')}")
+            what = f" {dependent_ns + '/' if dependent_ns else ''}{meta['name']}" if meta.get("name") else ""
+            log.info("re-queue %s %s/%s: dependent%s %s", kind, namespace or "", name, what, why)
             try:
                 self._enqueue_fn(api_version, kind, namespace, name)
             except Exception:

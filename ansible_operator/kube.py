@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import quote
 
 import kubernetes
@@ -208,6 +209,110 @@ def api_error(status: int, reason: str, message: str) -> ApiError:
     return cls(status, reason, message)
 
 
+def error_from_response(status: int, body: bytes | str | None, what: str = "") -> ApiError:
+    """The typed :class:`ApiError` for an HTTP answer: ``status`` and its (usually ``Status``) body.
+
+    For the runner's own raw-HTTP calls (the owner proxy's discovery and owner patches)."""
+    reason, message = "Unknown", ""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
+    try:
+        doc = json.loads(text) if text else None
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and doc.get("kind") == "Status":
+        reason = str(doc.get("reason") or reason)
+        message = str(doc.get("message") or "")
+    else:
+        message = text[:300]
+    return api_error(status, reason, f"{what}: {message}" if what else message)
+
+
+def check_response(status: int, body: bytes | str | None, what: str = "") -> None:
+    """Raise the typed error unless ``status`` is a success (2xx)."""
+    if not 200 <= status < 300:
+        raise error_from_response(status, body, what)
+
+
+def error_from_api_exception(exc: ApiException) -> ApiError:
+    """The typed :class:`ApiError` for the ``kubernetes`` client's ``ApiException``."""
+    reason, message = "Unknown", str(exc.reason or "")
+    try:
+        status_obj = json.loads(exc.body or b"{}")
+        reason = status_obj.get("reason") or reason
+        message = status_obj.get("message") or message
+    except (ValueError, TypeError, AttributeError):
+        pass
+    return api_error(exc.status or 0, reason, message)
+
+
+@contextmanager
+def typed_errors() -> Iterator[None]:
+    """Turn the ``kubernetes`` client's ``ApiException`` raised inside into the typed :class:`ApiError`
+    (for callers of the generated client, e.g. leader election's Lease calls)."""
+    try:
+        yield
+    except ApiException as exc:
+        raise error_from_api_exception(exc) from None
+
+
+def error_from_kopf(exc: BaseException) -> ApiError | None:
+    """The typed :class:`ApiError` for one of kopf's client errors (``kopf._cogs.clients.errors.APIError``
+    has the HTTP ``status`` and the ``Status`` payload); ``None`` for anything else."""
+    from kopf._cogs.clients import errors as kopf_errors
+
+    if not isinstance(exc, kopf_errors.APIError):
+        return None
+    payload = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], dict) else {}
+    message = exc.message or (str(exc.args[0]) if exc.args and exc.args[0] else "")
+    return api_error(exc.status, str(payload.get("reason") or "Unknown"), message)
+
+
+# ---- kopf's client: the one list/watch path (kopf's watch streams and the dependent watches) ----------
+
+
+def kopf_connection_info(configuration: kubernetes.client.Configuration) -> Any:
+    """``kopf.ConnectionInfo`` for our client configuration (kubeconfig first, like kubectl).
+
+    Runs the configuration's token refresh hook first, so that a re-login after a 401 picks up a rotated
+    token (in-cluster token file, expired exec/OIDC credentials) rather than the one just refused."""
+    import kopf
+
+    hook = getattr(configuration, "refresh_api_key_hook", None)
+    if hook is not None:
+        hook(configuration)
+    token = None
+    scheme = None
+    header = configuration.api_key.get("BearerToken") or configuration.api_key.get("authorization")
+    if header:
+        prefix = configuration.api_key_prefix.get("BearerToken") or configuration.api_key_prefix.get(
+            "authorization")
+        value = f"{prefix} {header}" if prefix else header
+        parts = value.split(" ", 1)
+        scheme, token = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert or None,
+        insecure=not configuration.verify_ssl,
+        username=configuration.username or None,
+        password=configuration.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=configuration.cert_file or None,
+        private_key_path=configuration.key_file or None,
+    )
+
+
+def kopf_vault(configuration: kubernetes.client.Configuration | None = None) -> Any:
+    """kopf's credentials vault (``kopf._cogs.structs.credentials.Vault``), for ``kopf.operator(vault=)``
+    and the dependent watches that share it. Empty: kopf's login handler fills it (and refills it after a
+    401). With a ``configuration``: filled from it at once, for use without ``kopf.operator`` (tests)."""
+    from kopf._cogs.structs.credentials import Vault
+
+    if configuration is None:
+        return Vault()
+    return Vault({"ansible-operator": kopf_connection_info(configuration)})
+
+
 class Kube:
     """A small async facade over the synchronous client for the few calls the runner makes itself."""
 
@@ -233,14 +338,7 @@ class Kube:
                 auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
             )
         except ApiException as exc:
-            reason, message = "Unknown", str(exc.reason or "")
-            try:
-                status_obj = json.loads(exc.body or b"{}")
-                reason = status_obj.get("reason") or reason
-                message = status_obj.get("message") or message
-            except (ValueError, TypeError):
-                pass
-            raise api_error(exc.status or 0, reason, message) from None
+            raise error_from_api_exception(exc) from None
         except urllib3.exceptions.HTTPError as exc:  # no answer: refused, reset, timed out
             raise ServerError(0, "ServiceUnavailable", f"{method} {path}: {exc}") from None
         data = response.data

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable
 
+from ansible_operator.kube import Conflict, NotFound, typed_errors
+
 __all__ = ["LeaderElector", "LeaseRecord", "default_identity", "format_micro_time"]
 
 log = logging.getLogger(__name__)
@@ -235,15 +237,12 @@ class LeaderElector:
     # ---- blocking API calls (worker thread) -----------------------------------------------------------
 
     def _read(self) -> dict[str, Any] | None:
-        from kubernetes.client.rest import ApiException
-
         try:
-            resp = self._api.read_namespaced_lease(self.name, self.namespace, _preload_content=False,
-                                                   _request_timeout=self.retry_period * 2)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+            with typed_errors():
+                resp = self._api.read_namespaced_lease(self.name, self.namespace, _preload_content=False,
+                                                       _request_timeout=self.retry_period * 2)
+        except NotFound:
+            return None
         lease = json.loads(resp.data)
         if not isinstance(lease, dict):
             raise ValueError(f"lease {self.namespace}/{self.name}: not a JSON object")
@@ -261,8 +260,6 @@ class LeaderElector:
 
     def _try_acquire_or_renew(self) -> bool:
         """One attempt (client-go ``tryAcquireOrRenew``). True when we hold the lease afterwards."""
-        from kubernetes.client.rest import ApiException
-
         now = self._clock()
         lease = self._read()
         if lease is None:
@@ -272,12 +269,11 @@ class LeaderElector:
                 "spec": self._spec(acquire_time=format_micro_time(now), now=now, transitions=0),
             }
             try:
-                created = self._api.create_namespaced_lease(self.namespace, body, _preload_content=False,
-                                                            _request_timeout=self.retry_period * 2)
-            except ApiException as exc:
-                if exc.status == 409:  # another candidate created it first
-                    return False
-                raise
+                with typed_errors():
+                    created = self._api.create_namespaced_lease(self.namespace, body, _preload_content=False,
+                                                                _request_timeout=self.retry_period * 2)
+            except Conflict:  # another candidate created it first
+                return False
             self._observe(LeaseRecord.from_lease(json.loads(created.data)), now)
             self._last_success = now
             return True
@@ -300,13 +296,12 @@ class LeaderElector:
         lease["spec"] = {**(lease.get("spec") or {}),
                          **self._spec(acquire_time=acquire_time, now=now, transitions=transitions)}
         try:
-            replaced = self._api.replace_namespaced_lease(self.name, self.namespace, lease,
-                                                          _preload_content=False,
-                                                          _request_timeout=self.retry_period * 2)
-        except ApiException as exc:
-            if exc.status == 409:  # somebody wrote since our read; re-read next time
-                return False
-            raise
+            with typed_errors():
+                replaced = self._api.replace_namespaced_lease(self.name, self.namespace, lease,
+                                                              _preload_content=False,
+                                                              _request_timeout=self.retry_period * 2)
+        except Conflict:  # somebody wrote since our read; re-read next time
+            return False
         self._observe(LeaseRecord.from_lease(json.loads(replaced.data)), now)
         self._last_success = now
         if held_by_other or not record.holder:
@@ -319,8 +314,6 @@ class LeaderElector:
 
     def _release(self) -> None:
         """Give the lease up if we still hold it: empty holder, 1 s duration (client-go ``release``)."""
-        from kubernetes.client.rest import ApiException
-
         lease = self._read()
         if lease is None:
             return
@@ -332,11 +325,10 @@ class LeaderElector:
                          **self._spec(acquire_time=format_micro_time(now), now=now,
                                       transitions=record.transitions, holder="", duration=1)}
         try:
-            self._api.replace_namespaced_lease(self.name, self.namespace, lease, _preload_content=False,
-                                               _request_timeout=self.retry_period * 2)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+            with typed_errors():
+                self._api.replace_namespaced_lease(self.name, self.namespace, lease, _preload_content=False,
+                                                   _request_timeout=self.retry_period * 2)
+        except Conflict:
             log.info("lease %s/%s changed while releasing; leaving it", self.namespace, self.name)
             return
         log.info("released lease %s/%s", self.namespace, self.name)

@@ -94,31 +94,9 @@ def _kopf_login(configuration: Any) -> Any:
     import kopf
 
     def login(**_: Any) -> kopf.ConnectionInfo:
-        # kopf logs in again after a 401: pick up a rotated token (in-cluster token file, expired exec/OIDC
-        # credentials) rather than answer with the one that was just refused
-        hook = getattr(configuration, "refresh_api_key_hook", None)
-        if hook is not None:
-            hook(configuration)
-        token = None
-        scheme = None
-        header = configuration.api_key.get("BearerToken") or configuration.api_key.get("authorization")
-        if header:
-            prefix = configuration.api_key_prefix.get("BearerToken") or configuration.api_key_prefix.get(
-                "authorization")
-            value = f"{prefix} {header}" if prefix else header
-            parts = value.split(" ", 1)
-            scheme, token = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
-        return kopf.ConnectionInfo(
-            server=configuration.host,
-            ca_path=configuration.ssl_ca_cert or None,
-            insecure=not configuration.verify_ssl,
-            username=configuration.username or None,
-            password=configuration.password or None,
-            scheme=scheme,
-            token=token,
-            certificate_path=configuration.cert_file or None,
-            private_key_path=configuration.key_file or None,
-        )
+        # kopf logs in again after a 401: kopf_connection_info refreshes a rotated token first
+        info: kopf.ConnectionInfo = kube_mod.kopf_connection_info(configuration)
+        return info
 
     return login
 
@@ -132,8 +110,9 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
     from ansible_operator.labels import label_selector_from_dict
     from ansible_operator.logs import ansible_event_logger
     from ansible_operator.metrics import Metrics, close_all, serve_endpoints
+    from ansible_operator.owners import PassThroughCredentials
     from ansible_operator.queue import WorkQueue
-    from ansible_operator.reconcile import PassThroughCredentials, Reconciler, Runtime
+    from ansible_operator.reconcile import Reconciler, Runtime
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -163,9 +142,12 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         cleanups.append(executor.close)
 
         controllers_by_gk: dict[tuple[str, str], Controller] = {}
+        # kopf's settings and credentials vault: its watch streams and the dependent watches share them
+        settings = kopf.OperatorSettings()
+        vault = kube_mod.kopf_vault()
         credentials: Any = PassThroughCredentials(kubeconfig or os.environ.get("KUBECONFIG"))
         if args.inject_owner_ref:
-            dependents = _dependent_watcher(kube, watches, controllers_by_gk, namespaces, cleanups)
+            dependents = _dependent_watcher(settings, vault, watches, controllers_by_gk, namespaces, cleanups)
             credentials = await _start_owner_proxy(configuration, dependents, watches, cleanups,
                                                    port=args.proxy_port or 0)
 
@@ -229,7 +211,6 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         gauges = asyncio.create_task(_refresh_gauges(metrics, controllers), name="gauges")
         cleanups.append(gauges.cancel)
 
-        settings = kopf.OperatorSettings()
         settings.posting.enabled = False  # we record our own, meaningful Events
         settings.peering.standalone = True
         settings.watching.server_timeout = 300
@@ -248,7 +229,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         kopf_task = asyncio.create_task(kopf.operator(
             registry=registry, settings=settings, standalone=True,
             clusterwide=not namespaces, namespaces=namespaces,
-            stop_flag=stop, ready_flag=kopf_ready,
+            stop_flag=stop, ready_flag=kopf_ready, vault=vault,
         ), name="kopf")
 
         async def mark_ready() -> None:
@@ -315,7 +296,8 @@ async def _start_sandbox(args: argparse.Namespace, cleanups: list[Any]) -> str:
     return str(kubeconfig)
 
 
-def _dependent_watcher(kube: Any, watches: list[Watch], controllers: dict[tuple[str, str], Controller],
+def _dependent_watcher(settings: Any, vault: Any, watches: list[Watch],
+                       controllers: dict[tuple[str, str], Controller],
                        namespaces: list[str], cleanups: list[Any]) -> Any:
     """One watch per dependent kind; an event on an owned object re-queues its owner."""
     from ansible_operator.dependents import DependentWatcher
@@ -327,7 +309,7 @@ def _dependent_watcher(kube: Any, watches: list[Watch], controllers: dict[tuple[
             controller.queue.add(ObjectKey(namespace=namespace, name=name))
 
     watcher = DependentWatcher(
-        kube.api_client, enqueue_owner,
+        enqueue_owner, settings=settings, vault=vault,
         owner_kinds={(w.group, w.kind) for w in watches if w.watch_dependent_resources},
         cluster_scoped=any(w.watch_cluster_scoped_resources for w in watches),
         namespaces=namespaces,
@@ -337,8 +319,8 @@ def _dependent_watcher(kube: Any, watches: list[Watch], controllers: dict[tuple[
 
 
 async def _start_owner_proxy(configuration: Any, dependents: Any, watches: list[Watch],
-                             cleanups: list[Any], port: int = 0) -> _ProxyCredentials:
-    from ansible_operator.owners import DependentKind, OwnerProxy
+                             cleanups: list[Any], port: int = 0) -> Any:
+    from ansible_operator.owners import DependentKind, OwnerProxy, ProxyCredentials
 
     # blacklist: kinds never watched as dependents (Operator SDK's per-watch list, applied to all watches)
     blacklisted = {(b.get("group", ""), b.get("kind")) for w in watches for b in w.blacklist}
@@ -350,21 +332,7 @@ async def _start_owner_proxy(configuration: Any, dependents: Any, watches: list[
     proxy = OwnerProxy(configuration, on_dependent=on_dependent, port=port)
     await proxy.start()
     cleanups.append(proxy.close)
-    return _ProxyCredentials(proxy)
-
-
-class _ProxyCredentials:
-    """Per-run kubeconfig pointing at the owner-injecting proxy."""
-
-    def __init__(self, proxy: Any) -> None:
-        self.proxy = proxy
-
-    def envvars_for(self, owner: dict[str, Any], run_dir: Path) -> dict[str, str]:
-        path = self.proxy.kubeconfig_for(owner, run_dir / "kubeconfig")
-        return {"K8S_AUTH_KUBECONFIG": str(path), "KUBECONFIG": str(path)}
-
-    def release(self, run_dir: Path) -> None:
-        self.proxy.release(run_dir / "kubeconfig")
+    return ProxyCredentials(proxy)
 
 
 async def _refresh_gauges(metrics: Any, controllers: list[Controller], period: float = 1.0) -> None:

@@ -55,10 +55,12 @@ import ssl
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol
 from urllib.parse import urlsplit
 
 import yaml
+
+from ansible_operator.kube import ApiError, NotFound, check_response
 
 if TYPE_CHECKING:  # pragma: no cover
     import kubernetes.client
@@ -69,9 +71,12 @@ log = logging.getLogger(__name__)
 __all__ = [
     "ANNOTATION_PRIMARY_RESOURCE",
     "ANNOTATION_PRIMARY_RESOURCE_TYPE",
+    "Credentials",
     "DependentKind",
     "Owner",
     "OwnerProxy",
+    "PassThroughCredentials",
+    "ProxyCredentials",
     "RequestInfo",
     "Upstream",
     "inject_owner",
@@ -368,8 +373,8 @@ def _status_body(code: int, reason: str, message: str) -> bytes:
 class Upstream:
     """How to reach the real API server, taken from a kubernetes.client.Configuration.
 
-    Shared by the proxy and :mod:`ansible_operator.dependents` so both use exactly the operator's own
-    connection settings (TLS verification, client certificates, bearer/basic auth, token refresh).
+    The proxy forwards with exactly the operator's own connection settings (TLS verification, client
+    certificates, bearer/basic auth, token refresh).
     """
 
     def __init__(self, configuration: "kubernetes.client.Configuration") -> None:
@@ -442,6 +447,50 @@ class _Discovery:
                                     if isinstance(r, dict) and "/" not in str(r.get("name", ""))}
                 self._generation[key] = seen_generation + 1
             return self._by_gv.get(key, {}).get(plural)
+
+
+# ---------------------------------------------------------------------------------------------------
+# credentials: what each run's roles use to reach the cluster
+
+
+class Credentials(Protocol):
+    """Gives each run the cluster credentials its roles use (reconcile asks, once per run)."""
+
+    def envvars_for(self, owner: dict[str, Any], run_dir: Path) -> dict[str, str]: ...
+
+    def release(self, run_dir: Path) -> None: ...
+
+
+class PassThroughCredentials:
+    """Runs use the operator's own kubeconfig (or the in-cluster service account when there is none):
+    ``--inject-owner-ref=false``."""
+
+    def __init__(self, kubeconfig: str | None) -> None:
+        self.kubeconfig = kubeconfig
+
+    def envvars_for(self, owner: dict[str, Any], run_dir: Path) -> dict[str, str]:
+        if not self.kubeconfig:
+            return {}
+        path = str(Path(self.kubeconfig).resolve())
+        return {"K8S_AUTH_KUBECONFIG": path, "KUBECONFIG": path}
+
+    def release(self, run_dir: Path) -> None:
+        return None
+
+
+class ProxyCredentials:
+    """Each run gets a kubeconfig of its own pointing at the owner-injecting proxy, with a token bound to
+    the run's custom resource (released, so refused, once the run ends)."""
+
+    def __init__(self, proxy: "OwnerProxy") -> None:
+        self.proxy = proxy
+
+    def envvars_for(self, owner: dict[str, Any], run_dir: Path) -> dict[str, str]:
+        path = self.proxy.kubeconfig_for(owner, run_dir / "kubeconfig")
+        return {"K8S_AUTH_KUBECONFIG": str(path), "KUBECONFIG": str(path)}
+
+    def release(self, run_dir: Path) -> None:
+        self.proxy.release(run_dir / "kubeconfig")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -674,14 +723,15 @@ class OwnerProxy:
                 return response
             status, data = await self._send_json(
                 "PATCH", path + "?fieldManager=ansible-operator", ops, "application/json-patch+json")
+            check_response(status, data)
+        except ApiError as exc:
+            log.error("owner proxy: created %s but adding its owner %s %s failed: %s", what, owner.kind,
+                      owner.name, exc)
+            return response
         except Exception as exc:
             log.error(
                 "owner proxy: created %s without its owner %s %s: %s", what, owner.kind, owner.name, exc
             )
-            return response
-        if status != 200:
-            log.error("owner proxy: created %s but adding its owner %s %s failed: HTTP %s: %s", what,
-                      owner.kind, owner.name, status, data[:300].decode("utf-8", "replace"))
             return response
         log.debug(
             "owner proxy: %s %s created by PUT/apply, owned by %s %s", mode, what, owner.kind, owner.name
@@ -846,10 +896,10 @@ class OwnerProxy:
         async with self._session.get(self._upstream.base + path, headers=headers,
                                      server_hostname=self._upstream.server_hostname) as resp:
             data = await resp.read()
-            if resp.status == 404:
+            try:
+                check_response(resp.status, data, f"GET {path}")
+            except NotFound:
                 return {}  # group/version not served
-            if resp.status != 200:
-                raise RuntimeError(f"GET {path}: HTTP {resp.status}: {data[:200].decode('utf-8', 'replace')}")
             return json.loads(data)
 
 

@@ -23,6 +23,7 @@ from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.intake import ObjectCache
 from ansible_operator.kube import Conflict, Kube, NotFound, ResourceRef
 from ansible_operator.logs import log_context
+from ansible_operator.owners import Credentials
 from ansible_operator.queue import ObjectKey, ReconcileOutcome
 from ansible_operator.watches import Watch, annotation_overrides
 
@@ -38,30 +39,6 @@ class RunHooks(Protocol):
     def run_started(self, watch_key: str, phase: str) -> None: ...
 
     def run_finished(self, watch_key: str, phase: str, result: str, duration_s: float) -> None: ...
-
-
-class Credentials(Protocol):
-    """Gives each run the cluster credentials its roles use (e.g. the owner-injecting proxy)."""
-
-    def envvars_for(self, owner: dict[str, Any], run_dir: Path) -> dict[str, str]: ...
-
-    def release(self, run_dir: Path) -> None: ...
-
-
-class PassThroughCredentials:
-    """Runs use the operator's own kubeconfig (or the in-cluster service account when there is none)."""
-
-    def __init__(self, kubeconfig: str | None) -> None:
-        self.kubeconfig = kubeconfig
-
-    def envvars_for(self, owner: dict[str, Any], run_dir: Path) -> dict[str, str]:
-        if not self.kubeconfig:
-            return {}
-        path = str(Path(self.kubeconfig).resolve())
-        return {"K8S_AUTH_KUBECONFIG": path, "KUBECONFIG": path}
-
-    def release(self, run_dir: Path) -> None:
-        return None
 
 
 @dataclass

@@ -10,6 +10,7 @@ object that already exists never gives it an owner), reads/waits/watches pass th
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import os
 import sys
@@ -30,7 +31,6 @@ from ansible_operator.owners import (
     OwnerProxy,
 )
 from ansible_operator.sandbox import Sandbox
-from ansible_operator.sandbox.store import HISTORY_LIMIT
 
 pytestmark = pytest.mark.e2e
 
@@ -386,6 +386,7 @@ async def test_watch_streams_and_unknown_tokens_are_refused(
 # ---- DependentWatcher ---------------------------------------------------------------------------------
 
 from ansible_operator.dependents import DependentWatcher  # noqa: E402
+from ansible_operator.kube import kopf_vault  # noqa: E402
 
 CONFIGMAPS = DependentKind("", "v1", "ConfigMap", "configmaps", True)
 DEPLOYMENTS = DependentKind("apps", "v1", "Deployment", "deployments", True)
@@ -416,10 +417,33 @@ class Recorder:
                 pass
 
 
+class ClosingWatcher(DependentWatcher):
+    """Without kopf.operator (which closes its vault's sessions when it ends), close the vault here."""
+
+    def __init__(self, *args: Any, vault: Any, **kwargs: Any) -> None:
+        super().__init__(*args, vault=vault, **kwargs)
+        self.vault = vault
+
+    async def close(self) -> None:
+        await super().close()
+        await self.vault.close()
+
+
+def new_watcher(cluster: Cluster, rec: Recorder, owner_kinds: set[tuple[str, str]],
+                cluster_scoped: bool) -> DependentWatcher:
+    """A watcher on kopf's client, as the manager makes one (kopf's settings, a vault of our credentials)."""
+    import kopf
+
+    settings = kopf.OperatorSettings()
+    settings.watching.server_timeout = 300
+    return ClosingWatcher(rec, settings=settings, vault=kopf_vault(cluster.configuration()),
+                          owner_kinds=owner_kinds, cluster_scoped=cluster_scoped)
+
+
 @pytest.fixture
 async def watcher(cluster: Cluster) -> AsyncIterator[tuple[DependentWatcher, Recorder]]:
     rec = Recorder()
-    w = DependentWatcher(cluster.api, rec, owner_kinds={(GROUP, KIND)}, cluster_scoped=True)
+    w = new_watcher(cluster, rec, {(GROUP, KIND)}, cluster_scoped=True)
     try:
         yield w, rec
     finally:
@@ -481,7 +505,7 @@ async def test_dependent_watcher_annotations_and_relist_after_410(
     await asyncio.to_thread(cluster.create_owner, "dep2")
     annotations = {"operator-sdk/primary-resource": f"{NS}/dep2",
                    "operator-sdk/primary-resource-type": f"{KIND}.{GROUP}"}
-    for name in ("dep2-a", "dep2-b"):
+    for name in ("dep2-a", "dep2-b", "dep2-c"):
         await asyncio.to_thread(cluster.rbac.create_cluster_role,
                                 {"metadata": {"name": name, "annotations": annotations}, "rules": []})
     await w.ensure(CLUSTERROLES)
@@ -489,34 +513,43 @@ async def test_dependent_watcher_annotations_and_relist_after_410(
     await rec.wait_for(1)
     assert rec.calls == [(f"{GROUP}/{VERSION}", KIND, NS, "dep2")]
 
-    # Lose the watch, let the history move past our resourceVersion, come back: 410 -> re-list -> the
-    # deletion that happened meanwhile is still noticed.
-    kw = next(v for k, v in w._watches.items() if k[2] == "clusterroles")
-    task = next(t for t in w._tasks if "ClusterRole" in t.get_name())
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    await asyncio.to_thread(cluster.sandbox.call, cluster.sandbox.server.store.set_history_limit, 3)
-    try:
-        await asyncio.to_thread(cluster.rbac.delete_cluster_role, "dep2-b")
-        for i in range(5):
-            await asyncio.to_thread(cluster.core.create_namespaced_config_map, NS,
-                                    {"metadata": {"name": f"dep2-filler-{i}"}})
-        w._tasks.append(asyncio.create_task(kw.run(), name="dependent-watch ClusterRole again"))
-        await rec.wait_for(2)
-        assert rec.calls[1] == (f"{GROUP}/{VERSION}", KIND, NS, "dep2")
-    finally:
-        await asyncio.to_thread(cluster.sandbox.call, cluster.sandbox.server.store.set_history_limit,
-                                HISTORY_LIMIT)
+    # A watch gap that ends in 410 Gone: on the sandbox's loop (nothing interleaves), the dependent watch's
+    # stream is ended, dep2-b deleted and dep2-c changed while nobody watches, and the history compacted.
+    # kopf's stream resumes from its last resourceVersion, gets 410, lists again; the relist is compared
+    # with what the watch knew: the deletion and the change re-queue the owner although no event told them.
+    (kw,) = [v for k, v in w._watches.items() if k[2] == "clusterroles"]
+    assert kw.listings == 1
+    store = cluster.sandbox.server.store
+    uid_b = (await asyncio.to_thread(cluster.rbac.read_cluster_role, "dep2-b")).metadata.uid
+    uid_c = (await asyncio.to_thread(cluster.rbac.read_cluster_role, "dep2-c")).metadata.uid
+
+    def gap() -> None:
+        key_b, key_c = store.key_of_uid(uid_b), store.key_of_uid(uid_c)
+        store.close_watchers_of(key_b[0])
+        store.remove(key_b)
+        changed = copy.deepcopy(store.get(key_c))
+        changed["rules"] = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+        store.put(key_c, changed)
+        store.compact()
+
+    await asyncio.to_thread(cluster.sandbox.call, gap)
+    await rec.wait_for(3)
+    assert kw.listings == 2  # the first listing, then the relist after the 410
+    assert rec.calls[1:] == [(f"{GROUP}/{VERSION}", KIND, NS, "dep2")] * 2
+    # the watch goes on from the relist: a deletion seen live re-queues once more
+    await asyncio.to_thread(cluster.rbac.delete_cluster_role, "dep2-c")
+    await rec.wait_for(4)
+    assert rec.calls[3] == (f"{GROUP}/{VERSION}", KIND, NS, "dep2")
 
 
 async def test_dependent_watcher_ignores_without_owner_kinds(cluster: Cluster) -> None:
     rec = Recorder()
-    w = DependentWatcher(cluster.api, rec, owner_kinds=set(), cluster_scoped=False)
+    w = new_watcher(cluster, rec, set(), cluster_scoped=False)
     await w.ensure(CONFIGMAPS)
     assert w.watched == []
     await w.close()
     # Events are never watched (re-recording one would re-queue its owner forever); nor the CR kind itself
-    w = DependentWatcher(cluster.api, rec, owner_kinds={(GROUP, KIND)}, cluster_scoped=True)
+    w = new_watcher(cluster, rec, {(GROUP, KIND)}, cluster_scoped=True)
     await w.ensure(DependentKind("", "v1", "Event", "events", True))
     await w.ensure(DependentKind(GROUP, VERSION, KIND, PLURAL, True))
     assert w.watched == []
@@ -526,7 +559,7 @@ async def test_dependent_watcher_ignores_without_owner_kinds(cluster: Cluster) -
 async def test_proxy_and_watcher_wired_together(cluster: Cluster, tmp_path: Path) -> None:
     """The manager's wiring: proxy reports a new kind -> watcher watches it -> deleting re-queues once."""
     rec = Recorder()
-    w = DependentWatcher(cluster.api, rec, owner_kinds={(GROUP, KIND)}, cluster_scoped=False)
+    w = new_watcher(cluster, rec, {(GROUP, KIND)}, cluster_scoped=False)
     p = OwnerProxy(cluster.configuration(), on_dependent=w.on_dependent)
     await p.start()
     try:

@@ -461,20 +461,23 @@ async def test_upstream_down_gives_502(tmp_path: Path) -> None:
 
 async def test_watcher_close_ends_pending_ensure() -> None:
     """An unreachable API server keeps the watch retrying; close() must still end ensure() and the task."""
+    import kopf
+
     from ansible_operator.dependents import DependentWatcher
+    from ansible_operator.kube import kopf_vault
     from ansible_operator.owners import DependentKind
 
     cfg = kubernetes.client.Configuration()
     cfg.host = "http://127.0.0.1:1"
-    api = kubernetes.client.ApiClient(cfg)
-    w = DependentWatcher(api, lambda *a: None, owner_kinds={("x.io", "Thing")}, cluster_scoped=False)
+    w = DependentWatcher(lambda *a: None, settings=kopf.OperatorSettings(), vault=kopf_vault(cfg),
+                         owner_kinds={("x.io", "Thing")}, cluster_scoped=False)
     ensure = asyncio.create_task(w.ensure(DependentKind("", "v1", "ConfigMap", "configmaps", True)))
     while not w.watched:
         await asyncio.sleep(0)
+    tasks = list(w._tasks)
     await w.close()
     await asyncio.wait_for(ensure, 10)  # hang guard only
-    assert all(t.done() for t in w._tasks) or not w._tasks
-    api.close()
+    assert tasks and all(t.done() for t in tasks)
 
 
 def test_owner_on_apply_create_env(caplog: pytest.LogCaptureFixture) -> None:

@@ -10,8 +10,9 @@ from ansible_operator import artifacts
 from ansible_operator.executors.base import RunOutcome, RunRequest
 from ansible_operator.intake import ObjectCache, fingerprint
 from ansible_operator.kube import ApiError, ResourceRef
+from ansible_operator.owners import PassThroughCredentials
 from ansible_operator.queue import ObjectKey
-from ansible_operator.reconcile import PassThroughCredentials, Reconciler, Runtime
+from ansible_operator.reconcile import Reconciler, Runtime
 from ansible_operator.watches import Watch
 
 REF = ResourceRef("cache.example.com", "v1alpha1", "memcacheds", True)
