@@ -22,6 +22,8 @@ import json
 from importlib import resources
 from typing import Any
 
+from ansible_operator.sandbox import schema
+
 REF = "#/definitions/"
 _QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 _INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
@@ -108,36 +110,28 @@ def _go_type(node: dict[str, Any]) -> str:
     return str(type_ or "interface {}")
 
 
-def _json_kind(value: Any) -> str:
-    """encoding/json's UnmarshalTypeError.Value: ``string``, ``number``, ``number 1.5``, ``bool``, ..."""
+def _json_kind(value: Any, go_type: str) -> str:
+    """encoding/json's UnmarshalTypeError.Value: ``string``, ``bool``, ``object``, ``array``, and for a number
+    ``number``, or ``number <literal>`` when it was meant for an integer type (``number 1.5``,
+    ``number 3000000000`` for an int32)."""
     if isinstance(value, bool):
         return "bool"
-    if isinstance(value, float):
-        return f"number {value:g}" if value != int(value) else "number"
-    if isinstance(value, int):
-        return "number"
+    if isinstance(value, (int, float)):
+        return f"number {json.dumps(value)}" if go_type in ("int32", "int64") else "number"
     names: dict[type, str] = {str: "string", list: "array", dict: "object"}
     return names.get(type(value), "value")
 
 
 def _type_ok(node: dict[str, Any], ref: str | None, value: Any) -> bool:
-    if ref in (_QUANTITY, _INT_OR_STRING):  # custom unmarshalers: a string or a number
-        return isinstance(value, (str, int, float)) and not isinstance(value, bool) and (
-            ref == _QUANTITY or not isinstance(value, float) or value == int(value))
+    """Whether the Go type of ``node`` can hold ``value`` (:func:`schema.is_json_type`, typed decoding)."""
+    if ref == _QUANTITY:  # Quantity.UnmarshalJSON: a string or any number
+        return isinstance(value, str) or schema.is_json_type(value, "number")
+    if ref == _INT_OR_STRING:  # IntOrString.UnmarshalJSON: a string, else an int32
+        return isinstance(value, str) or schema.is_json_type(value, "integer", "int32", typed=True)
     type_ = node.get("type")
-    if type_ == "object" or "properties" in node:
-        return isinstance(value, dict)
-    if type_ == "array":
-        return isinstance(value, list)
-    if type_ == "string":
-        return isinstance(value, str)
-    if type_ == "boolean":
-        return isinstance(value, bool)
-    if type_ == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if type_ == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return True
+    if "properties" in node:
+        type_ = "object"
+    return schema.is_json_type(value, type_, node.get("format"), typed=True)
 
 
 def _child(path: str, key: str) -> str:
@@ -152,9 +146,12 @@ def _prune(node: dict[str, Any], value: Any, path: str, walk: Walk, struct: str,
         return value  # null leaves a Go field at its zero value
     if not _type_ok(target, ref, value):
         if walk.type_error is None and go_path:
-            walk.type_error = (f"json: cannot unmarshal {_json_kind(value)} into Go struct field "
+            # IntOrString's own UnmarshalJSON decodes a non-string into its int32, and its error is that
+            # decode's, with this field's context added
+            go_type = "int32" if ref == _INT_OR_STRING else _go_type(node)
+            walk.type_error = (f"json: cannot unmarshal {_json_kind(value, go_type)} into Go struct field "
                                f"{struct.rsplit('.', 1)[-1]}.{'.'.join(go_path[1:]) or go_path[0]} "
-                               f"of type {_go_type(node)}")
+                               f"of type {go_type}")
         return value
     node = target
     if isinstance(value, dict):

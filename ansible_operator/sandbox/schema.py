@@ -224,7 +224,23 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def _is_type(value: Any, type_: str) -> bool:
+def is_json_type(value: Any, type_: str | None, fmt: str | None = None, *, typed: bool = False) -> bool:
+    """Whether a decoded JSON ``value`` is of OpenAPI type ``type_``, as kube-apiserver decides it; the one
+    type check for custom resources (here) and built-in kinds (:mod:`builtin_schemas`).
+
+    The two decode differently, so they differ for numbers:
+
+    * a custom resource (``typed=False``) is decoded into unstructured data (an integer literal that fits
+      int64 into an int64, any other number into a float64) and checked by kube-openapi's type validator:
+      ``integer`` is an int64, or a float64 whose value is an integer within +-(2**53 - 1)
+      (``swag.IsFloat64AJSONInteger``: ``2.0`` is an integer, ``2**64`` is not); formats are not
+      range-checked;
+    * a built-in kind (``typed=True``) is decoded by encoding/json straight into its Go struct: an integer
+      field takes only an integer literal that fits its Go type (``int32`` for ``format: int32``, else
+      ``int64``), never ``2.0``.
+
+    ``boolean`` is never a number; an unknown or missing ``type_`` accepts anything.
+    """
     if type_ == "object":
         return isinstance(value, dict)
     if type_ == "array":
@@ -233,13 +249,25 @@ def _is_type(value: Any, type_: str) -> bool:
         return isinstance(value, str)
     if type_ == "boolean":
         return isinstance(value, bool)
-    if type_ == "integer":
-        return isinstance(value, int) and not isinstance(value, bool) and _INT64_MIN <= value <= _INT64_MAX
-    if type_ == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
     if type_ == "null":
         return value is None
-    return True
+    if type_ not in ("integer", "number"):
+        return True
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if type_ == "number":
+        return True
+    if isinstance(value, float):
+        return not typed and _float_is_json_integer(value)
+    if typed and fmt == "int32":
+        return _INT32_MIN <= value <= _INT32_MAX
+    return _INT64_MIN <= value <= _INT64_MAX
+
+
+def _float_is_json_integer(f: float) -> bool:
+    """go-openapi ``swag.IsFloat64AJSONInteger``: an integral value within +-(2**53 - 1). (Its newer versions
+    also take a float within a relative 1e-9 of an integer as one, a rounding allowance not emulated.)"""
+    return math.isfinite(f) and -_MAX_JSON_FLOAT <= f <= _MAX_JSON_FLOAT and f == math.trunc(f)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -248,6 +276,8 @@ def _is_type(value: Any, type_: str) -> bool:
 # The apiserver decodes JSON integers into int64; anything larger becomes a float64 ("number").
 # Like the apiserver, numeric formats (int32, int64, float, double) are not range-checked.
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_MAX_JSON_FLOAT = float(2**53 - 1)
 _DATE_TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 _DURATION_RE = re.compile(r"^([+-]?\d+(\.\d+)?(ns|us|µs|ms|s|m|h|d|w))+$")
 _HOST_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -390,14 +420,14 @@ def _validate(schema: dict, value: Any, path: str, errors: list[FieldError]) -> 
             errors.append(type_invalid(path, "null", f'{path} in body must be of type object: "null"'))
             return
     if schema.get("x-kubernetes-int-or-string"):
-        if not (_is_type(value, "integer") or _is_type(value, "string")):
+        if not (is_json_type(value, "integer") or is_json_type(value, "string")):
             actual = _json_type(value)
             errors.append(
                 type_invalid(path, actual, f'{path} in body must be of type integer,string: "{actual}"')
             )
             return
     type_ = schema.get("type")
-    if type_ and not _is_type(value, type_):
+    if type_ and not is_json_type(value, type_):
         actual = _json_type(value)
         errors.append(type_invalid(path, actual, f'{path} in body must be of type {type_}: "{actual}"'))
         return
@@ -419,7 +449,7 @@ def _validate(schema: dict, value: Any, path: str, errors: list[FieldError]) -> 
 
 
 def _validate_number(schema: dict, value: int | float, path: str, errors: list[FieldError]) -> None:
-    if "minimum" in schema and _is_type(schema["minimum"], "number"):
+    if "minimum" in schema and is_json_type(schema["minimum"], "number"):
         m = schema["minimum"]
         if schema.get("exclusiveMinimum") is True:
             if value <= m:
@@ -428,7 +458,7 @@ def _validate_number(schema: dict, value: int | float, path: str, errors: list[F
             errors.append(
                 invalid(path, value, f"{path} in body should be greater than or equal to {_num(m)}")
             )
-    if "maximum" in schema and _is_type(schema["maximum"], "number"):
+    if "maximum" in schema and is_json_type(schema["maximum"], "number"):
         m = schema["maximum"]
         if schema.get("exclusiveMaximum") is True:
             if value >= m:
@@ -436,7 +466,7 @@ def _validate_number(schema: dict, value: int | float, path: str, errors: list[F
         elif value > m:
             errors.append(invalid(path, value, f"{path} in body should be less than or equal to {_num(m)}"))
     mult = schema.get("multipleOf")
-    if isinstance(mult, (int, float)) and _is_type(mult, "number") and mult > 0:
+    if isinstance(mult, (int, float)) and is_json_type(mult, "number") and mult > 0:
         q = value / mult
         if not (math.isfinite(q) and abs(q - round(q)) < 1e-9):
             errors.append(invalid(path, value, f"{path} in body should be a multiple of {_num(mult)}"))
@@ -444,9 +474,9 @@ def _validate_number(schema: dict, value: int | float, path: str, errors: list[F
 
 def _validate_string(schema: dict, value: str, path: str, errors: list[FieldError]) -> None:
     length = len(value)  # characters, as go-openapi counts runes
-    if _is_type(schema.get("maxLength"), "integer") and length > schema["maxLength"]:
+    if is_json_type(schema.get("maxLength"), "integer") and length > schema["maxLength"]:
         errors.append(too_long(path, schema["maxLength"]))
-    if _is_type(schema.get("minLength"), "integer") and length < schema["minLength"]:
+    if is_json_type(schema.get("minLength"), "integer") and length < schema["minLength"]:
         errors.append(
             invalid(path, value, f"{path} in body should be at least {schema['minLength']} chars long")
         )
@@ -464,9 +494,9 @@ def _validate_string(schema: dict, value: str, path: str, errors: list[FieldErro
 
 
 def _validate_array(schema: dict, value: list, path: str, errors: list[FieldError]) -> None:
-    if _is_type(schema.get("maxItems"), "integer") and len(value) > schema["maxItems"]:
+    if is_json_type(schema.get("maxItems"), "integer") and len(value) > schema["maxItems"]:
         errors.append(too_many(path, len(value), schema["maxItems"]))
-    if _is_type(schema.get("minItems"), "integer") and len(value) < schema["minItems"]:
+    if is_json_type(schema.get("minItems"), "integer") and len(value) < schema["minItems"]:
         errors.append(invalid(path, value, f"{path} in body should have at least {schema['minItems']} items"))
     if schema.get("uniqueItems") is True:
         if any(_json_equal(a, b) for i, a in enumerate(value) for b in value[i + 1 :]):
@@ -502,9 +532,9 @@ def _validate_list_type(schema: dict, value: list, path: str, errors: list[Field
 
 
 def _validate_object(schema: dict, value: dict, path: str, errors: list[FieldError]) -> None:
-    if _is_type(schema.get("maxProperties"), "integer") and len(value) > schema["maxProperties"]:
+    if is_json_type(schema.get("maxProperties"), "integer") and len(value) > schema["maxProperties"]:
         errors.append(too_many(path, len(value), schema["maxProperties"]))
-    if _is_type(schema.get("minProperties"), "integer") and len(value) < schema["minProperties"]:
+    if is_json_type(schema.get("minProperties"), "integer") and len(value) < schema["minProperties"]:
         errors.append(
             invalid(path, value, f"{path} in body should have at least {schema['minProperties']} properties")
         )

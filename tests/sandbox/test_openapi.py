@@ -82,6 +82,32 @@ def test_pruning_walks_the_upstream_definitions():
             "json: cannot unmarshal number 1.5 into Go struct field DeploymentSpec.spec.replicas"
             " of type int32",
         ),
+        # an integer field takes an integer literal that fits its Go type; the message quotes the number
+        (
+            "Deployment",
+            {"spec": {"replicas": 2**31}},
+            "json: cannot unmarshal number 2147483648 into Go struct field DeploymentSpec.spec.replicas"
+            " of type int32",
+        ),
+        (
+            "Deployment",
+            {"spec": {"replicas": 2.0}},
+            "json: cannot unmarshal number 2.0 into Go struct field DeploymentSpec.spec.replicas"
+            " of type int32",
+        ),
+        (
+            "Deployment",
+            {"metadata": {"generation": 2**63}},
+            "json: cannot unmarshal number 9223372036854775808 into Go struct field"
+            " ObjectMeta.metadata.generation of type int64",
+        ),
+        # IntOrString decodes a non-string into its int32 (and its error names that type)
+        (
+            "Deployment",
+            {"spec": {"strategy": {"rollingUpdate": {"maxSurge": True}}}},
+            "json: cannot unmarshal bool into Go struct field"
+            " RollingUpdateDeployment.spec.strategy.rollingUpdate.maxSurge of type int32",
+        ),
         (
             "Deployment",
             {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": 5}]}}}},

@@ -11,6 +11,7 @@ from ansible_operator.sandbox.schema import (
     FieldError,
     apply_defaults,
     invalid_message,
+    is_json_type,
     prune,
     validate,
     validate_crd,
@@ -332,6 +333,8 @@ VALID_SPECS = [
     ),
     pytest.param({"size": 3, "labels": {}}, id="empty-map"),
     pytest.param({"size": 10, "image": "quay.io/org/memcached:1.6.21"}, id="bounds-and-pattern"),
+    # unstructured decoding makes 2.0 a float64, and kube-openapi takes an integral float64 as an integer
+    pytest.param({"size": 2.0, "port": 8080.0}, id="integral-float-is-integer"),
 ]
 
 
@@ -383,6 +386,35 @@ def test_number_accepts_int_and_float() -> None:
     assert validate(schema, {"x": 1}) == []
     assert validate(schema, {"x": 1.5}) == []
     assert validate(schema, {"x": False})[0].message.startswith('Invalid value: "boolean"')
+
+
+@pytest.mark.parametrize("value, type_, fmt, unstructured, typed", [
+    # value, OpenAPI type and format, is it that type for a custom resource? for a built-in's Go field?
+    (3, "integer", None, True, True),
+    (2.0, "integer", None, True, False),  # kube-openapi: an integral float64; encoding/json: not an int
+    (2.5, "integer", None, False, False),
+    (float(2**53 - 1), "integer", None, True, False),
+    (float(2**53), "integer", None, False, False),  # beyond swag.IsFloat64AJSONInteger's range
+    (float("inf"), "integer", None, False, False),
+    (2**63 - 1, "integer", "int64", True, True),
+    (2**63, "integer", "int64", False, False),  # no int64: a float64 beyond 2**53 either way
+    (-(2**63), "integer", None, True, True),
+    (2**31, "integer", "int32", True, False),  # CRD formats are not range-checked; a Go int32 overflows
+    (-(2**31), "integer", "int32", True, True),
+    (True, "integer", None, False, False),
+    (True, "number", None, False, False),
+    (1.5, "number", "double", True, True),
+    (2**70, "number", None, True, True),
+    ("3", "integer", None, False, False),
+    (None, "null", None, True, True),
+    ({}, "object", None, True, True),
+    ([], "object", None, False, False),
+    ("x", None, None, True, True),  # no type: anything
+])
+def test_is_json_type_for_custom_resources_and_builtins(value: Any, type_: str | None, fmt: str | None,
+                                                       unstructured: bool, typed: bool) -> None:
+    assert is_json_type(value, type_, fmt) is unstructured
+    assert is_json_type(value, type_, fmt, typed=True) is typed
 
 
 def test_additional_properties_false_and_min_max_properties() -> None:
