@@ -18,7 +18,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ansible_operator import kube as kube_mod
 from ansible_operator.watches import Watch, WatchesError, load_watches
@@ -114,10 +114,9 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
     from ansible_operator.queue import WorkQueue
     from ansible_operator.reconcile import Reconciler, Runtime
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    shutdown = _Shutdown()
+    stop = shutdown.stop
+    shutdown.install()
 
     cleanups: list[Any] = []
     exit_code = 0
@@ -140,6 +139,9 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         executor = make_executor(args.executor, **executor_options)
         await executor.start()
         cleanups.append(executor.close)
+        stop_restarting = getattr(executor, "stop_restarting", None)
+        if stop_restarting is not None:
+            shutdown.on_stop.append(stop_restarting)  # a zygote SIGTERMed with our process group stays down
 
         controllers_by_gk: dict[tuple[str, str], Controller] = {}
         # kopf's settings and credentials vault: its watch streams and the dependent watches share them
@@ -226,11 +228,17 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         logging.getLogger("kopf").setLevel(max(logging.WARNING, logging.getLogger().level))
 
         kopf_ready = asyncio.Event()
-        kopf_task = asyncio.create_task(kopf.operator(
+        kopf_stop = asyncio.Event()  # set after the drain: kopf watches (feeding paused queues) until then
+        # kopf.operator() is spawn_tasks() + run_tasks(); called apart so that SIGINT/SIGTERM stay ours (see
+        # _Shutdown) and kopf is told which tasks are not its own to wait for when it stops.
+        shutdown.settled.update(asyncio.all_tasks())
+        kopf_tasks = await kopf.spawn_tasks(
             registry=registry, settings=settings, standalone=True,
             clusterwide=not namespaces, namespaces=namespaces,
-            stop_flag=stop, ready_flag=kopf_ready, vault=vault,
-        ), name="kopf")
+            stop_flag=kopf_stop, ready_flag=kopf_ready, vault=vault,
+        )
+        shutdown.install()  # spawn_tasks() installed kopf's own handlers
+        kopf_task = asyncio.create_task(kopf.run_tasks(kopf_tasks, ignored=shutdown.settled), name="kopf")
 
         async def mark_ready() -> None:
             await kopf_ready.wait()
@@ -247,18 +255,21 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         waiters = [asyncio.create_task(stop.wait()), kopf_task] + ([elector_task] if elector_task else [])
         done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         if kopf_task in done and not stop.is_set():
-            # kopf installs its own SIGINT/SIGTERM handlers and ends cleanly on them; anything else is a
-            # crash.
+            # kopf stops only when kopf_stop is set (below): ending before that is a crash
             exc = kopf_task.exception()
-            if exc is not None:
-                log.error("watch streams stopped: %s", exc)
-                exit_code = 1
+            log.error("watch streams stopped: %s", exc or "kopf ended")
+            exit_code = 1
+        shutdown.request()
         if elector_task is not None and elector_task in done and elector_state.get("lost"):
             exit_code = 1
         else:
             # Stop taking work, let runs in flight finish (still leading: the Lease is released after).
-            await _drain(controllers, args.graceful_shutdown_timeout)
-        stop.set()
+            if not await _drain(controllers, args.graceful_shutdown_timeout, shutdown.force):
+                exit_code = 1  # a second signal stopped the runs: exit 1, as controller-runtime's os.Exit(1)
+        # Every task alive now is ours (closed by the cleanups below) or a kopf root task's: kopf waits 5 s
+        # for the "hung" tasks of an operator it stops, i.e. for everything it was not told to ignore.
+        shutdown.settled.update(asyncio.all_tasks())
+        kopf_stop.set()
         ready_task.cancel()
         for w in waiters:
             if not w.done():
@@ -274,6 +285,47 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             except Exception:
                 log.exception("error during shutdown")
     return exit_code
+
+
+class _Shutdown:
+    """SIGINT/SIGTERM, handled by us rather than by kopf so that a shutdown goes in our order: stop taking
+    work, let runs in flight finish (``--graceful-shutdown-timeout``), stop kopf, release the Lease, close
+    the rest. (kopf's own handler stopped kopf first and then waited 5 s for its stop-flag waiter, which a
+    signal leaves pending: an idle operator took 5 s to exit.)
+
+    The first signal sets ``stop`` and runs the ``on_stop`` hooks; a second one sets ``force``: runs in
+    flight are stopped at once (controller-runtime exits 1 on a second signal)."""
+
+    def __init__(self) -> None:
+        self.stop = asyncio.Event()
+        self.force = asyncio.Event()
+        self.on_stop: list[Callable[[], object]] = []
+        self.settled: set[asyncio.Task[Any]] = set()
+        """Tasks kopf's ``run_tasks`` must not wait for when it stops (``ignored``; ours, or alive before)."""
+
+    def install(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self.stop.is_set():
+            if not self.force.is_set():
+                log.warning("%s again: stopping the runs in flight now", sig.name)
+            self.force.set()
+            return
+        log.info("%s received: shutting down", sig.name)
+        self.request()
+
+    def request(self) -> None:
+        if not self.stop.is_set():
+            self.stop.set()
+        hooks, self.on_stop = self.on_stop, []
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:
+                log.exception("error during shutdown")
 
 
 async def _start_sandbox(args: argparse.Namespace, cleanups: list[Any]) -> str:
@@ -555,8 +607,9 @@ class ApiReachability:
             await asyncio.sleep(self.period)
 
 
-async def _drain(controllers: list[Controller], timeout: float) -> None:
-    """Graceful shutdown: no new runs; runs in flight may finish for ``timeout`` seconds, then are stopped."""
+async def _drain(controllers: list[Controller], timeout: float, force: asyncio.Event | None = None) -> bool:
+    """Graceful shutdown: no new runs; runs in flight may finish for ``timeout`` seconds (or until ``force``
+    is set: a second signal), then are stopped. False when ``force`` stopped runs."""
     for c in controllers:
         c.queue.pause()
     busy = sum(c.queue.in_flight for c in controllers)
@@ -564,12 +617,21 @@ async def _drain(controllers: list[Controller], timeout: float) -> None:
         log.info("shutting down: waiting up to %gs for %d run(s) in flight", timeout, busy)
     stops = [asyncio.create_task(c.queue.stop(cancel_running=False)) for c in controllers]
     if not stops:
-        return
-    _, pending = await asyncio.wait(stops, timeout=timeout)
+        return True
+    waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(asyncio.wait(stops))]
+    if force is not None:
+        waiters.append(asyncio.ensure_future(force.wait()))
+    await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    pending = [task for task in stops if not task.done()]
+    forced = force is not None and force.is_set() and bool(pending)
     if pending:
         left = sum(c.queue.in_flight for c in controllers)
-        log.warning("graceful shutdown timeout (%gs) reached: stopping %d run(s) still in flight",
-                    timeout, left)
+        why = "second signal" if forced else f"graceful shutdown timeout ({timeout:g}s) reached"
+        log.warning("%s: stopping %d run(s) still in flight", why, left)
         for task in pending:
             task.cancel()  # cancels the queue's workers, which cancels their runs
         await asyncio.gather(*pending, return_exceptions=True)
+    for waiter in waiters:
+        waiter.cancel()
+    await asyncio.gather(*waiters, return_exceptions=True)
+    return not forced

@@ -6,6 +6,7 @@ of --ansible-args is in tests/unit/test_ansible_args.py."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import ssl
@@ -13,6 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import kubernetes
 import pytest
 
 from .conftest import EXECUTORS, HERE, Cluster, default_watch, wait_for
@@ -95,6 +97,37 @@ def test_sigterm_lets_the_run_in_flight_finish_and_exits_0(
     assert run["result"] == "successful"
     for line in op.logs().splitlines():  # --log-format json: nothing but JSON objects
         assert isinstance(json.loads(line), dict), line
+
+
+def test_idle_sigterm_to_the_process_group_exits_0_and_releases_the_lease(
+    cluster: Cluster, start_operator
+) -> None:
+    """As the SDK (LeaderElectionReleaseOnCancel): an idle operator exits at once on SIGTERM, and the Lease
+    is released so a successor need not wait for it to expire. The signal goes to the whole process group
+    (``kill -TERM -pgid``), so the warm executor's zygote gets it too: it must not be restarted."""
+    op = start_operator(
+        [default_watch(finalizer=None)],
+        "--leader-elect",
+        "--leader-election-id=idle-operator",
+        "--leader-election-namespace=e2e",
+    )
+    coordination = kubernetes.client.CoordinationV1Api(cluster.api)
+
+    def holder() -> str:
+        try:
+            lease = coordination.read_namespaced_lease("idle-operator", "e2e")
+        except kubernetes.client.ApiException:
+            return ""
+        return str(lease.spec.holder_identity or "")
+
+    assert str(op.proc.pid) in wait_for(holder, 60, what="the lease held")
+    wait_for(lambda: "operator ready" in op.logs(), 60, what="operator ready")
+    os.killpg(op.proc.pid, signal.SIGTERM)  # the harness starts it in a session of its own
+    assert op.proc.wait(30) == 0
+    assert holder() == ""
+    logs = op.logs()
+    assert "released lease e2e/idle-operator" in logs
+    assert "restarting" not in logs and "Traceback" not in logs
 
 
 def test_graceful_shutdown_timeout_stops_the_run(cluster: Cluster, start_operator, tmp_path: Path) -> None:
