@@ -46,3 +46,36 @@ def test_no_answer_is_a_server_error() -> None:
     with pytest.raises(kube.ServerError) as exc:
         k._request_sync("GET", "/x", None, None, [])
     assert exc.value.status == 0 and "connection refused" in exc.value.message
+
+
+def test_raw_http_answers_are_typed() -> None:
+    body = b'{"kind":"Status","reason":"NotFound","message":"configmaps \\"x\\" not found","code":404}'
+    err = kube.error_from_response(404, body, "GET /api/v1/x")
+    assert type(err) is kube.NotFound and err.reason == "NotFound"
+    assert err.message == 'GET /api/v1/x: configmaps "x" not found'
+    assert type(kube.error_from_response(502, b"<html>bad gateway</html>")) is kube.ServerError
+    kube.check_response(201, b"{}")  # a success raises nothing
+    with pytest.raises(kube.Conflict):
+        kube.check_response(409, b'{"kind":"Status","reason":"Conflict","message":"m"}')
+
+
+def test_generated_client_errors_are_typed() -> None:
+    from kubernetes.client.rest import ApiException
+
+    exc = ApiException(status=404, reason="Not Found")
+    exc.body = b'{"kind":"Status","reason":"NotFound","message":"leases \\"l\\" not found"}'
+    with pytest.raises(kube.NotFound, match='leases "l" not found'):
+        with kube.typed_errors():
+            raise exc
+
+
+def test_kopf_client_errors_are_typed() -> None:
+    from kopf._cogs.clients import errors as kopf_errors
+
+    payload = {"apiVersion": "v1", "kind": "Status", "code": 410, "status": "Failure", "reason": "Expired",
+               "message": "too old resource version"}
+    err = kube.error_from_kopf(kopf_errors.APIClientError(payload, status=410, headers={}))  # type: ignore[arg-type]
+    assert type(err) is kube.Gone and err.reason == "Expired" and err.message == "too old resource version"
+    forbidden = kube.error_from_kopf(kopf_errors.APIForbiddenError("no", status=403, headers={}))
+    assert type(forbidden) is kube.Forbidden
+    assert kube.error_from_kopf(RuntimeError("not an API error")) is None
