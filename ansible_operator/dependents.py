@@ -273,8 +273,12 @@ class DependentWatcher:
 
         Cluster-scoped kinds are always watched cluster-wide.
         """
-        from kopf._cogs.clients import auth
+        from kopf._cogs.clients import auth, watching
 
+        bookmark = getattr(watching, "Bookmark", None)
+        if not hasattr(watching, "infinite_watch") or not hasattr(bookmark, "LISTED"):
+            raise RuntimeError("this kopf version has no watching.infinite_watch/Bookmark.LISTED: dependent"
+                               " watches cannot use kopf's stream; pin kopf to a known version")
         self._enqueue_fn = enqueue
         self._settings = settings
         # kopf's API calls take their credentials from this context variable; kopf sets it in its own
