@@ -238,7 +238,7 @@ def _add_run(sub: Any) -> None:
     le.add_argument("--leader-election-id", default=None, metavar="NAME",
                     help="Lease name (default: $OPERATOR_NAME, else <directory of the watches file>-lock)")
     le.add_argument("--leader-election-namespace", default=None, metavar="NS",
-                    help="Lease namespace (default: the pod's namespace, else 'default')")
+                    help="Lease namespace (default: the pod's namespace; required out of a cluster)")
     le.add_argument("--leader-elect-resource-lock", type=_lower_choice(
         ("leases", "endpointsleases", "configmapsleases", "endpoints", "configmaps"), "resource lock"),
                     default=None, metavar="TYPE",

@@ -77,6 +77,12 @@ def main(args: argparse.Namespace) -> int:
     if not watches:
         log.error("%s: no watches defined", args.watches_file)
         return 2
+    if args.leader_elect and _leader_election_namespace(args) is None:
+        # controller-runtime: "unable to find leader election namespace: not running in-cluster, please
+        # specify LeaderElectionNamespace" (it never guesses one out of cluster)
+        log.error("--leader-elect: unable to find the leader election namespace: not running in a cluster"
+                  " (no %s); give --leader-election-namespace", kube_mod.service_account_dir() / "namespace")
+        return 2
     try:
         return asyncio.run(run_operator(args, watches))
     except KeyboardInterrupt:
@@ -401,7 +407,8 @@ async def _start_leader_election(args: argparse.Namespace, kube: Any, controller
                                  stop: asyncio.Event) -> asyncio.Task[Any]:
     from ansible_operator.leader import LeaderElector
 
-    namespace = args.leader_election_namespace or _pod_namespace() or "default"
+    namespace = _leader_election_namespace(args)
+    assert namespace is not None  # main() refused to start without one
     project = Path(args.watches_file).resolve().parent.name or "ansible-operator"
     name = args.leader_election_id or f"{project}-lock"
     identity = f"{socket.gethostname()}_{os.getpid()}"
@@ -454,6 +461,12 @@ async def _may_watch_crds(kube: Any) -> bool:
         if not (isinstance(answer, dict) and (answer.get("status") or {}).get("allowed")):
             return False
     return True
+
+
+def _leader_election_namespace(args: argparse.Namespace) -> str | None:
+    """``--leader-election-namespace``, else the pod's namespace (its service account's ``namespace`` file),
+    as controller-runtime; None out of a cluster."""
+    return str(args.leader_election_namespace or "") or _pod_namespace()
 
 
 def _pod_namespace() -> str | None:

@@ -144,6 +144,11 @@ def test_sdk_scaffolded_project_runs_with_its_manager_args(sandbox: Any, tmp_pat
     env["HOME"] = str(home)
     env.update(_container_env(manager))
     env["KUBECONFIG"] = str(sandbox.kubeconfig)
+    # the pod's service account directory: --leader-elect puts the Lease in its namespace (controller-runtime)
+    service_account = tmp_path / "serviceaccount"
+    service_account.mkdir()
+    (service_account / "namespace").write_text(manager["metadata"]["namespace"])
+    env["ANSIBLE_OPERATOR_SERVICE_ACCOUNT_DIR"] = str(service_account)
 
     core.create_namespace({"metadata": {"name": NS}})
     # a ConfigMap of the namespace's users that the finalizer updates (force: true): it must outlive the CR

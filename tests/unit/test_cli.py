@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -244,3 +245,30 @@ def test_bad_value_fails_before_anything_starts(tmp_path: object) -> None:
     )
     assert proc.returncode == 2
     assert proc.stdout == "" and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_leader_election_namespace_is_the_pods_and_must_be_given_out_of_a_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As controller-runtime: in a cluster the Lease goes in the pod's namespace (the service account's
+    ``namespace`` file); out of one, --leader-elect without --leader-election-namespace refuses to start."""
+    from ansible_operator.manager import _leader_election_namespace
+
+    role = tmp_path / "roles" / "noop" / "tasks"
+    role.mkdir(parents=True)
+    (role / "main.yml").write_text("- debug: msg=hi\n")
+    watches = tmp_path / "watches.yaml"
+    watches.write_text(f"- {{group: x.example.com, version: v1, kind: X, role: {role.parent}}}\n")
+    service_account = tmp_path / "serviceaccount"
+    monkeypatch.setenv("ANSIBLE_OPERATOR_SERVICE_ACCOUNT_DIR", str(service_account))
+
+    assert main(["run", "--watches-file", str(watches), "--leader-elect"]) == 2
+    err = capsys.readouterr().err
+    assert "unable to find the leader election namespace" in err and "--leader-election-namespace" in err
+    assert "Traceback" not in err
+    assert _leader_election_namespace(parse("--leader-elect")) is None
+
+    service_account.mkdir()
+    (service_account / "namespace").write_text("operators\n")
+    assert _leader_election_namespace(parse("--leader-elect")) == "operators"
+    assert _leader_election_namespace(parse("--leader-elect", "--leader-election-namespace=ns")) == "ns"
