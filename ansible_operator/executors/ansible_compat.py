@@ -7,10 +7,17 @@ shapes in the supported range:
 * **2.16 - 2.18** ("classic"): the collection finder is built from ``C.COLLECTIONS_PATHS`` alone;
   Ansible's worker processes stay in the run's session; the AnsiballZ wrapper runs the module with
   ``runpy.run_module(mod_name=...)``; module_utils has no controller/module split.
-* **2.19** ("data tagging"): the finder also gets ``ansible/_internal`` (the ``ansible._protomatter``
+* **2.19 - 2.21** ("data tagging"): the finder also gets ``ansible/_internal`` (the ``ansible._protomatter``
   collection); workers ``setsid`` in ``WorkerProcess._detach``; the wrapper names the module
   ``module_fqn=...``; ``ansible.module_utils._internal`` must be switched to the module side in a fork;
   payload building goes through ``_compile_module_ast`` / ``_CachedModule`` (shared payload store).
+  2.20 and 2.21 (Python >= 3.12) keep every one of these: their finder's new ``internal_collections``
+  argument is set on the finder the zygote installed (a run only recomputes its paths), and the wrapper,
+  worker, module_utils switch and payload builder are unchanged (checked against 2.21.5's source and by
+  the executor tests on it). One visible difference: 2.20 deprecates names imported from module_utils
+  shims (``from ansible.module_utils._text import to_native``, as kubernetes.core 6.2.0 does), and the
+  notice is emitted when the importing file is first executed. The zygote preloaded those files, so warm
+  runs do not repeat those import-time notices (controller- or module-side); a fresh process shows them.
 
 Every difference is a function here, chosen by the installed version; anything outside
 :data:`SUPPORTED_MINORS` is refused before the zygote starts (``--executor runner`` still works: it only
@@ -23,7 +30,7 @@ import os
 import re
 from typing import Any
 
-SUPPORTED_MINORS: tuple[tuple[int, int], ...] = ((2, 16), (2, 17), (2, 18), (2, 19))
+SUPPORTED_MINORS: tuple[tuple[int, int], ...] = ((2, 16), (2, 17), (2, 18), (2, 19), (2, 20), (2, 21))
 """ansible-core minors whose internals the warm executor handles (tested in CI: the lowest and highest)."""
 
 _VERSION = re.compile(r"^(\d+)\.(\d+)")

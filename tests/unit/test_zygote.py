@@ -26,8 +26,8 @@ def test_installed_ansible_core_is_one_whose_internals_the_zygote_knows() -> Non
 
 
 @pytest.mark.parametrize("version, ok", [("2.15.13", False), ("2.16.0", True), ("2.17.14", True),
-                                         ("2.18.19", True), ("2.19.14", True), ("2.20.0", False),
-                                         ("2.21.5", False), ("devel", False)])
+                                         ("2.18.19", True), ("2.19.14", True), ("2.20.0", True),
+                                         ("2.21.5", True), ("2.22.0", False), ("devel", False)])
 def test_supported_range(version: str, ok: bool) -> None:
     if ok:
         ansible_compat.check(version)
@@ -38,7 +38,7 @@ def test_supported_range(version: str, ok: bool) -> None:
 
 def test_operator_side_refuses_another_ansible_core(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(metadata, "version", lambda name: "2.99.0")  # the module warm.py reads
-    with pytest.raises(RuntimeError, match=r"2\.16 - 2\.19.*2\.99\.0.*--executor runner"):
+    with pytest.raises(RuntimeError, match=r"2\.16 - 2\.21.*2\.99\.0.*--executor runner"):
         warm.check_ansible_core_version()
 
 

@@ -147,11 +147,23 @@ def _frames(traceback_text: str) -> list[str]:
     return frames + lines[-1:]
 
 
+# ansible-core 2.20+ deprecates names imported from module_utils shims (kubernetes.core 6.2.0 does
+# `from ansible.module_utils._text import to_native`); the notice comes when the importing file is executed,
+# which the zygote did once (ansible_compat's docstring): only a fresh interpreter's result carries it.
+_IMPORT_TIME_NOTICE = re.compile(r"^Importing '\w+' from 'ansible\.module_utils\.[\w.]+' is deprecated\.$")
+
+
+def _without_import_time_notices(res: dict[str, Any]) -> dict[str, Any]:
+    kept = [d for d in res.get("deprecations", ()) if not _IMPORT_TIME_NOTICE.match(str(d.get("msg")))]
+    res.pop("deprecations", None)
+    return {**res, "deprecations": kept} if kept else res
+
+
 def _results(events: list[dict[str, Any]]) -> list[tuple[str, str, Any]]:
     found = []
     for e in events:
         if e["event"] in ("runner_on_ok", "runner_on_failed"):
-            res = _strip(e["event_data"]["res"])
+            res = _without_import_time_notices(_strip(e["event_data"]["res"]))
             for key, value in res.items():
                 if isinstance(value, str) and value.startswith("Traceback (most recent call last)"):
                     res[key] = _frames(value)
