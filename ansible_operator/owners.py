@@ -40,6 +40,10 @@ status codes, headers -- is forwarded unchanged to the real API server using the
 connection settings (TLS, bearer token or basic auth), so it works against any cluster, not just the
 sandbox. Requests with an unknown token get ``401``; the token is the only thing tying a request to an
 owner, and it lives only for one run (:meth:`OwnerProxy.release`).
+
+This module also owns what each run is given to reach the cluster (:class:`Credentials`, asked by reconcile
+once per run): :class:`ProxyCredentials` (a kubeconfig for this proxy, the default) or
+:class:`PassThroughCredentials` (the operator's own kubeconfig, ``--inject-owner-ref=false``).
 """
 
 from __future__ import annotations
