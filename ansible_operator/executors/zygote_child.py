@@ -259,12 +259,15 @@ def _keep_workers_in_the_run() -> None:
         detach = getattr(cls, name)
 
         def _detach_in_run_group(self: Any) -> None:
-            real_setsid = os.setsid
+            # 2.21 compat hook: with WORKER_SESSION_ISOLATION false (ansible_worker_session_isolation) its
+            # workers call os.setpgid(0, 0) instead of os.setsid(), which would leave the run's group too
+            real_setsid, real_setpgid = os.setsid, os.setpgid
             os.setsid = lambda: None  # the worker is single-threaded here; restored right below
+            os.setpgid = lambda pid, pgrp: None
             try:
                 detach(self)
             finally:
-                os.setsid = real_setsid
+                os.setsid, os.setpgid = real_setsid, real_setpgid
 
         setattr(cls, name, _detach_in_run_group)
 
