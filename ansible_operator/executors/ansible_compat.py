@@ -106,7 +106,12 @@ def preload_module_side() -> None:
 
 
 def worker_setsid_hook() -> tuple[Any, str] | None:
-    """(class, method name) whose ``os.setsid`` call detaches Ansible's workers, or None (2.16 - 2.18)."""
+    """(class, method name) whose ``os.setsid`` call detaches Ansible's workers, or None (2.16 - 2.18).
+
+    2.21's ``_detach`` calls ``os.setpgid(0, 0)`` instead when ``WORKER_SESSION_ISOLATION`` is false (a
+    task may set ``ansible_worker_session_isolation``): the hook must neutralise both to keep the worker in
+    the run's process group (``zygote_child._keep_workers_in_the_run``; tests/unit/test_ansible_compat.py).
+    """
     from ansible.executor.process.worker import WorkerProcess
 
     return (WorkerProcess, "_detach") if hasattr(WorkerProcess, "_detach") else None
