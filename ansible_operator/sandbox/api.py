@@ -27,6 +27,7 @@ from ansible_operator.sandbox import (
     crdcheck,
     kinds,
     managedfields,
+    nodeports,
     patching,
     protobuf,
     schema,
@@ -339,6 +340,17 @@ class Api:
                               + ", ".join(f'unknown field "{u}"' for u in unknown))
         warnings.extend(f'unknown field "{u}"' for u in unknown)
 
+    def _node_ports(self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """A Service's node ports (:mod:`nodeports`), unique among every other stored Service."""
+        if rtype.group_resource != "/services":
+            return
+        meta = obj["metadata"]
+        key = self.key(rtype, meta.get("namespace"), meta.get("name", ""))
+        used = nodeports.ports_in_use(svc for k, svc in self.store.items("/services") if k != key)
+        errors = nodeports.assign(obj, old, used)
+        if errors:
+            raise self._invalid(rtype, meta.get("name", ""), errors)
+
     def _check_crd(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
         if rtype.group_resource != CRD_GROUP_RESOURCE:
             return
@@ -435,6 +447,7 @@ class Api:
             meta.pop("generation", None)
         obj = self._crd_schema_pipeline(rtype, obj, opts, warnings)
         kinds.normalize(rtype, obj, None)
+        self._node_ports(rtype, obj, None)
         self._check_crd(rtype, obj)
         manager = managedfields.manager_name(opts.field_manager, opts.user_agent)
         obj["metadata"]["managedFields"] = (
@@ -529,6 +542,7 @@ class Api:
         kinds.normalize(rtype, new, old)
         if subresource is None:
             kinds.check_update(rtype, new, old)
+        self._node_ports(rtype, new, old)
         meta = new["metadata"]  # the pipeline above returns new objects
         if rtype.group_resource == CRD_GROUP_RESOURCE:
             new["status"] = old.get("status")

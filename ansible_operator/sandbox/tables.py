@@ -121,11 +121,27 @@ def _ready(o: dict[str, Any]) -> str:
 
 
 def _ports(o: dict[str, Any]) -> str:
+    """``port/protocol``, ``port:nodePort/protocol`` with a node port (the printer's makePortString)."""
     ports = _g(o, "spec", "ports", default=[]) or []
-    return (
-        ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}" for p in ports if isinstance(p, dict))
-        or "<none>"
-    )
+    return ",".join(
+        f"{p.get('port')}{':' + str(p['nodePort']) if p.get('nodePort') else ''}/{p.get('protocol', 'TCP')}"
+        for p in ports if isinstance(p, dict)
+    ) or "<none>"
+
+
+def _external_ip(o: dict[str, Any]) -> str:
+    """The printer's getServiceExternalIP: the load balancer's addresses (``<pending>`` until it has one),
+    ``externalIPs``, the ExternalName, or ``<none>``."""
+    spec = _g(o, "spec", default={})
+    external = list(spec.get("externalIPs") or [])
+    if spec.get("type") == "LoadBalancer":
+        ingress = _g(o, "status", "loadBalancer", "ingress", default=[]) or []
+        found = [i.get("ip") or i.get("hostname") for i in ingress if isinstance(i, dict)]
+        found = [a for a in found if a] + external
+        return ",".join(found) if found else "<pending>"
+    if spec.get("type") == "ExternalName":
+        return str(spec.get("externalName") or "<none>")
+    return ",".join(external) or "<none>"
 
 
 def _job_status(o: dict[str, Any]) -> str:
@@ -150,7 +166,7 @@ _BUILTIN: dict[tuple[str, str], list[tuple[Column, Callable[[dict[str, Any]], An
     ("", "Service"): [
         (_col("Type"), lambda o: _g(o, "spec", "type", default="")),
         (_col("Cluster-IP"), lambda o: _g(o, "spec", "clusterIP", default="")),
-        (_col("External-IP"), lambda o: "<none>"),
+        (_col("External-IP"), _external_ip),
         (_col("Port(s)"), _ports),
     ],
     ("", "ServiceAccount"): [(_col("Secrets", "integer"), lambda o: len(o.get("secrets") or []))],

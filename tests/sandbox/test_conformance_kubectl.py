@@ -149,6 +149,52 @@ def test_create_services(kubectl: Kubectl):
     assert exposed["ports"] == [{"port": 80, "protocol": "TCP", "targetPort": 8080}]
 
 
+def test_node_ports_allocated_kept_refused_and_freed(kubectl: Kubectl):
+    """NodePort and LoadBalancer Services get node ports from 30000-32767 as the Service registry allocates
+    them: unique in the cluster, a requested one kept (or refused with the registry's message), kept across
+    updates, dropped with the type, free again once the Service is gone."""
+    ns = kubectl.namespace("nodeports")
+    kubectl.run("create", "deployment", "web", "-n", ns, "--image=nginx", "--port=80")
+    kubectl.run("expose", "deployment", "web", "-n", ns, "--type=NodePort")
+    kubectl.run("create", "service", "nodeport", "auto", "-n", ns, "--tcp=80:8080,443:8443")
+    kubectl.run("create", "service", "nodeport", "fixed", "-n", ns, "--tcp=80:8080", "--node-port=30091")
+    kubectl.run("create", "service", "loadbalancer", "lb", "-n", ns, "--tcp=443:8443")
+    specs = {name: kubectl.get("service", name, "-n", ns)["spec"] for name in ("web", "auto", "fixed", "lb")}
+    ports = [p["nodePort"] for s in specs.values() for p in s["ports"]]
+    assert all(30000 <= p <= 32767 for p in ports) and len(set(ports)) == len(ports) == 5, ports
+    assert specs["fixed"]["ports"][0]["nodePort"] == 30091
+    assert specs["web"]["externalTrafficPolicy"] == "Cluster"
+    assert specs["lb"]["allocateLoadBalancerNodePorts"] is True
+    listing = kubectl.run("get", "service", "web", "lb", "-n", ns).stdout
+    assert f"80:{specs['web']['ports'][0]['nodePort']}/TCP" in listing and "<pending>" in listing, listing
+
+    taken = kubectl.run("create", "service", "nodeport", "dup", "-n", ns, "--tcp=80:8080",
+                        "--node-port=30091", check=False)
+    assert taken.returncode == 1 and (
+        'Service "dup" is invalid: spec.ports[0].nodePort: Invalid value: 30091: provided port is already '
+        "allocated") in taken.stderr, taken.stderr
+    outside = kubectl.run("create", "service", "nodeport", "low", "-n", ns, "--tcp=80:8080",
+                          "--node-port=29999", check=False)
+    assert outside.returncode == 1 and (
+        "spec.ports[0].nodePort: Invalid value: 29999: provided port is not in the valid range. The range of "
+        "valid ports is 30000-32767") in outside.stderr, outside.stderr
+
+    # an update keeps the node ports, also when the body leaves them out (matched by port name)
+    kubectl.run("label", "service", "auto", "-n", ns, "tier=front")
+    sent = kubectl.get("service", "auto", "-n", ns)
+    for port in sent["spec"]["ports"]:
+        del port["nodePort"]
+    kubectl.run("replace", "-f", "-", input=json.dumps(sent))
+    assert kubectl.get("service", "auto", "-n", ns)["spec"]["ports"] == specs["auto"]["ports"]
+    # a type without node ports drops them
+    kubectl.run("patch", "service", "auto", "-n", ns, "-p", '{"spec": {"type": "ClusterIP"}}')
+    after = kubectl.get("service", "auto", "-n", ns)["spec"]
+    assert [p.get("nodePort") for p in after["ports"]] == [None, None] and after["type"] == "ClusterIP"
+    # a deleted Service's port is free again
+    kubectl.run("delete", "service", "fixed", "-n", ns)
+    kubectl.run("create", "service", "nodeport", "dup", "-n", ns, "--tcp=80:8080", "--node-port=30091")
+
+
 def test_create_rbac(kubectl: Kubectl):
     ns = kubectl.namespace("rbac")
     kubectl.run("create", "role", "reader", "-n", ns, "--verb=get,list", "--resource=pods,deployments.apps",
