@@ -154,6 +154,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         settings = kopf.OperatorSettings()
         vault = kube_mod.kopf_vault()
         credentials: Any = PassThroughCredentials(kubeconfig or os.environ.get("KUBECONFIG"))
+        dependents = None
         if args.inject_owner_ref:
             dependents = _dependent_watcher(settings, vault, watches, controllers_by_gk, namespaces, cleanups)
             credentials = await _start_owner_proxy(configuration, dependents, watches, cleanups,
@@ -182,7 +183,10 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         for watch in watches:
             cache = ObjectCache()  # written by intake, read by the reconciler
             reconciler = Reconciler(watch, cache, runtime)
-            queue = WorkQueue(watch.key, reconciler, max_concurrent=watch.max_concurrent_reconciles)
+            hooks = metrics.controller(watch.kind, watch.version, watch.max_concurrent_reconciles,
+                                       group=watch.group)  # controller-runtime's metrics
+            queue = WorkQueue(watch.key, reconciler, max_concurrent=watch.max_concurrent_reconciles,
+                              hooks=hooks)
             selector = label_selector_from_dict(watch.selector) if watch.selector else None
             intake = WatchIntake(watch, queue, cache=cache, selector=selector, on_forget=reconciler.forget)
             intake.register(registry)
@@ -272,6 +276,8 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             # Stop taking work, let runs in flight finish (still leading: the Lease is released after).
             if not await _drain(controllers, args.graceful_shutdown_timeout, shutdown.force):
                 exit_code = 1  # a second signal stopped the runs: exit 1, as controller-runtime's os.Exit(1)
+        if dependents is not None:
+            await dependents.close()  # their streams use kopf's vault, which kopf closes when it stops
         # Every task alive now is ours (closed by the cleanups below) or a kopf root task's: kopf waits 5 s
         # for the "hung" tasks of an operator it stops, i.e. for everything it was not told to ignore.
         shutdown.settled.update(asyncio.all_tasks())
