@@ -183,7 +183,10 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         for watch in watches:
             cache = ObjectCache()  # written by intake, read by the reconciler
             reconciler = Reconciler(watch, cache, runtime)
-            queue = WorkQueue(watch.key, reconciler, max_concurrent=watch.max_concurrent_reconciles)
+            hooks = metrics.controller(watch.kind, watch.version, watch.max_concurrent_reconciles,
+                                       group=watch.group)  # controller-runtime's metrics
+            queue = WorkQueue(watch.key, reconciler, max_concurrent=watch.max_concurrent_reconciles,
+                              hooks=hooks)
             selector = label_selector_from_dict(watch.selector) if watch.selector else None
             intake = WatchIntake(watch, queue, cache=cache, selector=selector, on_forget=reconciler.forget)
             intake.register(registry)

@@ -9,6 +9,13 @@ SDK's Ansible operator metric names (``ansible_operator_reconciles`` histogram,
 ``ansible_operator_reconcile_result``, ``ansible_operator_build_info``) are kept next to ours, with its
 ``GVK`` label, so existing dashboards keep working.
 
+controller-runtime's own series, which the SDK's ``/metrics`` has and users' dashboards and alerts read
+(``controller_runtime_reconcile_total{controller,result}``, ``..._reconcile_time_seconds``, ``workqueue_*``
+with ``name`` and ``controller``...), are exported with controller-runtime 0.19's names, labels and buckets
+(the version the SDK's current ansible-operator is built with) by ``ControllerMetrics``, one per watch,
+which the work queue calls (``queue.QueueHooks``). The ``controller`` label is the SDK's controller name,
+``<kind>-<version>-controller`` in lower case (``memcached-v1alpha1-controller``).
+
 Custom metrics from roles (``operator_sdk.util.osdk_metric``) are ``UserMetrics``: the JSON the collection
 POSTs to ``http://localhost:5050/metrics`` (``serve_osdk_metric``), applied with the rules of the SDK's
 ``internal/ansible/metrics/metrics.go`` and exported under exactly the name the role gave (no ``_total``
@@ -29,7 +36,7 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +51,10 @@ from ansible_operator import __version__
 floatToGoString: Callable[[float], str] = _untyped_float_to_go_string
 
 __all__ = [
+    "RECONCILE_TIME_BUCKETS",
     "RUN_DURATION_BUCKETS",
+    "WORKQUEUE_BUCKETS",
+    "ControllerMetrics",
     "Metrics",
     "RbacFilter",
     "ReadyCheck",
@@ -52,6 +62,7 @@ __all__ = [
     "UserMetricError",
     "UserMetrics",
     "close_all",
+    "controller_name",
     "parse_bind_address",
     "serve",
     "serve_endpoints",
@@ -69,6 +80,32 @@ anything past 30 min lands in ``+Inf``, which is all an alert needs."""
 
 _PHASES = ("reconcile", "finalize")
 
+RECONCILE_TIME_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
+    1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60,
+)
+"""controller-runtime's ``controller_runtime_reconcile_time_seconds`` buckets."""
+
+
+def _exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
+    """Go's ``prometheus.ExponentialBuckets``, computed the same way (so ``le`` values print the same)."""
+    out = []
+    for _ in range(count):
+        out.append(start)
+        start *= factor
+    return tuple(out)
+
+
+WORKQUEUE_BUCKETS = _exponential_buckets(10e-9, 10, 12)
+"""``workqueue_queue_duration_seconds`` / ``workqueue_work_duration_seconds``: 10 ns to 1000 s."""
+
+_RECONCILE_RESULTS = ("error", "requeue_after", "requeue", "success")
+
+
+def controller_name(kind: str, version: str) -> str:
+    """The Operator SDK's controller name for a watch (its ``controller`` metric label)."""
+    return f"{kind.lower()}-{version.lower()}-controller"
+
 
 class Metrics:
     """All operator metrics in one private registry.
@@ -82,6 +119,7 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
         self._gvk: dict[str, str] = {}
+        self._controllers: set[str] = set()
         self.runs_started = Counter(
             "ansible_operator_runs_started", "Runs (playbook executions) started.",
             ["watch", "phase"], registry=r)
@@ -117,6 +155,48 @@ class Metrics:
         self.sdk_reconcile_result = Gauge(
             "ansible_operator_reconcile_result", "Reconciles and their results (Operator SDK name;"
             " result is 'succeeded' or 'failed').", ["GVK", "result"], registry=r)
+        # ---- controller-runtime's names (controller-runtime 0.19, as the SDK) ----
+        controller = ["controller"]
+        queue = ["name", "controller"]
+        self.cr_reconcile_total = Counter(
+            "controller_runtime_reconcile_total", "Total number of reconciliations per controller",
+            ["controller", "result"], registry=r)
+        self.cr_reconcile_errors = Counter(
+            "controller_runtime_reconcile_errors_total", "Total number of reconciliation errors per"
+            " controller", controller, registry=r)
+        self.cr_terminal_errors = Counter(
+            "controller_runtime_terminal_reconcile_errors_total", "Total number of terminal reconciliation"
+            " errors per controller", controller, registry=r)
+        self.cr_reconcile_panics = Counter(
+            "controller_runtime_reconcile_panics_total", "Total number of reconciliation panics per"
+            " controller (here: reconciles that raised)", controller, registry=r)
+        self.cr_reconcile_time = Histogram(
+            "controller_runtime_reconcile_time_seconds", "Length of time per reconciliation per controller",
+            controller, buckets=RECONCILE_TIME_BUCKETS, registry=r)
+        self.cr_max_concurrent = Gauge(
+            "controller_runtime_max_concurrent_reconciles", "Maximum number of concurrent reconciles per"
+            " controller", controller, registry=r)
+        self.cr_active_workers = Gauge(
+            "controller_runtime_active_workers", "Number of currently used workers per controller",
+            controller, registry=r)
+        self.wq_depth = Gauge("workqueue_depth", "Current depth of workqueue", queue, registry=r)
+        self.wq_adds = Counter("workqueue_adds_total", "Total number of adds handled by workqueue", queue,
+                               registry=r)
+        self.wq_queue_duration = Histogram(
+            "workqueue_queue_duration_seconds", "How long in seconds an item stays in workqueue before"
+            " being requested", queue, buckets=WORKQUEUE_BUCKETS, registry=r)
+        self.wq_work_duration = Histogram(
+            "workqueue_work_duration_seconds", "How long in seconds processing an item from workqueue"
+            " takes.", queue, buckets=WORKQUEUE_BUCKETS, registry=r)
+        self.wq_unfinished = Gauge(
+            "workqueue_unfinished_work_seconds", "How many seconds of work has been done that is in"
+            " progress and hasn't been observed by work_duration. Large values indicate stuck threads.",
+            queue, registry=r)
+        self.wq_longest = Gauge(
+            "workqueue_longest_running_processor_seconds", "How many seconds has the longest running"
+            " processor for workqueue been running.", queue, registry=r)
+        self.wq_retries = Counter("workqueue_retries_total", "Total number of retries handled by workqueue",
+                                  queue, registry=r)
         self.user = UserMetrics(reserved=self._registry_names)
         """Custom metrics from roles (``osdk_metric``)."""
 
@@ -133,6 +213,17 @@ class Metrics:
         self.in_flight.labels(watch=watch_key).set(0)
         for phase in _PHASES:
             self.runs_started.labels(watch=watch_key, phase=phase)
+
+    def controller(self, kind: str, version: str, max_concurrent: int, *, group: str = "",
+                   clock: Callable[[], float] = time.monotonic) -> ControllerMetrics:
+        """The controller-runtime metrics of one watch's controller, with its zero-valued series created
+        (as controller-runtime's ``initMetrics``); pass it to the watch's ``WorkQueue(hooks=...)``. Two
+        watches of the same kind and version (different groups) get the group in the second name."""
+        name = controller_name(kind, version)
+        if name in self._controllers:
+            name = f"{kind.lower()}-{version.lower()}-{group.lower()}-controller"
+        self._controllers.add(name)
+        return ControllerMetrics(self, name, max_concurrent, clock=clock)
 
     def _gvk_label(self, watch_key: str) -> str:
         return self._gvk.get(watch_key, watch_key)
@@ -175,6 +266,101 @@ class Metrics:
     def exposition(self) -> bytes:
         """The registry and the roles' custom metrics in Prometheus text format (``/metrics``)."""
         return bytes(generate_latest(self.registry)) + self.user.exposition()
+
+
+class ControllerMetrics:
+    """One controller's controller-runtime series (``controller_runtime_*``, ``workqueue_*``), fed by its
+    work queue at the points controller-runtime and client-go's workqueue record them
+    (:class:`ansible_operator.queue.QueueHooks`):
+
+    * an add that is not coalesced counts in ``workqueue_adds_total`` and ``workqueue_depth`` until a
+      worker takes it (``workqueue_queue_duration_seconds`` is that wait, from the first add);
+    * every delayed add (backoff, requeue after) counts in ``workqueue_retries_total`` (client-go's
+      ``AddAfter``);
+    * a reconcile's result is ``error`` (failed or raised; also counted in
+      ``controller_runtime_reconcile_errors_total``), ``requeue_after`` (it asked for a later run, e.g.
+      the reconcile period) or ``success``; its duration goes to
+      ``controller_runtime_reconcile_time_seconds`` and ``workqueue_work_duration_seconds``;
+    * ``workqueue_unfinished_work_seconds`` and ``..._longest_running_processor_seconds`` are computed
+      when scraped, from the reconciles running then.
+    """
+
+    def __init__(self, metrics: Metrics, name: str, max_concurrent: int, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.name = name
+        self._clock = clock
+        self._added_at: dict[Hashable, float] = {}
+        self._started_at: dict[Hashable, float] = {}
+        m = metrics
+        self._total = {result: m.cr_reconcile_total.labels(controller=name, result=result)
+                       for result in _RECONCILE_RESULTS}
+        self._errors = m.cr_reconcile_errors.labels(controller=name)
+        m.cr_terminal_errors.labels(controller=name)  # no terminal errors here: the series stays 0
+        self._panics = m.cr_reconcile_panics.labels(controller=name)
+        self._time = m.cr_reconcile_time.labels(controller=name)
+        m.cr_max_concurrent.labels(controller=name).set(max_concurrent)
+        self._active = m.cr_active_workers.labels(controller=name)
+        self._active.set(0)
+        q = {"name": name, "controller": name}
+        self._depth = m.wq_depth.labels(**q)
+        self._depth.set(0)
+        self._adds = m.wq_adds.labels(**q)
+        self._queue_duration = m.wq_queue_duration.labels(**q)
+        self._work_duration = m.wq_work_duration.labels(**q)
+        self._retries = m.wq_retries.labels(**q)
+        m.wq_unfinished.labels(**q).set_function(self._unfinished_seconds)
+        m.wq_longest.labels(**q).set_function(self._longest_running_seconds)
+
+    # ---- queue.QueueHooks -------------------------------------------------------------------------
+
+    def added(self, key: Hashable) -> None:
+        self._adds.inc()
+        self._depth.inc()
+        self._added_at.setdefault(key, self._clock())
+
+    def dropped(self, key: Hashable) -> None:
+        self._depth.dec()
+        self._added_at.pop(key, None)
+
+    def retried(self, key: Hashable) -> None:
+        self._retries.inc()
+
+    def started(self, key: Hashable) -> None:
+        now = self._clock()
+        self._depth.dec()
+        added = self._added_at.pop(key, None)
+        if added is not None:
+            self._queue_duration.observe(max(0.0, now - added))
+        self._started_at[key] = now
+        self._active.inc()
+
+    def finished(self, key: Hashable, outcome: Any, raised: bool) -> None:
+        started = self._started_at.pop(key, None)
+        self._active.dec()
+        if outcome is None or started is None:
+            return  # cancelled (shutdown): no result to count
+        duration = max(0.0, self._clock() - started)
+        self._time.observe(duration)
+        self._work_duration.observe(duration)
+        if raised:
+            self._panics.inc()
+        if outcome.failed:
+            self._errors.inc()
+            self._total["error"].inc()
+        elif outcome.requeue_after is not None and outcome.requeue_after > 0:
+            self._total["requeue_after"].inc()
+        else:
+            self._total["success"].inc()
+
+    # ---- computed when scraped --------------------------------------------------------------------
+
+    def _unfinished_seconds(self) -> float:
+        now = self._clock()
+        return sum(max(0.0, now - t) for t in self._started_at.values())
+
+    def _longest_running_seconds(self) -> float:
+        now = self._clock()
+        return max((max(0.0, now - t) for t in self._started_at.values()), default=0.0)
 
 
 # ---- custom metrics from roles (operator_sdk.util.osdk_metric) ------------------------------------

@@ -17,6 +17,10 @@ into *keys* and guarantee:
   success, so a persistently failing object still backs off;
 * :meth:`WorkQueue.pause` (leader election lost / not yet won) keeps collecting keys but starts nothing.
 
+Metrics are not kept here: the queue calls a :class:`QueueHooks` (``metrics.ControllerMetrics`` exports
+controller-runtime's ``workqueue_*`` and ``controller_runtime_*`` series from these calls) at the points
+where client-go's workqueue and controller-runtime's controller record theirs.
+
 Everything here runs on the event-loop thread; no locks are needed because nothing awaits between a
 check and the state change that depends on it.
 """
@@ -29,11 +33,11 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Hashable
+from typing import Awaitable, Callable, Hashable, Protocol
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ObjectKey", "ReconcileOutcome", "RateLimiter", "WorkQueue"]
+__all__ = ["ObjectKey", "QueueHooks", "ReconcileOutcome", "RateLimiter", "WorkQueue"]
 
 
 @dataclass(frozen=True, order=True)
@@ -55,6 +59,43 @@ class ReconcileOutcome:
     """Retry after the key's exponential backoff; wins over ``requeue_after``."""
     requeue_after: float | None = None
     """Run again after this many seconds (resync, role-requested requeue). Ignored when ``failed``."""
+
+
+class QueueHooks(Protocol):
+    """What a :class:`WorkQueue` reports, at the points client-go's workqueue and controller-runtime's
+    controller record their metrics."""
+
+    def added(self, key: ObjectKey) -> None:
+        """A key entered the queue (not when it coalesced with a queued or already-dirty one)."""
+
+    def dropped(self, key: ObjectKey) -> None:
+        """A queued (or dirty) key left without being run: the object is gone."""
+
+    def retried(self, key: ObjectKey) -> None:
+        """A delayed add (backoff, ``requeue_after``, ``add_after``): client-go's ``AddAfter``."""
+
+    def started(self, key: ObjectKey) -> None:
+        """A worker took the key and its reconcile begins."""
+
+    def finished(self, key: ObjectKey, outcome: ReconcileOutcome | None, raised: bool) -> None:
+        """The reconcile ended: its outcome (None when cancelled), ``raised`` when it raised."""
+
+
+class _NoHooks:
+    def added(self, key: ObjectKey) -> None:
+        pass
+
+    def dropped(self, key: ObjectKey) -> None:
+        pass
+
+    def retried(self, key: ObjectKey) -> None:
+        pass
+
+    def started(self, key: ObjectKey) -> None:
+        pass
+
+    def finished(self, key: ObjectKey, outcome: ReconcileOutcome | None, raised: bool) -> None:
+        pass
 
 
 class RateLimiter:
@@ -104,7 +145,7 @@ class WorkQueue:
 
     def __init__(self, name: str, reconcile: ReconcileFn, *, max_concurrent: int,
                  rate_limiter: RateLimiter | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, hooks: QueueHooks | None = None) -> None:
         if max_concurrent < 1:
             raise ValueError(f"work queue {name!r}: max_concurrent must be >= 1 (got {max_concurrent})")
         self.name = name
@@ -112,6 +153,7 @@ class WorkQueue:
         self.rate_limiter = rate_limiter or RateLimiter()
         self._reconcile = reconcile
         self._clock = clock
+        self._hooks: QueueHooks = hooks if hooks is not None else _NoHooks()
 
         self._queue: deque[ObjectKey] = deque()   # FIFO of keys ready to run
         self._queued: set[ObjectKey] = set()      # mirror of _queue for O(1) coalescing
@@ -178,10 +220,13 @@ class WorkQueue:
         """
         self._cancel_timer(key)
         self.rate_limiter.forget(key)
-        self._dirty.discard(key)
+        if key in self._dirty:
+            self._dirty.discard(key)
+            self._hooks.dropped(key)
         if key in self._queued:
             self._queued.discard(key)
             self._queue.remove(key)
+            self._hooks.dropped(key)
         if key in self._running:
             self._forgotten.add(key)
         self._notify()
@@ -234,17 +279,28 @@ class WorkQueue:
     # ------------------------------------------------------------------ internals
     def _add_now(self, key: ObjectKey) -> None:
         if key in self._running:
-            self._dirty.add(key)
+            if key not in self._dirty:
+                self._dirty.add(key)
+                self._hooks.added(key)
             return
         if key in self._queued:
             return
         self._queued.add(key)
         self._queue.append(key)
+        self._hooks.added(key)
         self._notify()
+
+    def _requeue_dirty(self, key: ObjectKey) -> None:
+        """The follow-up run of a key marked dirty while it ran (already counted as added)."""
+        self._dirty.discard(key)
+        if key not in self._queued:
+            self._queued.add(key)
+            self._queue.append(key)
 
     def _schedule(self, key: ObjectKey, delay: float) -> None:
         if self._stopping:
             return
+        self._hooks.retried(key)
         if delay <= 0:
             self._cancel_timer(key)
             self._add_now(key)
@@ -303,11 +359,13 @@ class WorkQueue:
             if key is None:
                 return
             self._running.add(key)
+            self._hooks.started(key)
             try:
                 outcome = await self._call(key)
             except asyncio.CancelledError:
                 self._running.discard(key)
                 self._dirty.discard(key)
+                self._hooks.finished(key, None, False)
                 self._notify()
                 raise
             self._finish(key, outcome)
@@ -317,18 +375,25 @@ class WorkQueue:
             outcome = await self._reconcile(key)
         except Exception:
             log.exception("work queue %s: reconcile of %s raised; treating it as failed", self.name, key)
-            return ReconcileOutcome(failed=True)
+            outcome = ReconcileOutcome(failed=True)
+            self._hooks.finished(key, outcome, True)
+            return outcome
         if not isinstance(outcome, ReconcileOutcome):
             log.error("work queue %s: reconcile of %s returned %r, not a ReconcileOutcome; treating it as "
                       "failed", self.name, key, outcome)
-            return ReconcileOutcome(failed=True)
+            outcome = ReconcileOutcome(failed=True)
+            self._hooks.finished(key, outcome, True)
+            return outcome
+        self._hooks.finished(key, outcome, False)
         return outcome
 
     def _finish(self, key: ObjectKey, outcome: ReconcileOutcome) -> None:
         self._running.discard(key)
         if key in self._forgotten:
             self._forgotten.discard(key)
-            self._dirty.discard(key)
+            if key in self._dirty:
+                self._dirty.discard(key)
+                self._hooks.dropped(key)
             self.rate_limiter.forget(key)
             self._notify()
             return
@@ -342,9 +407,8 @@ class WorkQueue:
             delay = outcome.requeue_after
         if key in self._dirty:
             # New information arrived during the run: run again now; that run's outcome decides timers.
-            self._dirty.discard(key)
             self._cancel_timer(key)
-            self._add_now(key)
+            self._requeue_dirty(key)
         elif delay is not None:
             self._schedule(key, delay)
         self._notify()

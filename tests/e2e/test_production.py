@@ -17,7 +17,7 @@ import urllib.request
 import kubernetes
 import pytest
 
-from .conftest import EXECUTORS, GROUP, HERE, NAMESPACE, Cluster, default_watch, wait_for
+from .conftest import EXECUTORS, GROUP, HERE, KIND, NAMESPACE, VERSION, Cluster, default_watch, wait_for
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.parametrize("executor", ["warm" if "warm" in EXECUTORS else EXECUTORS[0]],
@@ -147,6 +147,18 @@ def test_metrics_count_success_and_failure(cluster: Cluster, start_operator) -> 
     assert _metric(text, "ansible_operator_runs_total", result="failed") >= 1
     assert _metric(text, "ansible_operator_runs_started_total") >= 2
     assert _metric(text, "ansible_operator_run_duration_seconds_count") >= 2
+    # controller-runtime's series, as on the SDK's /metrics, under the SDK's controller name
+    controller = f"{KIND.lower()}-{VERSION.lower()}-controller"
+    assert _metric(text, "controller_runtime_reconcile_total", controller=controller, result="error") >= 1
+    done = [_metric(text, "controller_runtime_reconcile_total", controller=controller, result=result)
+            for result in ("success", "requeue_after")]  # a success asks for the reconcile period's resync
+    assert sum(done) >= 1
+    assert _metric(text, "controller_runtime_reconcile_errors_total", controller=controller) >= 1
+    assert _metric(text, "controller_runtime_reconcile_time_seconds_count", controller=controller) >= 2
+    assert _metric(text, "controller_runtime_max_concurrent_reconciles", controller=controller) >= 1
+    assert _metric(text, "workqueue_adds_total", controller=controller) >= 2  # its name label is the same
+    assert _metric(text, "workqueue_retries_total", controller=controller) >= 1
+    assert f'workqueue_depth{{controller="{controller}",name="{controller}"}}' in text
 
 
 def test_leader_election_one_acts_and_the_other_takes_over(cluster: Cluster, start_operator) -> None:
