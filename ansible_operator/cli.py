@@ -226,10 +226,11 @@ def _add_run(sub: Any) -> None:
     mon.add_argument("--api-unreachable-timeout", type=duration, default=duration("60s"), metavar="DURATION",
                      help="/readyz fails once the API server has not answered for this long (/healthz stays"
                           " up); 0 turns the check off (default 60s)")
-    mon.add_argument("--osdk-metric-bind-address", type=bind_address, default="localhost:5050",
-                     metavar="ADDRESS",
+    mon.add_argument("--osdk-metric-bind-address", type=bind_address, default=None, metavar="ADDRESS",
                      help="where operator_sdk.util.osdk_metric posts custom metrics (default localhost:5050,"
-                          " the address the SDK serves and the collection posts to; 0 disables)")
+                          " the address the SDK serves and the collection posts to; if it is taken, a free"
+                          " port for the bundled module unless an installed operator_sdk.util needs"
+                          " 5050; 0 disables)")
 
     le = run.add_argument_group("Leader election")
     _bool_flag(le, "--leader-elect", default=None,

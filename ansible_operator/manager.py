@@ -499,20 +499,12 @@ def _export_ansible_paths(args: argparse.Namespace) -> None:
 
 
 async def _start_osdk_metric(args: argparse.Namespace, metrics: Any, cleanups: list[Any]) -> None:
-    """The endpoint ``osdk_metric`` posts to (the SDK's fixed ``localhost:5050``). If that port is taken
-    (another operator on this host), a free port still serves our bundled module, which finds it through
-    ``$ANSIBLE_OPERATOR_OSDK_METRIC_URL``."""
-    from ansible_operator.metrics import OSDK_METRIC_ENV, parse_bind_address, serve_osdk_metric
+    """The endpoint ``osdk_metric`` posts to (metrics.start_osdk_metric_endpoint decides where); the runs
+    find it through ``$ANSIBLE_OPERATOR_OSDK_METRIC_URL`` (the bundled module) or at localhost:5050."""
+    from ansible_operator.metrics import OSDK_METRIC_ENV, start_osdk_metric_endpoint
 
-    try:
-        handle = await serve_osdk_metric(args.osdk_metric_bind_address, metrics.user)
-    except OSError as exc:
-        parsed = parse_bind_address(args.osdk_metric_bind_address)
-        host = (parsed[0] if parsed else None) or "127.0.0.1"
-        handle = await serve_osdk_metric(f"{'127.0.0.1' if host == 'localhost' else host}:0", metrics.user)
-        assert handle is not None
-        log.warning("%s; osdk_metric served on %s/metrics instead: the bundled operator_sdk.util finds it, an"
-                    " installed upstream collection posting to its default address does not", exc, handle.url)
+    handle = await start_osdk_metric_endpoint(args.osdk_metric_bind_address, metrics.user,
+                                              collections_path=os.environ.get("ANSIBLE_COLLECTIONS_PATH", ""))
     if handle is None:
         os.environ.pop(OSDK_METRIC_ENV, None)
         return

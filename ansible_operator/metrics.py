@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 import socket
 import ssl
@@ -63,10 +64,12 @@ __all__ = [
     "UserMetrics",
     "close_all",
     "controller_name",
+    "installed_osdk_util",
     "parse_bind_address",
     "serve",
     "serve_endpoints",
     "serve_osdk_metric",
+    "start_osdk_metric_endpoint",
     "tls_context",
 ]
 
@@ -863,9 +866,61 @@ class RbacFilter:
 
 # ---- the endpoint operator_sdk.util.osdk_metric posts to ----------------------------------------------
 
+OSDK_METRIC_ADDRESS = "localhost:5050"
+"""Where the SDK's ansible-operator serves the endpoint (fixed) and the upstream module posts by default."""
+
 OSDK_METRIC_ENV = "ANSIBLE_OPERATOR_OSDK_METRIC_URL"
 """Set in the runs' environment to the URL ``serve_osdk_metric`` listens on; our bundled ``osdk_metric``
 posts there (the upstream module always posts to its ``address`` option, default localhost:5050)."""
+
+
+def installed_osdk_util(collections_path: str) -> Path | None:
+    """An installed ``operator_sdk.util`` collection the runs would use (not the operator's redirect-only
+    shim), searched like Ansible: the entries of ``collections_path`` (the runs'
+    ``$ANSIBLE_COLLECTIONS_PATH``) and the ``ansible_collections`` packages on ``sys.path``. Its
+    ``osdk_metric`` posts to ``localhost:5050`` whatever the operator serves."""
+    import sys
+
+    from ansible_operator.collections import COMPAT_ROOT
+
+    entries = [e for e in collections_path.split(os.pathsep) if e] + [p for p in sys.path if p]
+    for entry in entries:
+        base = Path(entry).expanduser()
+        if base == COMPAT_ROOT:
+            continue
+        for root in (base / "ansible_collections", base) if base.name == "ansible_collections" \
+                else (base / "ansible_collections",):
+            candidate = root / "operator_sdk" / "util"
+            if (candidate / "plugins" / "modules" / "osdk_metric.py").is_file():
+                return candidate
+    return None
+
+
+async def start_osdk_metric_endpoint(bind_address: str | None, user: UserMetrics, *, collections_path: str,
+                                     default_address: str = OSDK_METRIC_ADDRESS) -> ServerHandle | None:
+    """The one owner of where ``osdk_metric`` requests are served.
+
+    ``bind_address`` None means the SDK's fixed ``localhost:5050``. When that port is taken (a second
+    operator on this host; a pod has its own network namespace), the SDK's ansible-operator exits 1. So
+    do we when a run would use an installed upstream ``operator_sdk.util`` (it always posts to
+    localhost:5050: to the other operator, silently). With only the bundled module, which finds the
+    endpoint through ``$ANSIBLE_OPERATOR_OSDK_METRIC_URL``, a free port is used instead, with a warning.
+    An address given explicitly must be free (exit 1 otherwise, like any listener)."""
+    if bind_address is not None:
+        return await serve_osdk_metric(bind_address, user)
+    try:
+        return await serve_osdk_metric(default_address, user)
+    except OSError as exc:
+        upstream = installed_osdk_util(collections_path)
+        if upstream is not None:
+            raise OSError(exc.errno, f"{exc.strerror}; the operator_sdk.util collection in {upstream} posts"
+                          " there (the SDK exits too): stop what holds the port, or give"
+                          " --osdk-metric-bind-address") from exc
+        handle = await serve_osdk_metric("127.0.0.1:0", user)
+        assert handle is not None
+        log.warning("%s; osdk_metric served on %s/metrics instead (the bundled operator_sdk.util finds it;"
+                    " no installed operator_sdk.util posts to localhost:5050)", exc.strerror, handle.url)
+        return handle
 
 
 async def serve_osdk_metric(bind_address: str, user: UserMetrics) -> ServerHandle | None:

@@ -265,3 +265,52 @@ async def test_cache_expires() -> None:
     await f.check("Bearer t", "/metrics", "GET")
     assert answers == ["tokenreviews", "subjectaccessreviews", "subjectaccessreviews"]
     assert json.dumps(answers)
+
+
+def _upstream_collection(root: Path) -> Path:
+    """An installed operator_sdk.util laid out as ansible-galaxy installs it."""
+    util = root / "ansible_collections" / "operator_sdk" / "util"
+    (util / "plugins" / "modules").mkdir(parents=True)
+    (util / "plugins" / "modules" / "osdk_metric.py").write_text("# the upstream module\n")
+    return util
+
+
+async def test_osdk_metric_port_taken_fails_like_the_sdk_when_an_installed_collection_needs_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK serves osdk_metric on localhost:5050 and exits 1 when it cannot. An installed operator_sdk.util
+    always posts there, so we fail the same way; with only the bundled module (it reads the URL from the
+    environment) a free port serves instead; an address given explicitly must be free."""
+    import socket
+
+    from ansible_operator.collections import COMPAT_ROOT, search_path
+    from ansible_operator.metrics import installed_osdk_util, start_osdk_metric_endpoint
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        user = Metrics().user
+        bundled_only = search_path(str(tmp_path / "none"))  # the runs' path: user entries, then the shim
+        assert installed_osdk_util(bundled_only) is None  # the shim (redirects only) does not count
+        assert (COMPAT_ROOT / "ansible_collections" / "operator_sdk" / "util").is_dir()
+
+        handle = await start_osdk_metric_endpoint(None, user, collections_path=bundled_only,
+                                                  default_address=address)
+        assert handle is not None
+        try:
+            assert handle.port != taken.getsockname()[1]
+            assert "osdk_metric served on" in caplog.text
+        finally:
+            await handle.close()
+
+        upstream = _upstream_collection(tmp_path / "collections")
+        with_upstream = search_path(str(tmp_path / "collections"))
+        assert installed_osdk_util(with_upstream) == upstream
+        with pytest.raises(OSError) as refused:
+            await start_osdk_metric_endpoint(None, user, collections_path=with_upstream,
+                                             default_address=address)
+        assert str(upstream) in str(refused.value) and "--osdk-metric-bind-address" in str(refused.value)
+
+        with pytest.raises(OSError, match="cannot listen on"):
+            await start_osdk_metric_endpoint(address, user, collections_path=bundled_only)
