@@ -125,8 +125,11 @@ def test_protocol_lines_are_single_ascii_lines() -> None:
 def test_run_environment_reevaluates_only_the_affected_constants(monkeypatch: pytest.MonkeyPatch) -> None:
     from ansible import constants as C
 
-    monkeypatch.delenv("ANSIBLE_HASH_BEHAVIOUR", raising=False)
-    monkeypatch.delenv("ANSIBLE_ROLES_PATH", raising=False)
+    for name in ("ANSIBLE_HASH_BEHAVIOUR", "ANSIBLE_ROLES_PATH"):
+        # set, then delete: monkeypatch then restores the original state of what _apply_environment writes
+        # (a bare delenv of an unset variable records nothing, and "merge" leaked into later warm runs)
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setattr(C, "DEFAULT_HASH_BEHAVIOUR", C.DEFAULT_HASH_BEHAVIOUR)
     monkeypatch.setattr(C, "DEFAULT_ROLES_PATH", C.DEFAULT_ROLES_PATH)
     untouched = C.DEFAULT_FORKS
