@@ -7,17 +7,63 @@ configuration): use ``sandbox.url``, ``sandbox.kubeconfig``, ``sandbox.api_clien
 
 ``sandbox_process``: a factory starting ``ansible-operator sandbox`` subprocesses (for restart tests on the
 same ``data_dir``/port); every process it started is stopped after the test.
+
+Which tests run again on the lowest supported ansible-core (``./dev.sh test-ansible-low``, marker
+``ansible_versions``) is decided here, in :func:`pytest_collection_modifyitems`, and nowhere else.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 
 from ansible_operator.sandbox.testing import SandboxHandle, SandboxProcess, start_in_thread, start_process
+
+TESTS = Path(__file__).parent
+# Every test under these directories runs Ansible (operators, roles, molecule, the benchmark): all of them
+# run on both ends of the supported ansible-core range.
+ANSIBLE_DIRS = ("e2e", "examples", "faults", "bench")
+# A test module elsewhere (unit, sandbox) runs on both when its source imports Ansible, ansible-runner or
+# the executors, or calls ansible-playbook: new executor tests are picked up without a list to update.
+RUNS_ANSIBLE = re.compile(
+    r"ansible-playbook|ansible_runner|^\s*(?:from|import) ansible(?:\.|\s|$)"
+    r"|^\s*(?:from|import) ansible_operator\.executors", re.MULTILINE)
+# Test modules that do not depend on the test environment's ansible-core, with the reason: run once. Any
+# other test marked e2e outside ANSIBLE_DIRS is a collection error, so none skips the lowest ansible-core
+# silently.
+VERSION_INDEPENDENT = {
+    "image/test_image.py": "the image is built in its own venv with the Dockerfile's pinned ansible-core",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``ansible_versions`` every test that runs Ansible (see ANSIBLE_DIRS, RUNS_ANSIBLE)."""
+    runs_ansible: dict[Path, bool] = {}
+    unlisted: set[str] = set()
+    for item in items:
+        path = Path(str(item.path))
+        try:
+            rel = path.relative_to(TESTS)
+        except ValueError:
+            continue
+        if rel.as_posix() in VERSION_INDEPENDENT:
+            continue
+        if path not in runs_ansible:
+            runs_ansible[path] = rel.parts[0] in ANSIBLE_DIRS or bool(RUNS_ANSIBLE.search(path.read_text()))
+        if runs_ansible[path]:
+            item.add_marker(pytest.mark.ansible_versions)
+        elif item.get_closest_marker("e2e"):
+            unlisted.add(rel.as_posix())
+    if unlisted:
+        raise pytest.UsageError(
+            f"e2e tests outside tests/{{{','.join(ANSIBLE_DIRS)}}} that would not run on the lowest "
+            f"ansible-core: {sorted(unlisted)}; move them, or add them to VERSION_INDEPENDENT in "
+            f"tests/conftest.py with the reason")
 
 
 @pytest.fixture

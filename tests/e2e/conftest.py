@@ -9,77 +9,55 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import kubernetes
 import pytest
-import yaml
-from kubernetes.client.rest import ApiException
 
 from ansible_operator.sandbox import Sandbox
-from ansible_operator.sandbox.testing import start_in_thread
+from tests.harness import (
+    GROUP,
+    KIND,
+    PLURAL,
+    VERSION,
+    Widgets,
+    read_runs,
+    spawn_operator,
+    stop_process,
+    wait_for,
+    widget_sandbox,
+)
 
 HERE = Path(__file__).parent
-GROUP, VERSION, PLURAL, KIND = "test.ansible-operator.dev", "v1", "widgets", "Widget"
 NAMESPACE = "e2e"
 EXECUTORS = [e for e in os.environ.get("E2E_EXECUTORS", "runner,warm").split(",") if e]
-
-
-def wait_for(
-    predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2, what: str = ""
-) -> Any:
-    """Poll until ``predicate()`` is truthy; fail with ``what`` and the last value otherwise."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except ApiException as exc:
-            last = exc
-            if exc.status != 404:
-                raise
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}: last={last!r}")
+__all__ = ["GROUP", "KIND", "PLURAL", "VERSION", "wait_for"]
 
 
 @dataclass
-class Cluster:
+class Cluster(Widgets):
     sandbox: Sandbox
     kubeconfig: Path
     api: kubernetes.client.ApiClient
-    core: kubernetes.client.CoreV1Api = field(init=False)
-    custom: kubernetes.client.CustomObjectsApi = field(init=False)
 
     def __post_init__(self) -> None:
-        self.core = kubernetes.client.CoreV1Api(self.api)
-        self.custom = kubernetes.client.CustomObjectsApi(self.api)
+        self._clients(self.api)
 
     # widgets
     def create_widget(self, name: str, spec: dict[str, Any], namespace: str = NAMESPACE,
                       **meta: Any) -> dict[str, Any]:
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
-                "metadata": {"name": name, "namespace": namespace, **meta}, "spec": spec}
-        return self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+        return self.create(namespace, name, spec, **meta)
 
     def get_widget(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:
-        try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self.get(namespace, name)
 
     def patch_widget(self, name: str, patch: dict[str, Any], namespace: str = NAMESPACE) -> dict[str, Any]:
-        return self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch)
+        return self.patch(namespace, name, patch)
 
     def delete_widget(self, name: str, namespace: str = NAMESPACE) -> None:
-        self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        self.delete(namespace, name)
 
     def condition(self, name: str, ctype: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:
         obj = self.get_widget(name, namespace) or {}
@@ -99,13 +77,8 @@ class Cluster:
             return cond
         return wait_for(check, timeout, what=f"{ctype}={status} on {namespace}/{name}")
 
-    def configmap(self, name: str, namespace: str = NAMESPACE) -> dict[str, str] | None:
-        try:
-            return self.core.read_namespaced_config_map(name, namespace).data or {}
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+    def configmap(self, name: str, namespace: str = NAMESPACE) -> dict[str, str] | None:  # type: ignore[override]
+        return super().configmap(namespace, name)
 
     def events_for(self, name: str, namespace: str = NAMESPACE) -> list[Any]:
         items = self.core.list_namespaced_event(namespace).items
@@ -114,24 +87,16 @@ class Cluster:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    handle = start_in_thread(tmp_path / "kubeconfig", crds=[HERE / "crds"])
+    handle = widget_sandbox(tmp_path / "kubeconfig")
     try:
         api = handle.api_client()
         c = Cluster(handle.sandbox, handle.kubeconfig, api)
         c.core.create_namespace({"metadata": {"name": NAMESPACE}})
-        wait_for(lambda: _served(c), 10, what="Widget CRD served")
+        wait_for(lambda: c.served(NAMESPACE), 10, what="Widget CRD served")
         yield c
         api.close()
     finally:
         handle.sandbox.stop_thread()
-
-
-def _served(c: Cluster) -> bool:
-    try:
-        c.custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)
-        return True
-    except ApiException:
-        return False
 
 
 @dataclass
@@ -146,29 +111,10 @@ class OperatorProcess:
 
     def runs(self, name: str, phase: str | None = None, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
         """run.json summaries of one widget, oldest first."""
-        import json
-
-        base = self.artifacts / GROUP / VERSION / KIND / namespace / name
-        if not base.is_dir():
-            return []
-        out = []
-        for run_dir in sorted(p for p in base.iterdir() if p.is_dir()):
-            summary = run_dir / "run.json"
-            if summary.is_file():
-                data = json.loads(summary.read_text())
-                if phase is None or data.get("phase") == phase:
-                    out.append(data)
-        return out
+        return read_runs(self.artifacts, namespace, name, phase)
 
     def stop(self, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
+        return stop_process(self.proc, timeout)
 
 
 def default_watch(**overrides: Any) -> dict[str, Any]:
@@ -197,26 +143,9 @@ def start_operator(
               env: dict[str, str] | None = None) -> OperatorProcess:
         workdir = tmp_path / name
         workdir.mkdir()
-        watches_file = workdir / "watches.yaml"
-        watches_file.write_text(yaml.safe_dump(watches if watches is not None else [default_watch()]))
-        artifacts = workdir / "artifacts"
-        log_path = workdir / "operator.log"
-        args = [sys.executable, "-m", "ansible_operator", "run", "--watches-file", str(watches_file),
-                "--kubeconfig", str(cluster.kubeconfig), "--artifacts-dir", str(artifacts),
-                "--executor", executor, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-                *extra]
-        # The test roles use no facts: skip gathering them (~1 s per run), as the runner image does.
-        proc_env = {**os.environ, "PYTHONUNBUFFERED": "1", "ANSIBLE_GATHERING": "explicit", **(env or {})}
-        proc_env.pop("KUBECONFIG", None)
-        with open(log_path, "wb") as log_file:
-            proc = subprocess.Popen(
-                args,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                cwd=workdir,
-                env=proc_env,
-                start_new_session=True,
-            )
+        proc, watches_file, artifacts, log_path = spawn_operator(
+            workdir, watches if watches is not None else [default_watch()], cluster.kubeconfig, executor,
+            *extra, env=env)
         op = OperatorProcess(proc, log_path, artifacts, watches_file)
         started.append(op)
         return op

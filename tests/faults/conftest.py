@@ -21,9 +21,7 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
@@ -34,14 +32,14 @@ import kubernetes
 import psutil
 import pytest
 import yaml
-from kubernetes.client.rest import ApiException
 
 from ansible_operator.sandbox import kubeconfig_dict
-from ansible_operator.sandbox.testing import SandboxHandle, start_in_thread
+from ansible_operator.sandbox.testing import SandboxHandle
+from tests import harness
+from tests.harness import E2E, GROUP, KIND, PLURAL, VERSION, Widgets, spawn_operator, stop_process
 
+__all__ = ["E2E", "GROUP", "KIND", "PLURAL", "VERSION"]
 HERE = Path(__file__).parent
-E2E = HERE.parent / "e2e"
-GROUP, VERSION, PLURAL, KIND = "test.ansible-operator.dev", "v1", "widgets", "Widget"
 WIDGETS_PATH = f"/apis/{GROUP}/{VERSION}/"
 NAMESPACE = "faults"
 
@@ -60,20 +58,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def wait_for(
     predicate: Callable[[], Any], timeout: float = 120.0, interval: float = 0.2, what: str = ""
 ) -> Any:
-    """Poll until ``predicate()`` is truthy (returned); 404s count as "not yet"; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}: last={last!r}")
+    """:func:`tests.harness.wait_for` with the fault suite's longer default timeout."""
+    return harness.wait_for(predicate, timeout, interval, what)
 
 
 # ------------------------------------------------------------------------------------------------- proxy
@@ -230,15 +216,14 @@ def _is_collection(path: str) -> bool:
 
 
 @dataclass
-class Cluster:
+class Cluster(Widgets):
     handle: SandboxHandle
     api: kubernetes.client.ApiClient
     core: kubernetes.client.CoreV1Api = field(init=False)
     custom: kubernetes.client.CustomObjectsApi = field(init=False)
 
     def __post_init__(self) -> None:
-        self.core = kubernetes.client.CoreV1Api(self.api)
-        self.custom = kubernetes.client.CustomObjectsApi(self.api)
+        self._clients(self.api)
 
     @property
     def kubeconfig(self) -> Path:
@@ -248,30 +233,11 @@ class Cluster:
         self.core.create_namespace({"metadata": {"name": name}})
         return name
 
-    def create(self, ns: str, name: str, spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
-                "metadata": {"name": name, "namespace": ns, **meta}, "spec": spec}
-        return self.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
-
-    def get(self, ns: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
     def read(self, ns: str, name: str) -> dict[str, Any]:
         """The object (it must exist)."""
         obj = self.get(ns, name)
         assert obj is not None, f"{ns}/{name} not found"
         return obj
-
-    def patch(self, ns: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return self.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, patch)
-
-    def delete(self, ns: str, name: str) -> None:
-        self.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
 
     def converged(self, ns: str, name: str) -> dict[str, Any] | None:
         """The object when its Successful condition is True for its current generation, else None."""
@@ -297,14 +263,6 @@ class Cluster:
             raise AssertionError(f"stuck CRs in {ns}: {stuck}: "
                                  f"{[(self.get(ns, n) or {}).get('status') for n in stuck[:3]]}") from None
 
-    def configmap(self, ns: str, name: str) -> dict[str, str] | None:
-        try:
-            return self.core.read_namespaced_config_map(name, ns).data or {}
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
     def compact(self) -> int:
         """The sandbox's test-only watch-history compaction (on its own loop): older watches get 410."""
         sandbox = self.handle.sandbox
@@ -314,24 +272,16 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One in-thread sandbox with the Widget CRD per test module."""
-    handle = start_in_thread(tmp_path_factory.mktemp("sandbox") / "kubeconfig", crds=[E2E / "crds"])
+    handle = harness.widget_sandbox(tmp_path_factory.mktemp("sandbox") / "kubeconfig")
     api = handle.api_client()
     try:
         c = Cluster(handle, api)
         c.namespace(NAMESPACE)
-        wait_for(lambda: _served(c), 30, what="Widget CRD served")
+        wait_for(lambda: c.served(NAMESPACE), 30, what="Widget CRD served")
         yield c
     finally:
         api.close()
         handle.sandbox.stop_thread()
-
-
-def _served(c: Cluster) -> bool:
-    try:
-        c.custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)
-        return True
-    except ApiException:
-        return False
 
 
 # --------------------------------------------------------------------------------------------- operator
@@ -352,13 +302,7 @@ class Operator:
 
     def runs(self, ns: str, name: str) -> list[dict[str, Any]]:
         """run.json summaries of one widget, oldest first."""
-        out = []
-        for summary in sorted((self.artifacts / GROUP / VERSION / KIND / ns / name).glob("*/run.json")):
-            try:
-                out.append(json.loads(summary.read_text()))
-            except (OSError, ValueError):
-                continue  # being written
-        return out
+        return harness.read_runs(self.artifacts, ns, name)
 
     def kill(self) -> None:
         """SIGKILL: a crash (no shutdown code runs)."""
@@ -366,27 +310,13 @@ class Operator:
         self.proc.wait(30)
 
     def stop(self, timeout: float = 30.0, family: list[psutil.Process] | None = None) -> None:
-        family = _family(self.proc.pid) if family is None else family
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        family = harness.family(self.proc.pid) if family is None else family
+        stop_process(self.proc, timeout)
         for p in family:  # nothing a test started may outlive it, even if the operator leaked it
             try:
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
-
-
-def _family(pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
 
 
 def widget_watch(role: str = "widget", **overrides: Any) -> dict[str, Any]:
@@ -407,31 +337,14 @@ def operators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[...
     def start(kubeconfig: Path, watches: list[dict[str, Any]], *flags: str, executor: str = "warm",
               name: str = "op", env: dict[str, str] | None = None, artifacts: Path | None = None) -> Operator:
         workdir = base / f"{name}-{len(started)}"
-        workdir.mkdir()
-        watches_file = workdir / "watches.yaml"
-        watches_file.write_text(yaml.safe_dump(watches))
-        artifacts = artifacts or workdir / "artifacts"
-        log_path = workdir / "operator.log"
-        args = [sys.executable, "-m", "ansible_operator", "run", "--watches-file", str(watches_file),
-                "--kubeconfig", str(kubeconfig), "--artifacts-dir", str(artifacts), "--executor", executor,
-                "--metrics-bind-address", "0", "--health-probe-bind-address", "0", *flags]
-        proc_env = {**os.environ, "PYTHONUNBUFFERED": "1", "ANSIBLE_GATHERING": "explicit", **(env or {})}
-        proc_env.pop("KUBECONFIG", None)
-        with open(log_path, "ab") as log_file:
-            proc = subprocess.Popen(
-                args,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                cwd=workdir,
-                env=proc_env,
-                start_new_session=True,
-            )
+        proc, _, artifacts, log_path = spawn_operator(workdir, watches, kubeconfig, executor, *flags,
+                                                      artifacts=artifacts, env=env, append_log=True)
         op = Operator(proc, workdir, log_path, artifacts)
         started.append(op)
         return op
 
     yield start
-    families = [(op, _family(op.proc.pid)) for op in started]
+    families = [(op, harness.family(op.proc.pid)) for op in started]
     for op in started:  # SIGTERM all first: their graceful shutdowns overlap instead of adding up
         if op.alive():
             op.proc.send_signal(signal.SIGTERM)

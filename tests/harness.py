@@ -1,0 +1,161 @@
+"""What the end-to-end and fault-injection suites share (tests/e2e/conftest.py, tests/faults/conftest.py):
+the Widget test CRD, waiting on a condition, a sandbox with that CRD served, and the operator started as
+a real subprocess (``python -m ansible_operator run``, exactly as a user starts it) and stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import kubernetes
+import psutil
+import yaml
+from kubernetes.client.rest import ApiException
+
+from ansible_operator.sandbox.testing import SandboxHandle, start_in_thread
+
+TESTS = Path(__file__).parent
+E2E = TESTS / "e2e"
+CRDS = E2E / "crds"
+GROUP, VERSION, PLURAL, KIND = "test.ansible-operator.dev", "v1", "widgets", "Widget"
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2, what: str = ""
+) -> Any:
+    """Poll until ``predicate()`` is truthy (returned); 404s count as "not yet"; fail after ``timeout``
+    with ``what`` and the last value."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}: last={last!r}")
+
+
+class Widgets:
+    """Widget custom objects and ConfigMaps through the ``kubernetes`` client, namespace first."""
+
+    api: kubernetes.client.ApiClient
+    core: kubernetes.client.CoreV1Api
+    custom: kubernetes.client.CustomObjectsApi
+
+    def _clients(self, api: kubernetes.client.ApiClient) -> None:
+        self.core = kubernetes.client.CoreV1Api(api)
+        self.custom = kubernetes.client.CustomObjectsApi(api)
+
+    def create(self, ns: str, name: str, spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+                "metadata": {"name": name, "namespace": ns, **meta}, "spec": spec}
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+
+    def get(self, ns: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def patch(self, ns: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, patch)
+
+    def delete(self, ns: str, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+
+    def configmap(self, ns: str, name: str) -> dict[str, str] | None:
+        try:
+            return self.core.read_namespaced_config_map(name, ns).data or {}
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def served(self, ns: str) -> bool:
+        """Whether the Widget CRD is served (a list in ``ns`` answers)."""
+        try:
+            self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)
+            return True
+        except ApiException:
+            return False
+
+
+def widget_sandbox(kubeconfig: Path) -> SandboxHandle:
+    """An in-thread sandbox API server with the Widget CRD (tests/e2e/crds); the caller stops it
+    (``handle.sandbox.stop_thread()``)."""
+    return start_in_thread(kubeconfig, crds=[CRDS])
+
+
+# ------------------------------------------------------------------------------------------------ operator
+
+
+def spawn_operator(workdir: Path, watches: list[dict[str, Any]], kubeconfig: Path, executor: str,
+                   *flags: str, artifacts: Path | None = None, env: dict[str, str] | None = None,
+                   append_log: bool = False) -> tuple[subprocess.Popen[bytes], Path, Path, Path]:
+    """``python -m ansible_operator run`` in ``workdir`` (created) with ``watches``, in a session of its own
+    (so ``SIGKILL`` of it is a crash, not a clean shutdown); stdout and stderr to ``operator.log``.
+    Returns (process, watches file, artifacts dir, log path)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    watches_file = workdir / "watches.yaml"
+    watches_file.write_text(yaml.safe_dump(watches))
+    artifacts = artifacts or workdir / "artifacts"
+    log_path = workdir / "operator.log"
+    args = [sys.executable, "-m", "ansible_operator", "run", "--watches-file", str(watches_file),
+            "--kubeconfig", str(kubeconfig), "--artifacts-dir", str(artifacts), "--executor", executor,
+            "--metrics-bind-address", "0", "--health-probe-bind-address", "0", *flags]
+    # The test roles use no facts: skip gathering them (~1 s per run), as the runner image does.
+    proc_env = {**os.environ, "PYTHONUNBUFFERED": "1", "ANSIBLE_GATHERING": "explicit", **(env or {})}
+    proc_env.pop("KUBECONFIG", None)
+    with open(log_path, "ab" if append_log else "wb") as log_file:
+        proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, cwd=workdir, env=proc_env,
+                                start_new_session=True)
+    return proc, watches_file, artifacts, log_path
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
+    """SIGTERM, then SIGKILL after ``timeout``; the exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return proc.returncode
+
+
+def family(pid: int) -> list[psutil.Process]:
+    """A process and all its descendants (empty if it is gone)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def read_runs(artifacts: Path, ns: str, name: str, phase: str | None = None) -> list[dict[str, Any]]:
+    """run.json summaries of one widget, oldest first (of one ``phase`` if given); one being written is
+    skipped."""
+    out = []
+    for summary in sorted((artifacts / GROUP / VERSION / KIND / ns / name).glob("*/run.json")):
+        try:
+            data = json.loads(summary.read_text())
+        except (OSError, ValueError):
+            continue
+        if phase is None or data.get("phase") == phase:
+            out.append(data)
+    return out
