@@ -419,9 +419,11 @@ async def _start_leader_election(args: argparse.Namespace, kube: Any, controller
     name = args.leader_election_id or f"{project}-lock"
     identity = f"{socket.gethostname()}_{os.getpid()}"
 
+    metrics.set_leader(False, lease=name)  # a candidate until it acquires the Lease
+
     async def started() -> None:
         state["leading"] = True
-        metrics.set_leader(True)  # leader.py logs "became leader"
+        metrics.set_leader(True, lease=name)  # leader.py logs "became leader"
         for c in controllers:
             c.queue.resume()
 
@@ -431,7 +433,7 @@ async def _start_leader_election(args: argparse.Namespace, kube: Any, controller
         if not state["leading"]:
             return
         state["leading"] = False
-        metrics.set_leader(False)
+        metrics.set_leader(False, lease=name)
         if stop.is_set():
             return  # a normal shutdown released the lease: nothing was lost
         state["lost"] = True

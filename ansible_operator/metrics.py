@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.utils import floatToGoString as _untyped_float_to_go_string
 
@@ -200,6 +200,12 @@ class Metrics:
             " processor for workqueue been running.", queue, registry=r)
         self.wq_retries = Counter("workqueue_retries_total", "Total number of retries handled by workqueue",
                                   queue, registry=r)
+        self.leader_status = Gauge(
+            "leader_election_master_status", "Gauge of if the reporting system is master of the relevant"
+            " lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the"
+            " lease.",
+            ["name"], registry=r)
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes, ... as Go's
         self.user = UserMetrics(reserved=self._registry_names)
         """Custom metrics from roles (``osdk_metric``)."""
 
@@ -263,8 +269,12 @@ class Metrics:
         explode label cardinality)."""
         self.reconcile_errors.labels(watch=watch_key, reason=reason).inc()
 
-    def set_leader(self, leading: bool) -> None:
+    def set_leader(self, leading: bool, lease: str | None = None) -> None:
+        """``lease``: the Lease's name under leader election (controller-runtime's
+        ``leader_election_master_status{name}``)."""
         self.leader.set(1 if leading else 0)
+        if lease is not None:
+            self.leader_status.labels(name=lease).set(1 if leading else 0)
 
     def exposition(self) -> bytes:
         """The registry and the roles' custom metrics in Prometheus text format (``/metrics``)."""

@@ -160,3 +160,15 @@ async def _until(check: object) -> None:
     assert callable(check)
     while not check():
         await asyncio.sleep(0)
+
+
+def test_leader_election_master_status_and_process_metrics() -> None:
+    metrics = Metrics()
+    assert value(metrics, "leader_election_master_status", name="memcached-operator-lock") is None
+    metrics.set_leader(False, lease="memcached-operator-lock")  # a stand-by
+    assert value(metrics, "leader_election_master_status", name="memcached-operator-lock") == 0
+    metrics.set_leader(True, lease="memcached-operator-lock")
+    assert value(metrics, "leader_election_master_status", name="memcached-operator-lock") == 1
+    assert value(metrics, "ansible_operator_leader") == 1
+    assert (value(metrics, "process_resident_memory_bytes") or 0) > 0
+    assert (value(metrics, "process_start_time_seconds") or 0) > 0
