@@ -105,3 +105,70 @@ def test_ansible_debug_logs_adds_the_whole_output_per_run(caplog: pytest.LogCapt
         "out of runner_on_ok",
         "out of playbook_on_stats",
     ]
+
+
+async def test_a_second_signal_stops_the_runs_in_flight_of_a_graceful_shutdown() -> None:
+    """The first SIGTERM/SIGINT asks for a graceful shutdown (runs in flight may finish within
+    --graceful-shutdown-timeout) and stops warm zygote restarts; a second one stops the runs at once and
+    _drain says so (the operator then exits 1, as controller-runtime on a second signal)."""
+    import signal
+
+    from ansible_operator.manager import Controller, _drain, _Shutdown
+    from ansible_operator.queue import ObjectKey, ReconcileOutcome, WorkQueue
+
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def reconcile(key: ObjectKey) -> ReconcileOutcome:
+        started.set()
+        try:
+            await asyncio.Event().wait()  # a run that would outlast any timeout
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return ReconcileOutcome()
+
+    queue = WorkQueue("w", reconcile, max_concurrent=1)
+    await queue.start()
+    queue.add(ObjectKey("ns", "slow"))
+    await asyncio.wait_for(started.wait(), 10)
+
+    shutdown = _Shutdown()
+    stopped_restarting: list[bool] = []
+    shutdown.on_stop.append(lambda: stopped_restarting.append(True))
+    shutdown._on_signal(signal.SIGTERM)
+    assert shutdown.stop.is_set() and not shutdown.force.is_set() and stopped_restarting == [True]
+    controller = Controller(None, None, queue, None)  # type: ignore[arg-type]  # only the queue is used
+    drain = asyncio.create_task(_drain([controller], timeout=3600, force=shutdown.force))
+    await asyncio.sleep(0)
+    assert not drain.done() and not cancelled.is_set()  # still waiting for the run
+    shutdown._on_signal(signal.SIGTERM)
+    assert shutdown.force.is_set()
+    assert await asyncio.wait_for(drain, 10) is False
+    assert cancelled.is_set() and queue.in_flight == 0
+    shutdown.request()  # later requests (lost lease, end of the drain) run the hooks only once
+    assert stopped_restarting == [True]
+
+
+async def test_drain_lets_the_runs_finish() -> None:
+    from ansible_operator.manager import Controller, _drain
+    from ansible_operator.queue import ObjectKey, ReconcileOutcome, WorkQueue
+
+    started, gate, finished = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def reconcile(key: ObjectKey) -> ReconcileOutcome:
+        started.set()
+        await gate.wait()
+        finished.set()
+        return ReconcileOutcome()
+
+    queue = WorkQueue("w", reconcile, max_concurrent=1)
+    await queue.start()
+    queue.add(ObjectKey("ns", "a"))
+    await asyncio.wait_for(started.wait(), 10)
+    drain = asyncio.create_task(_drain([Controller(None, None, queue, None)], timeout=3600,  # type: ignore[arg-type]
+                                       force=asyncio.Event()))
+    await asyncio.sleep(0)
+    assert not drain.done()
+    gate.set()
+    assert await asyncio.wait_for(drain, 10) is True
+    assert finished.is_set()
