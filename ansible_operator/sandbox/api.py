@@ -24,6 +24,7 @@ import yaml
 from ansible_operator import labels
 from ansible_operator.sandbox import (
     builtin_schemas,
+    conversion,
     crdcheck,
     kinds,
     managedfields,
@@ -204,10 +205,23 @@ class Api:
 
     @staticmethod
     def present(rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        """An object as served for ``rtype``'s version (no conversion: same fields, that apiVersion)."""
+        """An object as served for ``rtype``'s version: converted from the stored version where the shapes
+        differ (:mod:`conversion`), otherwise the same fields under that apiVersion."""
+        obj = conversion.from_storage(rtype, obj)
         obj["apiVersion"] = rtype.api_version
         obj["kind"] = rtype.kind
         return obj
+
+    def _as_sent(self, rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """``obj`` (stored) in the request's version: field ownership is recorded in that version's fields."""
+        return self.present(rtype, copy.deepcopy(obj)) if conversion.converts(rtype) else obj
+
+    def _stored_as(self, rtype: ResourceType) -> ResourceType:
+        """The type of the stored objects (another version of ``rtype`` where conversion applies)."""
+        version = conversion.storage_version(rtype)
+        if version is None or version == rtype.version:
+            return rtype
+        return self.registry.get(rtype.group, version, rtype.plural) or rtype
 
     def _require(self, rtype: ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
         obj = self.store.get(self.key(rtype, namespace, name))
@@ -446,13 +460,15 @@ class Api:
         else:
             meta.pop("generation", None)
         obj = self._crd_schema_pipeline(rtype, obj, opts, warnings)
-        kinds.normalize(rtype, obj, None)
+        obj = conversion.to_storage(rtype, obj)
+        kinds.normalize(self._stored_as(rtype), obj, None)
         self._node_ports(rtype, obj, None)
         self._check_crd(rtype, obj)
         manager = managedfields.manager_name(opts.field_manager, opts.user_agent)
         obj["metadata"]["managedFields"] = (
             managedfields.created_by_apply(body, manager, rtype.api_version, _shape(rtype)) if applied else
-            managedfields.record_update(None, obj, manager, rtype.api_version, None, _shape(rtype)))
+            managedfields.record_update(None, self._as_sent(rtype, obj), manager, rtype.api_version, None,
+                                        _shape(rtype)))
         if self.lifecycle is not None:
             self.lifecycle.on_create(rtype, obj)
         if opts.dry_run:
@@ -485,11 +501,14 @@ class Api:
         """Common tail of update and patch: merge the rules of what may change, then store (or not)."""
         name = old["metadata"]["name"]
         old_meta = old["metadata"]
+        stored_as = self._stored_as(rtype)
+        # the request's version of the stored object, for what the request leaves as it was
+        view = conversion.from_storage(rtype, copy.deepcopy(old)) if stored_as is not rtype else old
         if subresource == "approval":  # CertificateSigningRequest approval: a status write (conditions)
             subresource = "status"
         if subresource == "status":
             status = new.get("status")
-            new = copy.deepcopy(old)
+            new = copy.deepcopy(view)
             if status is None:
                 new.pop("status", None)
             else:
@@ -497,13 +516,13 @@ class Api:
         elif subresource in (None, "finalize"):
             if subresource == "finalize":  # namespaces: only spec.finalizers may change
                 spec = new.get("spec")
-                new = copy.deepcopy(old)
+                new = copy.deepcopy(view)
                 new["spec"] = spec if isinstance(spec, dict) else {}
             if not isinstance(new.get("metadata"), dict):
                 raise bad_request("metadata must be an object")
             if rtype.has_status and rtype.group_resource not in ("/namespaces",):
-                if "status" in old:
-                    new["status"] = old["status"]
+                if "status" in view:
+                    new["status"] = view["status"]
                 else:
                     new.pop("status", None)
         else:
@@ -539,9 +558,10 @@ class Api:
             if errors:
                 raise self._invalid(rtype, name, errors)
             new = schema.apply_defaults(rtype.schema, schema.prune(rtype.schema, new))
-        kinds.normalize(rtype, new, old)
+        new = conversion.to_storage(rtype, new)
+        kinds.normalize(stored_as, new, old)
         if subresource is None:
-            kinds.check_update(rtype, new, old)
+            kinds.check_update(stored_as, new, old)
         self._node_ports(rtype, new, old)
         meta = new["metadata"]  # the pipeline above returns new objects
         if rtype.group_resource == CRD_GROUP_RESOURCE:
@@ -554,8 +574,8 @@ class Api:
         if managed is None:
             manager = managedfields.manager_name(opts.field_manager, opts.user_agent)
             managed = managedfields.record_update(
-                old,
-                new,
+                self._as_sent(rtype, old),
+                self._as_sent(rtype, new),
                 manager,
                 rtype.api_version,
                 "status" if subresource == "status" else None,
@@ -563,7 +583,7 @@ class Api:
                 sent_managed if sent_managed != old_meta.get("managedFields") else None,
             )
         meta["managedFields"] = managed
-        if strip_for_compare(new) == strip_for_compare(self.present(rtype, copy.deepcopy(old))) and \
+        if strip_for_compare(new) == strip_for_compare(self.present(stored_as, copy.deepcopy(old))) and \
                 _owners(managed) == _owners(old_meta.get("managedFields")):
             return self.present(rtype, old)  # no-op: same resourceVersion, no event
         if opts.dry_run:
@@ -611,7 +631,8 @@ class Api:
                                                                               name=name)), opts, warnings,
                                    applied=True)
             raise not_found(rtype, name)
-        current = self.present(rtype, current)
+        stored = current
+        current = self.present(rtype, copy.deepcopy(current) if conversion.converts(rtype) else current)
         try:
             if kind == "json":
                 patched = patching.json_patch(current, body)
@@ -654,7 +675,8 @@ class Api:
                                           _shape(rtype))
             managed = patched["metadata"].pop("managedFields")
         patched = self._check_body_identity(rtype, patched, namespace, name)
-        return self._write(rtype, current, patched, subresource, opts, warnings, managed)
+        old = stored if conversion.converts(rtype) else current
+        return self._write(rtype, old, patched, subresource, opts, warnings, managed)
 
     # ---- delete ----------------------------------------------------------------------------------
     def delete(self, rtype: ResourceType, namespace: str | None, name: str, options: dict[str, Any],

@@ -350,6 +350,46 @@ def _service(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | Non
     obj.setdefault("status", (old or {}).get("status") or {"loadBalancer": {}})
 
 
+_HPA_SCALE_UP = {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
+    {"type": "Pods", "value": 4, "periodSeconds": 15},
+    {"type": "Percent", "value": 100, "periodSeconds": 15}]}
+_HPA_SCALE_DOWN = {"selectPolicy": "Max", "policies": [
+    {"type": "Percent", "value": 100, "periodSeconds": 15}]}
+
+
+def _hpa(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """autoscaling/v2 (the stored version) defaults and the registry's replica-bound checks."""
+    spec = obj.get("spec")
+    if rtype.version != "v2" or not isinstance(spec, dict):
+        return
+    spec.setdefault("minReplicas", 1)
+    if not spec.get("metrics"):
+        spec["metrics"] = [{"type": "Resource", "resource": {"name": "cpu", "target": {
+            "type": "Utilization", "averageUtilization": 80}}}]
+    behavior = spec.get("behavior")
+    if isinstance(behavior, dict):  # SetDefaults_HorizontalPodAutoscalerBehavior: only a behavior given
+        for key, defaults in (("scaleUp", _HPA_SCALE_UP), ("scaleDown", _HPA_SCALE_DOWN)):
+            rules = found if isinstance(found := behavior.get(key), dict) else {}
+            behavior[key] = dict(copy.deepcopy(defaults), **{k: v for k, v in rules.items() if v is not None})
+    errors: list[schema.FieldError] = []
+    low, high = spec.get("minReplicas"), spec.get("maxReplicas", 0)
+    if isinstance(low, int) and low < 1:
+        errors.append(schema.invalid("spec.minReplicas", low, "must be greater than or equal to 1"))
+    if isinstance(high, int) and high < 1:
+        errors.append(schema.invalid("spec.maxReplicas", high, "must be greater than 0"))
+    if isinstance(low, int) and isinstance(high, int) and high < low:
+        errors.append(schema.invalid("spec.maxReplicas", high,
+                                     "must be greater than or equal to `minReplicas`"))
+    ref = found if isinstance(found := spec.get("scaleTargetRef"), dict) else {}
+    for field in ("kind", "name"):
+        if not ref.get(field):
+            errors.append(schema.required(f"spec.scaleTargetRef.{field}", ""))
+    if errors:
+        name = (obj.get("metadata") or {}).get("name", "")
+        raise invalid(rtype, name, [e.cause() for e in errors],
+                      schema.invalid_message("HorizontalPodAutoscaler.autoscaling", name, errors))
+
+
 def _namespace(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
     status = found if isinstance(found := obj.get("status"), dict) else {}
     if old is not None:
@@ -747,6 +787,7 @@ _NORMALIZERS = {
     ("", "Secret"): _secret,
     ("", "ConfigMap"): _configmap,
     ("", "Service"): _service,
+    ("autoscaling", "HorizontalPodAutoscaler"): _hpa,
     ("", "Namespace"): _namespace,
     ("", "PersistentVolumeClaim"): _pvc,
     ("", "Pod"): _pod,

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ansible_operator.sandbox import auth, discovery, openapi, patching, protobuf, tables
+from ansible_operator.sandbox import auth, conversion, discovery, openapi, patching, protobuf, tables
 from ansible_operator.sandbox.api import MAX_REQUEST_BYTES, PATCH_TYPES, Api, WriteOptions, decode_body
 from ansible_operator.sandbox.errors import (
     ApiError,
@@ -617,6 +617,8 @@ class ApiServer:
 
         def encode(ev_type: str, obj: dict[str, Any], ev: Event | None = None) -> bytes:
             nonlocal sent_columns
+            if conversion.converts(rtype):  # served in another shape than stored: no shared encoding
+                obj, ev = conversion.from_storage(rtype, obj), None
             if as_table:
                 presented = dict(obj, apiVersion=rtype.api_version, kind=rtype.kind)
                 table = tables.to_table(

@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any, Callable
 
+from ansible_operator.sandbox import conversion
 from ansible_operator.sandbox.resources import ResourceType
 from ansible_operator.sandbox.timeutil import age
 
@@ -144,6 +145,44 @@ def _external_ip(o: dict[str, Any]) -> str:
     return ",".join(external) or "<none>"
 
 
+_HPA_SOURCES = {"Resource": "resource", "ContainerResource": "containerResource", "Pods": "pods",
+                "Object": "object", "External": "external"}
+
+
+def _hpa_target(spec: dict[str, Any], status: dict[str, Any]) -> str:
+    source = _HPA_SOURCES.get(_g(spec, "type", default=""))
+    if source is None:
+        return "<unknown type>"
+    target = _g(spec, source, "target", default={})
+    current = _g(status, source, "current", default={})
+    if source in ("resource", "containerResource"):
+        name = _g(spec, source, "name", default="")
+        if "averageValue" in target:
+            return f"{name}: {current.get('averageValue', '<unknown>')}/{target['averageValue']}"
+        have = f"{current['averageUtilization']}%" if "averageUtilization" in current else "<unknown>"
+        want = f"{target['averageUtilization']}%" if "averageUtilization" in target else "<auto>"
+        return f"{name}: {have}/{want}"
+    if source == "pods" or "averageValue" in target:
+        text = f"{current.get('averageValue', '<unknown>')}/{target.get('averageValue', '')}"
+        return text if source == "pods" else text + " (avg)"
+    return f"{current.get('value', '<unknown>')}/{target.get('value', '')}"
+
+
+def _hpa_targets(o: dict[str, Any]) -> str:
+    """The printer's formatHPAMetrics: ``cpu: <unknown>/80%``, ``cpu: 30%/80%``, ``memory: 1Gi/500Mi``, two
+    at most and then ``+ N more...``."""
+    hpa = conversion.hpa_v1_to_v2(o) if o.get("apiVersion") == "autoscaling/v1" else o
+    specs = [m for m in _g(hpa, "spec", "metrics", default=[]) or [] if isinstance(m, dict)]
+    statuses = _g(hpa, "status", "currentMetrics", default=[]) or []
+    if not specs:
+        return "<none>"
+    out = [_hpa_target(m, statuses[i] if i < len(statuses) and isinstance(statuses[i], dict) else {})
+           for i, m in enumerate(specs)]
+    if len(out) > 2:
+        return f"{', '.join(out[:2])} + {len(out) - 2} more..."
+    return ", ".join(out)
+
+
 def _job_status(o: dict[str, Any]) -> str:
     for c in _g(o, "status", "conditions", default=[]) or []:
         if c.get("status") == "True" and c.get("type") in ("Complete", "Failed"):
@@ -230,6 +269,14 @@ _BUILTIN: dict[tuple[str, str], list[tuple[Column, Callable[[dict[str, Any]], An
                 age(_g(o, "status", "lastScheduleTime")) if _g(o, "status", "lastScheduleTime") else "<none>"
             ),
         ),
+    ],
+    ("autoscaling", "HorizontalPodAutoscaler"): [
+        (_col("Reference"), lambda o: f"{_g(o, 'spec', 'scaleTargetRef', 'kind', default='')}/"
+                                      f"{_g(o, 'spec', 'scaleTargetRef', 'name', default='')}"),
+        (_col("Targets"), _hpa_targets),
+        (_col("MinPods", "integer"), lambda o: _g(o, "spec", "minReplicas", default="<unset>")),
+        (_col("MaxPods", "integer"), lambda o: _g(o, "spec", "maxReplicas", default=0)),
+        (_col("Replicas", "integer"), lambda o: _g(o, "status", "currentReplicas", default=0)),
     ],
     ("coordination.k8s.io", "Lease"): [
         (_col("Holder"), lambda o: _g(o, "spec", "holderIdentity", default=""))

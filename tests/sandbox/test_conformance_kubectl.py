@@ -195,6 +195,62 @@ def test_node_ports_allocated_kept_refused_and_freed(kubectl: Kubectl):
     kubectl.run("create", "service", "nodeport", "dup", "-n", ns, "--tcp=80:8080", "--node-port=30091")
 
 
+def test_autoscale_serves_hpa_v1_and_v2_from_one_object(kubectl: Kubectl):
+    """kubectl autoscale creates an autoscaling/v1 HPA; it is stored as v2 with the real defaults and served
+    in both versions (v1 keeps what it cannot say in autoscaling.alpha.kubernetes.io annotations)."""
+    ns = kubectl.namespace("autoscale")
+    kubectl.run("create", "deployment", "web", "-n", ns, "--image=nginx")
+    kubectl.run("autoscale", "deployment", "web", "-n", ns, "--min=1", "--max=3")
+    assert kubectl.get("hpa", "web", "-n", ns)["spec"] == {
+        "maxReplicas": 3, "minReplicas": 1,
+        "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
+            "type": "Utilization", "averageUtilization": 80}}}],
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}
+    v1_path = f"/apis/autoscaling/v1/namespaces/{ns}/horizontalpodautoscalers/web"
+    v1 = json.loads(kubectl.run("get", "--raw", v1_path).stdout)
+    assert (v1["apiVersion"], v1["spec"]["targetCPUUtilizationPercentage"], v1["status"]) == (
+        "autoscaling/v1", 80, {"currentReplicas": 0, "desiredReplicas": 0})
+    assert "annotations" not in v1["metadata"]
+    listing = kubectl.run("get", "hpa", "-n", ns).stdout
+    assert listing.split("\n")[0].split() == [
+        "NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"]
+    assert "Deployment/web   cpu: <unknown>/80%   1" in listing, listing
+
+    # what v1 cannot hold travels in annotations, and a v1 client writing it back loses nothing
+    v2_hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+              "metadata": {"name": "mem", "namespace": ns},
+              "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                       "maxReplicas": 4, "metrics": [
+                           {"type": "Resource", "resource": {"name": "memory", "target": {
+                               "type": "AverageValue", "averageValue": "500Mi"}}},
+                           {"type": "Resource", "resource": {"name": "cpu", "target": {
+                               "type": "Utilization", "averageUtilization": 70}}}],
+                       "behavior": {"scaleDown": {"stabilizationWindowSeconds": 60}}}}
+    kubectl.run("create", "-f", "-", input=json.dumps(v2_hpa))
+    stored = kubectl.get("hpa", "mem", "-n", ns)
+    assert stored["spec"]["behavior"]["scaleUp"]["policies"] == [
+        {"type": "Pods", "value": 4, "periodSeconds": 15},
+        {"type": "Percent", "value": 100, "periodSeconds": 15}]
+    v1 = json.loads(kubectl.run("get", "--raw", v1_path.replace("/web", "/mem")).stdout)
+    assert v1["spec"]["targetCPUUtilizationPercentage"] == 70
+    annotations = v1["metadata"]["annotations"]
+    assert json.loads(annotations["autoscaling.alpha.kubernetes.io/metrics"]) == [
+        {"type": "Resource", "resource": {"name": "memory", "targetAverageValue": "500Mi"}}]
+    assert json.loads(annotations["autoscaling.alpha.kubernetes.io/behavior"])["ScaleDown"] == {
+        "StabilizationWindowSeconds": 60, "SelectPolicy": "Max",
+        "Policies": [{"Type": "Percent", "Value": 100, "PeriodSeconds": 15}]}
+    v1["spec"]["maxReplicas"] = 6
+    kubectl.run("replace", "-f", "-", input=json.dumps(v1))
+    after = kubectl.get("hpa", "mem", "-n", ns)
+    assert after["spec"] == dict(stored["spec"], maxReplicas=6)
+    assert "annotations" not in after["metadata"]
+
+    bad = dict(v1, metadata={"name": "bad", "namespace": ns}, spec=dict(v1["spec"], minReplicas=0))
+    refused = kubectl.run("create", "-f", "-", input=json.dumps(bad), check=False)
+    assert refused.returncode == 1 and (
+        "spec.minReplicas: Invalid value: 0: must be greater than or equal to 1") in refused.stderr
+
+
 def test_create_rbac(kubectl: Kubectl):
     ns = kubectl.namespace("rbac")
     kubectl.run("create", "role", "reader", "-n", ns, "--verb=get,list", "--resource=pods,deployments.apps",
