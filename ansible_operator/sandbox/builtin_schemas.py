@@ -110,10 +110,13 @@ def _go_type(node: dict[str, Any]) -> str:
     return str(type_ or "interface {}")
 
 
-def _json_kind(value: Any, go_type: str) -> str:
-    """encoding/json's UnmarshalTypeError.Value: ``string``, ``bool``, ``object``, ``array``, and for a number
-    ``number``, or ``number <literal>`` when it was meant for an integer type (``number 1.5``,
-    ``number 3000000000`` for an int32)."""
+def go_json_kind(value: Any, go_type: str = "") -> str:
+    """encoding/json's UnmarshalTypeError.Value for a decoded JSON value: ``string``, ``bool``, ``object``,
+    ``array``, ``null``, and for a number ``number``, or ``number <literal>`` when it was meant for an integer
+    ``go_type`` (``number 1.5``, ``number 3000000000`` for an int32). The one naming used in every
+    ``json: cannot unmarshal ...`` message of the sandbox."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, (int, float)):
@@ -149,7 +152,7 @@ def _prune(node: dict[str, Any], value: Any, path: str, walk: Walk, struct: str,
             # IntOrString's own UnmarshalJSON decodes a non-string into its int32, and its error is that
             # decode's, with this field's context added
             go_type = "int32" if ref == _INT_OR_STRING else _go_type(node)
-            walk.type_error = (f"json: cannot unmarshal {_json_kind(value, go_type)} into Go struct field "
+            walk.type_error = (f"json: cannot unmarshal {go_json_kind(value, go_type)} into Go struct field "
                                f"{struct.rsplit('.', 1)[-1]}.{'.'.join(go_path[1:]) or go_path[0]} "
                                f"of type {go_type}")
         return value

@@ -16,6 +16,7 @@ import random
 from typing import Any
 
 from ansible_operator.sandbox import builtin_schemas, objectmeta, schema
+from ansible_operator.sandbox.builtin_schemas import go_json_kind
 from ansible_operator.sandbox.errors import ApiError, bad_request, invalid
 from ansible_operator.sandbox.resources import ResourceType
 from ansible_operator.sandbox.timeutil import now_rfc3339
@@ -35,26 +36,14 @@ def _string_map(obj: dict[str, Any], path: str, field: str) -> None:
                           f"of type map[string]string")
     for k, v in value.items():
         if not isinstance(v, str):
-            raise bad_request(f"json: cannot unmarshal {_go_type(v)} into Go struct field {field} of type "
-                              f"string (key {k!r})")
-
-
-def _go_type(v: Any) -> str:
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, list):
-        return "array"
-    if isinstance(v, dict):
-        return "object"
-    return "null" if v is None else "string"
+            raise bad_request(f"json: cannot unmarshal {go_json_kind(v)} into Go struct field {field} "
+                              f"of type string (key {k!r})")
 
 
 def _want(value: Any, type_: type | tuple[type, ...], field: str, go_type: str) -> None:
     if value is not None and (not isinstance(value, type_) or isinstance(value, bool) and type_ is not bool):
         raise bad_request(
-            f"json: cannot unmarshal {_go_type(value)} into Go struct field {field} of type {go_type}"
+            f"json: cannot unmarshal {go_json_kind(value)} into Go struct field {field} of type {go_type}"
         )
 
 
@@ -197,7 +186,7 @@ def check_shapes(rtype: ResourceType, obj: dict[str, Any]) -> None:
             ok = isinstance(value, type_) and not (isinstance(value, bool) and type_ is int)
             if not ok:
                 want = _GO_NAMES.get(type_ if isinstance(type_, type) else dict, "value")
-                raise bad_request(f"json: cannot unmarshal {_go_type(value)} into Go struct field "
+                raise bad_request(f"json: cannot unmarshal {go_json_kind(value)} into Go struct field "
                                   f"{rtype.kind}.{where} of type {want}")
 
 
@@ -306,7 +295,7 @@ def _secret(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
     for k, v in data.items():
         if not isinstance(v, str):
             raise bad_request(
-                f"json: cannot unmarshal {_go_type(v)} into Go struct field Secret.data of type []uint8"
+                f"json: cannot unmarshal {go_json_kind(v)} into Go struct field Secret.data of type []uint8"
             )
         try:
             base64.b64decode(v, validate=True)

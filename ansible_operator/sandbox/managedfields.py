@@ -81,16 +81,6 @@ def fields_of(obj: dict[str, Any], shape: Shape, subresource: str | None = None)
     return out
 
 
-def _sub_schema(node: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
-    if not isinstance(node, dict):
-        return None
-    props = node.get("properties") or {}
-    if isinstance(props.get(key), dict):
-        return props[key]
-    additional = node.get("additionalProperties")
-    return additional if isinstance(additional, dict) else None
-
-
 def _walk(value: Any, path: Path, names: tuple[str, ...], shape: Shape, node: dict[str, Any] | None,
           out: set[Path], root: bool = False) -> None:
     if isinstance(value, dict):
@@ -100,7 +90,7 @@ def _walk(value: Any, path: Path, names: tuple[str, ...], shape: Shape, node: di
         for k, v in value.items():
             if v is None:
                 continue
-            _walk(v, path + (f"f:{k}",), names + (k,), shape, _sub_schema(node, k), out)
+            _walk(v, path + (f"f:{k}",), names + (k,), shape, patching.sub_schema(node, k), out)
         return
     if isinstance(value, list):
         keys = patching.apply_list_keys(shape.kind, names, node, shape.schema is not None)

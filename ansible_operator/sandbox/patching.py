@@ -25,6 +25,9 @@ from typing import Any
 import jsonpatch
 import jsonpointer
 
+from ansible_operator.sandbox.builtin_schemas import go_json_kind
+from ansible_operator.sandbox.schema import json_copy
+
 __all__ = [
     "PatchError",
     "merge_patch",
@@ -55,8 +58,8 @@ def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch: objects merge recursively, ``null`` deletes, anything else replaces
     (including every list). Neither argument is mutated."""
     if not isinstance(patch, dict):
-        return _copy(patch)
-    result = _copy(target) if isinstance(target, dict) else {}
+        return json_copy(patch)
+    result = json_copy(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -81,12 +84,12 @@ def json_patch(target: Any, operations: Any) -> Any:
             raise PatchError(f"invalid JSON patch: {exc}") from exc
     if not isinstance(operations, list):
         raise PatchError(
-            f"json: cannot unmarshal {_go_json_type(operations)} into Go value of type jsonpatch.Patch"
+            f"json: cannot unmarshal {go_json_kind(operations)} into Go value of type jsonpatch.Patch"
         )
     for i, op in enumerate(operations):
         if not isinstance(op, dict):
             raise PatchError(
-                f"json: cannot unmarshal {_go_json_type(op)} into Go value of type jsonpatch.Operation"
+                f"json: cannot unmarshal {go_json_kind(op)} into Go value of type jsonpatch.Operation"
             )
         if "op" not in op:
             raise PatchError(f"invalid JSON patch: operation {i} has no 'op'")
@@ -96,7 +99,7 @@ def json_patch(target: Any, operations: Any) -> Any:
         steps = [(op, jsonpatch.JsonPatch([op])) for op in operations]
     except (jsonpatch.InvalidJsonPatch, jsonpointer.JsonPointerException) as exc:
         raise PatchError(f"invalid JSON patch: {exc}") from exc
-    doc = _copy(target)
+    doc = json_copy(target)
     for op, step in steps:
         name, where = op["op"], op["path"]
         try:
@@ -122,20 +125,6 @@ def json_patch(target: Any, operations: Any) -> Any:
                 reason="Invalid",
             ) from exc
     return doc
-
-
-def _go_json_type(value: Any) -> str:
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if value is None:
-        return "null"
-    return "array"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -255,7 +244,7 @@ def strategic_merge_patch(target: dict, patch: dict, kind: str) -> dict:
     elements keep their relative place) and ``$deleteFromPrimitiveList/<list>``.
     """
     if not isinstance(patch, dict):
-        raise PatchError(f"strategic merge patch must be a JSON object, got {_go_json_type(patch)}")
+        raise PatchError(f"strategic merge patch must be a JSON object, got {go_json_kind(patch)}")
     if target is not None and not isinstance(target, dict):
         raise PatchError("strategic merge patch target must be an object")
     return _smp_map(target, patch, (), kind)
@@ -284,15 +273,15 @@ def _smp_map(original: dict | None, patch: dict, path: tuple[str, ...], kind: st
         value = patch.pop(key)
         if key.startswith(_SET_ORDER):
             if not isinstance(value, list):
-                raise PatchError(f"invalid {key}: must be a list, got {_go_json_type(value)}")
+                raise PatchError(f"invalid {key}: must be a list, got {go_json_kind(value)}")
             orders[key[len(_SET_ORDER) :]] = value
         elif key.startswith(_DELETE_PRIMITIVE):
             if not isinstance(value, list):
-                raise PatchError(f"invalid {key}: must be a list, got {_go_json_type(value)}")
+                raise PatchError(f"invalid {key}: must be a list, got {go_json_kind(value)}")
             deletions[key[len(_DELETE_PRIMITIVE) :]] = value
         # any other "$..." key is dropped, as decoding into the typed object drops it on a real server
 
-    result: dict[str, Any] = _copy(original) if isinstance(original, dict) else {}
+    result: dict[str, Any] = json_copy(original) if isinstance(original, dict) else {}
     if retain is not None:
         if not isinstance(retain, list) or not all(isinstance(k, str) for k in retain):
             raise PatchError("invalid patch format of retainKeys")
@@ -347,16 +336,16 @@ def _smp_list(
     deletions: list[Any],
 ) -> list:
     strategy = list_strategy(kind, path)
-    base = _remove_primitives(_copy(original or []), deletions)
+    base = _remove_primitives(json_copy(original or []), deletions)
     if strategy is None:
-        return _copy(patch)
+        return json_copy(patch)
     if strategy == "":
         result = list(base)
         for item in patch:
             if isinstance(item, (dict, list)):
                 raise PatchError(
                     f"strategic merge patch: list {'.'.join(path)} holds primitives, "
-                    f"got {_go_json_type(item)}"
+                    f"got {go_json_kind(item)}"
                 )
             if not any(_same(item, x) for x in result):
                 result.append(item)
@@ -369,7 +358,7 @@ def _smp_list(
             if isinstance(item, dict) and item.get("$patch") == "replace":
                 continue
             replaced.append(
-                _smp_map(None, item, path, kind, raw=True) if isinstance(item, dict) else _copy(item)
+                _smp_map(None, item, path, kind, raw=True) if isinstance(item, dict) else json_copy(item)
             )
         return replaced
     result = base
@@ -378,7 +367,7 @@ def _smp_list(
         if not isinstance(item, dict):
             raise PatchError(
                 f"strategic merge patch: list {'.'.join(path)} must hold objects with merge key "
-                f"{key!r}, got {_go_json_type(item)}"
+                f"{key!r}, got {go_json_kind(item)}"
             )
         if key not in item:
             raise PatchError(f"map: {_go_map(item)} does not contain declared merge key: {key}")
@@ -469,7 +458,7 @@ def apply_patch(current: dict | None, applied: dict, field_manager: str, schema:
     ``field_manager`` is required (as the apiserver requires ``fieldManager`` for apply).
     """
     if not isinstance(applied, dict):
-        raise PatchError(f"apply patch must be an object, got {_go_json_type(applied)}")
+        raise PatchError(f"apply patch must be an object, got {go_json_kind(applied)}")
     if not field_manager:
         raise PatchError(
             'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for '
@@ -509,7 +498,8 @@ class _ApplyContext:
         return None
 
 
-def _sub_schema(node: dict | None, key: str) -> dict | None:
+def sub_schema(node: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
+    """The schema of ``key`` under an object schema (a property, else ``additionalProperties``), or None."""
     if not isinstance(node, dict):
         return None
     props = node.get("properties") or {}
@@ -522,12 +512,12 @@ def _sub_schema(node: dict | None, key: str) -> dict | None:
 def _apply_map(
     current: dict, applied: dict, path: tuple[str, ...], ctx: _ApplyContext, node: dict | None
 ) -> dict:
-    result = _copy(current)
+    result = json_copy(current)
     for key, value in applied.items():
         if value is None:
             continue
         sub = path + (key,)
-        sub_node = _sub_schema(node, key)
+        sub_node = sub_schema(node, key)
         existing = result.get(key)
         if isinstance(value, dict) and isinstance(existing, dict):
             result[key] = _apply_map(existing, value, sub, ctx, sub_node)
@@ -544,11 +534,11 @@ def _apply_list(
     keys = ctx.list_keys(path, node)
     if keys is None:
         return _drop_nulls(applied)
-    result = _copy(current)
+    result = json_copy(current)
     if not keys:
         for item in applied:
             if not any(_same(item, x) for x in result):
-                result.append(_copy(item))
+                result.append(json_copy(item))
         return result
     items_node = node.get("items") if isinstance(node, dict) else None
     for item in applied:
@@ -575,15 +565,6 @@ def _apply_list(
 
 # --------------------------------------------------------------------------------------------------
 # helpers
-
-
-def _copy(value: Any) -> Any:
-    """Deep copy of JSON data."""
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value
 
 
 def _drop_nulls(value: Any) -> Any:

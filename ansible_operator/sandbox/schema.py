@@ -628,7 +628,7 @@ def apply_defaults(schema: dict, obj: Any) -> Any:
     (``PruneNonNullableNullsWithoutDefaults``). Recursion continues into the filled-in values, array
     items and ``additionalProperties`` values. ``obj`` itself is never mutated.
     """
-    value = _deepcopy(obj)
+    value = json_copy(obj)
     if isinstance(schema, dict):
         _default(schema, value)
     return value
@@ -642,7 +642,7 @@ def _default(schema: dict, value: Any) -> None:
                 continue
             if "default" in prop and prop["default"] is not None:
                 if key not in value or (value[key] is None and not prop.get("nullable")):
-                    value[key] = _deepcopy(prop["default"])
+                    value[key] = json_copy(prop["default"])
             elif key in value and value[key] is None and not prop.get("nullable"):
                 del value[key]
         additional = schema.get("additionalProperties")
@@ -653,23 +653,23 @@ def _default(schema: dict, value: Any) -> None:
             elif isinstance(additional, dict):
                 if child is None and not additional.get("nullable"):
                     if "default" in additional and additional["default"] is not None:
-                        value[key] = child = _deepcopy(additional["default"])
+                        value[key] = child = json_copy(additional["default"])
                 _default(additional, child)
     elif isinstance(value, list):
         items = schema.get("items")
         if isinstance(items, dict):
             for i, child in enumerate(value):
                 if child is None and not items.get("nullable") and items.get("default") is not None:
-                    value[i] = child = _deepcopy(items["default"])
+                    value[i] = child = json_copy(items["default"])
                 _default(items, child)
 
 
-def _deepcopy(value: Any) -> Any:
+def json_copy(value: Any) -> Any:
     """Deep copy of JSON data (much faster than copy.deepcopy, and our data is always JSON)."""
     if isinstance(value, dict):
-        return {k: _deepcopy(v) for k, v in value.items()}
+        return {k: json_copy(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_deepcopy(v) for v in value]
+        return [json_copy(v) for v in value]
     return value
 
 
@@ -686,15 +686,15 @@ def prune(schema: dict, obj: Any) -> Any:
     are still pruned by their own schemas. ``additionalProperties: true`` keeps every key.
     """
     if not isinstance(schema, dict) or not isinstance(obj, dict):
-        return _deepcopy(obj)
+        return json_copy(obj)
     return _prune_object(schema, obj, keep=_ROOT_META_KEYS)
 
 
 def _prune(schema: Any, value: Any) -> Any:
     if not isinstance(schema, dict):
-        return _deepcopy(value)
+        return json_copy(value)
     if schema.get("x-kubernetes-int-or-string"):
-        return _deepcopy(value)
+        return json_copy(value)
     if isinstance(value, dict):
         keep = _ROOT_META_KEYS if schema.get("x-kubernetes-embedded-resource") else ()
         return _prune_object(schema, value, keep=keep)
@@ -703,7 +703,7 @@ def _prune(schema: Any, value: Any) -> Any:
         if isinstance(items, dict):
             return [_prune(items, v) for v in value]
         if schema.get("x-kubernetes-preserve-unknown-fields"):
-            return _deepcopy(value)
+            return json_copy(value)
         return [_prune({}, v) if isinstance(v, (dict, list)) else v for v in value]
     return value
 
@@ -715,13 +715,13 @@ def _prune_object(schema: dict, value: dict, keep: tuple[str, ...]) -> dict:
     out: dict[str, Any] = {}
     for key, child in value.items():
         if key in keep:
-            out[key] = _deepcopy(child)
+            out[key] = json_copy(child)
         elif key in props:
             out[key] = _prune(props[key], child)
         elif isinstance(additional, dict):
             out[key] = _prune(additional, child)
         elif additional is True or preserve:
-            out[key] = _deepcopy(child)
+            out[key] = json_copy(child)
     return out
 
 
