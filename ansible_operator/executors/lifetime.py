@@ -20,12 +20,13 @@ import errno
 import os
 import signal
 import time
+from typing import Iterator
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 __all__ = ["PR_SET_CHILD_SUBREAPER", "PR_SET_PDEATHSIG", "become_subreaper", "descendants", "die_with_parent",
-           "kill_descendants", "kill_group", "prctl"]
+           "kill_descendants", "kill_group", "prctl", "reap_children"]
 
 
 def prctl(option: int, value: int) -> bool:
@@ -98,16 +99,27 @@ def descendants(pid: int | None = None) -> list[int]:
     return order
 
 
-def _reap_any() -> None:
+def reap_children() -> Iterator[tuple[int, int]]:
+    """Reap every child that has exited, without blocking: yields ``(pid, wait status)`` for each.
+
+    The one ``waitpid(-1, WNOHANG)`` loop of the zygote (which looks at each status) and of
+    :func:`kill_descendants` (which drops them). Stops when no exited child is left.
+    """
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         except InterruptedError:
             continue
         if pid == 0:
             return
+        yield pid, status
+
+
+def _reap_any() -> None:
+    for _ in reap_children():
+        pass
 
 
 def kill_descendants(timeout: float = 5.0, reap: bool = True) -> int:

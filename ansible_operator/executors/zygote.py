@@ -35,6 +35,7 @@ from ansible_operator.executors.lifetime import (
     die_with_parent,
     kill_descendants,
     kill_group,
+    reap_children,
 )
 from ansible_operator.executors.zygote_protocol import (
     CHILD_TAG_ERROR,
@@ -353,15 +354,7 @@ class Zygote:
         self._write(bytes(out))
 
     def _reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            except InterruptedError:
-                continue
-            if pid == 0:
-                return
+        for pid, status in reap_children():
             child = self._children.pop(pid, None)
             if child is None:
                 continue  # an orphaned Ansible worker re-parented to us (sub-reaper)
