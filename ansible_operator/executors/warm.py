@@ -42,6 +42,7 @@ _READY_TIMEOUT = 120.0  # importing Ansible + kubernetes on a loaded 2-core mach
 _KILL_WAIT = 15.0
 _LINE_LIMIT = 256 * 1024 * 1024  # one event line may carry a large module result
 EXECUTOR_RESTARTED = "executor restarted"
+FAST_PATH_ENV = "ANSIBLE_OPERATOR_WARM_FAST_PATH"
 
 
 def check_ansible_core_version() -> None:
@@ -89,7 +90,8 @@ class WarmExecutor:
 
     def __init__(self, *, max_workers: int = 8, python: str = sys.executable,
                  fast_modules: Sequence[str] = DEFAULT_FAST_MODULE_PREFIXES,
-                 idle_timeout: float | None = None, ansible_args: Sequence[str] = ()) -> None:
+                 idle_timeout: float | None = None, ansible_args: Sequence[str] = (),
+                 fast_path: bool | None = None) -> None:
         """``ansible_args``: extra ansible-playbook arguments for every run (``--ansible-args``).
 
         ``fast_modules``: module FQCN prefixes (default ``kubernetes.core.``) whose tasks run in a fork
@@ -97,6 +99,10 @@ class WarmExecutor:
 
         ``idle_timeout``: stop the zygote after this many seconds without runs, and start it again (about
         a second) on the next run; an idle operator then costs only its own memory. None keeps it forever.
+
+        ``fast_path``: the run child's fast path (waiting for task results on a wake-up instead of
+        Ansible's 1 ms polling loop, see docs/warm-executor.md); None (default) reads
+        ``ANSIBLE_OPERATOR_WARM_FAST_PATH`` (on unless ``0``, ``false``, ``no`` or ``off``).
         """
         if max_workers < 1:
             raise ValueError(f"max_workers must be at least 1 (got {max_workers})")
@@ -110,6 +116,9 @@ class WarmExecutor:
         self._python = python
         self._fast_modules = [str(p) for p in fast_modules]
         self._ansible_args = [str(a) for a in ansible_args]
+        if fast_path is None:
+            fast_path = os.environ.get(FAST_PATH_ENV, "").strip().lower() not in ("0", "false", "no", "off")
+        self.fast_path = fast_path
         self._slots = asyncio.Semaphore(max_workers)
         self._zygote: _Zygote | None = None
         self._spawn_lock = asyncio.Lock()
@@ -347,6 +356,7 @@ class WarmExecutor:
             "verbosity": request.verbosity,
             "fast_modules": self._fast_modules,
             "ansible_args": self._ansible_args,
+            "fast_path": self.fast_path,
         }
         async with self._slots:
             try:

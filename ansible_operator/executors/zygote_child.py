@@ -31,6 +31,7 @@ pushes the event to the zygote at once, so the operator sees it live.
 
 from __future__ import annotations
 
+import collections
 import gc
 import json
 import os
@@ -40,6 +41,7 @@ import stat
 import sys
 import tempfile
 import threading
+import time
 import traceback
 import warnings
 from typing import Any
@@ -70,32 +72,66 @@ class EventSink:
         self._fd = event_fd
         self._ident = ident
         self._events_dir = os.path.join(artifacts_dir, "job_events")
+        self.partials: dict[str, str] | None = None
+        """In-process hand-over of awx_display's partial event data (see :class:`InProcessPartials`);
+        None: read the ``<uuid>-partial.json`` files, as ansible-runner does."""
 
     def send(self, tag: bytes, payload: dict[str, Any]) -> None:
-        _write_all(self._fd, tag + json.dumps(payload).encode("utf-8") + b"\n")
+        self._send_encoded(tag, json.dumps(payload))
+
+    def _send_encoded(self, tag: bytes, encoded: str) -> None:
+        _write_all(self._fd, tag + encoded.encode("utf-8") + b"\n")
+
+    def _merge_partial(self, event_data: dict[str, Any]) -> None:
+        uuid = event_data["uuid"]
+        if self.partials is not None:
+            partial = self.partials.pop(uuid, None)
+            if partial is not None:
+                event_data.update(json.loads(partial))
+                return
+        path = os.path.join(self._events_dir, f"{uuid}-partial.json")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                event_data.update(json.load(fh))
+            os.remove(path)
+        except OSError:
+            pass  # verbose lines have no partial file
 
     def __call__(self, event_data: dict[str, Any]) -> None:
         import datetime
 
         if "uuid" not in event_data:
             return  # the filter's final {'event': 'EOF'}; ansible-runner drops it too
-        partial = os.path.join(self._events_dir, f"{event_data['uuid']}-partial.json")
         event_data["runner_ident"] = self._ident
-        try:
-            with open(partial, encoding="utf-8") as fh:
-                event_data.update(json.load(fh))
-            os.remove(partial)
-        except OSError:
-            pass  # verbose lines have no partial file
+        self._merge_partial(event_data)
         if "created" not in event_data:
             event_data["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
         full = os.path.join(self._events_dir, f"{event_data['counter']}-{event_data['uuid']}.json")
         tmp = full + ".tmp"
+        encoded = json.dumps(event_data)  # once, for the job_events file and the pipe alike
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, stat.S_IRUSR | stat.S_IWUSR),
                   "w", encoding="utf-8") as fh:
-            json.dump(event_data, fh)
+            fh.write(encoded)
         os.rename(tmp, full)
-        self.send(CHILD_TAG_EVENT, event_data)
+        self._send_encoded(CHILD_TAG_EVENT, encoded)
+
+
+class InProcessPartials:
+    """awx_display's partial-event writer, handing the data to :class:`EventSink` in memory.
+
+    ansible-runner's ``IsolatedFileWrite`` writes each event's data to ``job_events/<uuid>-partial.json``
+    (temp file + rename) for ansible-runner's *parent* process to read and delete. Here the callback, the
+    output filter and the sink run in the same process, so the same JSON text (encoded with the same
+    encoder) goes through a dict instead: no file written, renamed, read and removed per event. The
+    ``job_events/<counter>-<uuid>.json`` files and the events are unchanged.
+    """
+
+    def __init__(self, encoder: Any, store: dict[str, str]) -> None:
+        self._encoder = encoder
+        self._store = store
+
+    def set(self, key: str, value: Any) -> None:
+        self._store[key[len(":1:ev-"):]] = json.dumps(value, cls=self._encoder)
 
 
 class PtyLikeStdout:
@@ -208,14 +244,21 @@ def _forget_moved_collections(search_paths: list[str]) -> None:
                         del by_name[key]
 
 
-def _repoint_awx_display(artifacts_dir: str) -> None:
+def _repoint_awx_display(artifacts_dir: str, sink: EventSink | None = None) -> None:
+    """``sink``: hand partial event data to it in memory (:class:`InProcessPartials`) if awx_display has
+    the expected writer; None: ansible-runner's ``<uuid>-partial.json`` files."""
     from ansible.plugins.loader import callback_loader
 
     plugin_class = callback_loader.get("awx_display", class_only=True)
     module = sys.modules[plugin_class.__module__]
     writer = module.IsolatedFileWrite()  # reads AWX_ISOLATED_DATA_DIR, already set to artifacts_dir
     writer.private_data_dir = artifacts_dir
-    module.event_context.cache = writer
+    encoder = getattr(module, "AnsibleJSONEncoderLocal", None)
+    if sink is not None and encoder is not None and callable(getattr(writer, "set", None)):
+        sink.partials = {}
+        module.event_context.cache = InProcessPartials(encoder, sink.partials)
+    else:
+        module.event_context.cache = writer
     module.event_context._global_ctx = {}
     _plain_display_until_callback_loads(module)
 
@@ -279,6 +322,76 @@ def _keep_workers_in_the_run() -> None:
         return run(self)
 
     WorkerProcess.run = run_dying_with_the_child
+
+
+RESULT_WAIT_CAP = 0.05
+"""Longest wait between two checks of Ansible's result loop when no result arrives (seconds)."""
+
+
+class _WakeOnResults:
+    """Stand-in for the ``time`` module inside ``ansible.plugins.strategy`` (see :func:`_wait_on_results`).
+
+    Every attribute is the real module's; only ``sleep`` called from ``_wait_on_pending_results`` waits for
+    the next task result (or :data:`RESULT_WAIT_CAP`) instead of ``DEFAULT_INTERNAL_POLL_INTERVAL``.
+    """
+
+    def __init__(self, arrived: threading.Event) -> None:
+        self._arrived = arrived
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def sleep(self, seconds: float) -> None:
+        caller = sys._getframe(1)
+        if (caller.f_code.co_name != "_wait_on_pending_results"
+                or not getattr(caller.f_locals.get("self"), "_wake_on_results", False)):
+            time.sleep(seconds)  # e.g. _queue_task waiting for a free worker slot: unchanged
+            return
+        # A result appended after this loop's _process_pending_results set the event: return at once.
+        # Clearing after the wait loses nothing: the loop processes every queued result next.
+        self._arrived.wait(RESULT_WAIT_CAP)
+        self._arrived.clear()
+
+
+def _wait_on_results() -> bool:
+    """Make the strategy's result loop wait for a result instead of polling every millisecond.
+
+    ``StrategyBase._wait_on_pending_results`` (ansible-core 2.16 - 2.21: linear strategy, handlers, end
+    of play) loops "process queued results; ``time.sleep(C.DEFAULT_INTERNAL_POLL_INTERVAL)``" (0.001 s)
+    while a task runs: a thousand wake-ups per second in every run child, 31 % of a warm Memcached run's
+    CPU in the profile. The strategy's results thread appends each result to ``self._results``; that
+    deque is replaced by one that also sets an event on ``append``, and the loop's sleep waits for that
+    event (at most :data:`RESULT_WAIT_CAP`, so the loop's other checks, dead workers and
+    ``_terminated``, still run 20 times a second). Same results, same order, same callbacks: only the
+    sleep between checks changes. Returns False, leaving Ansible's polling as it is, if the strategy
+    module is not shaped as expected.
+    """
+    import ansible.plugins.strategy as strategy_module
+
+    base = getattr(strategy_module, "StrategyBase", None)
+    if (getattr(strategy_module, "time", None) is not time or base is None
+            or not hasattr(base, "_wait_on_pending_results")):
+        return False
+    arrived = threading.Event()
+
+    class _NotifyingResults(collections.deque):  # type: ignore[type-arg]
+        def append(self, item: Any) -> None:
+            super().append(item)
+            arrived.set()
+
+    init = base.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        lock = getattr(self, "_results_lock", None)
+        if type(getattr(self, "_results", None)) is collections.deque and lock is not None:
+            with lock:  # the results thread is already running; it appends under this lock
+                self._results = _NotifyingResults(self._results)
+                self._wake_on_results = True
+
+    base.__init__ = __init__
+    strategy_module.time = _WakeOnResults(arrived)
+    return True
 
 
 def _playbook_args(spec: RunSpec) -> list[str]:
@@ -353,11 +466,15 @@ def _run(spec: RunSpec, sink: EventSink) -> None:
     C.DEFAULT_LOCAL_TMP = tempfile.mkdtemp(prefix=f"ansible-local-{os.getpid()}",
                                            dir=os.path.dirname(zygote_tmp))
     _point_collection_finder()
-    _repoint_awx_display(artifacts)
+    _repoint_awx_display(artifacts, sink if spec.get("fast_path", True) else None)
     _keep_workers_in_the_run()
+    if spec.get("fast_path", True):
+        _wait_on_results()
     from ansible_operator.executors import zygote_modules, zygote_payloads
 
     zygote_modules.install(spec.get("fast_modules") or ())
+    if spec.get("fast_path", True):
+        zygote_modules.pipeline(spec.get("fast_modules") or ())
     if ansible_compat.payload_store_supported():
         zygote_payloads.install(os.path.join(zygote_tmp, zygote_payloads.STORE_DIRNAME))
     color.ANSIBLE_COLOR = bool(C.ANSIBLE_FORCE_COLOR or not C.ANSIBLE_NOCOLOR)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -47,6 +48,9 @@ class ForkPlan:
     env: dict[str, str]
     script_path: str | None
     script_source: bytes
+    module_name: str = "module"
+    """The module's short name: a pipelined payload runs as ``AnsiballZ_<name>.py``, the file name a
+    non-pipelined task's payload has (module tracebacks name it)."""
 
 
 def _same_interpreter(path: str) -> bool:
@@ -96,7 +100,8 @@ def plan_for(cmd: Any, in_data: bytes | None, module_prefixes: Sequence[str],
     short = _fqcn(fqn)
     if not any(short.startswith(p) for p in module_prefixes):
         return None
-    return ForkPlan(env=env, script_path=script_path, script_source=source)
+    return ForkPlan(env=env, script_path=script_path, script_source=source,
+                    module_name=short.rpartition(".")[2])
 
 
 def _fqcn(module_fqn: str) -> str:
@@ -171,9 +176,9 @@ def _execute(plan: ForkPlan) -> int:
     import runpy
 
     path = plan.script_path
-    if path is None:  # pipelined source: give it a file name, as `python -` would run it from stdin
-        fd, path = tempfile.mkstemp(prefix="AnsiballZ_pipelined_", suffix=".py")
-        with os.fdopen(fd, "wb") as fh:
+    if path is None:  # pipelined source: give it the file name the module's payload file would have
+        path = os.path.join(tempfile.mkdtemp(prefix="ansible-pipelined-"), f"AnsiballZ_{plan.module_name}.py")
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
             fh.write(plan.script_source)
     sys.argv = [path]
     try:
@@ -190,7 +195,7 @@ def _execute(plan: ForkPlan) -> int:
         return 1
     finally:
         if plan.script_path is None:
-            os.unlink(path)
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
     return 0
 
 
@@ -228,3 +233,38 @@ def install(module_prefixes: Sequence[str]) -> None:
         return run_forked(plan, self.cwd)
 
     Connection.exec_command = exec_command
+
+
+def pipeline(module_prefixes: Sequence[str]) -> None:
+    """Pipeline the tasks of allowed modules on the ``local`` connection without become (issue 14).
+
+    Without pipelining every module task runs ``/bin/sh`` helpers (``chmod u+x`` on the uploaded
+    AnsiballZ file; for plain modules also ``mkdir`` of a temporary directory and ``rm -rf`` of it): two
+    to five processes forked from the worker per task, before and after the module fork itself. With
+    pipelining the AnsiballZ payload goes to the module process's stdin (:func:`plan_for` takes that form
+    too) and those helpers are not needed. Ansible leaves pipelining off by default because of ``sudo``'s
+    ``requiretty`` and of connections that cannot do it; neither applies to a task that uses the local
+    connection without become, so only such tasks of a module under ``module_prefixes`` (the task's
+    resolved action) are pipelined, as if ``ANSIBLE_PIPELINING=True`` were set for them; every other task
+    keeps the configured behaviour (``ANSIBLE_PIPELINING`` still turns it on for all).
+    """
+    if not module_prefixes:
+        return
+    from ansible import constants as C
+    from ansible.plugins.action import ActionBase
+    from ansible.plugins.connection.local import Connection
+
+    original = ActionBase._is_pipelining_enabled
+    prefixes = tuple(module_prefixes)
+
+    def _is_pipelining_enabled(self: Any, module_style: str, wrap_async: bool = False) -> bool:
+        if original(self, module_style, wrap_async):
+            return True
+        task = self._task
+        action = str(getattr(task, "resolved_action", None) or task.action)
+        connection = self._connection
+        return bool(module_style == "new" and not wrap_async and not C.DEFAULT_KEEP_REMOTE_FILES
+                    and type(connection) is Connection and getattr(connection, "become", None) is None
+                    and not getattr(self._play_context, "become", False) and action.startswith(prefixes))
+
+    ActionBase._is_pipelining_enabled = _is_pipelining_enabled

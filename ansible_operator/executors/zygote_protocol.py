@@ -48,6 +48,9 @@ class RunSpec(TypedDict):
     """Module FQCN prefixes run in a fork of the worker instead of a new interpreter (zygote_modules)."""
     ansible_args: list[str]
     """Extra ansible-playbook arguments (``--ansible-args``), placed before the playbook."""
+    fast_path: bool
+    """The run child's fast path (issue 14): wake-up driven result wait instead of Ansible's 1 ms polling
+    (``zygote_child``). Off with ``ANSIBLE_OPERATOR_WARM_FAST_PATH=false``."""
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -194,6 +194,26 @@ async def test_module_results_are_the_same_with_and_without_the_fast_path(
     assert "probe crashed" in str(by_task["crashes"])
 
 
+async def test_fast_module_tasks_are_pipelined_without_shell_helpers(fast: WarmExecutor,
+                                                                     tmp_path: Path) -> None:
+    """The fast path pipelines its modules' tasks (issue 14): one command per task (the module, its payload on
+    stdin), no ``/bin/sh`` helpers for the temporary directory; ``fast_path=False`` keeps Ansible's way."""
+    collections = _collection(tmp_path / "collections", "testns", "fast", "probe", PROBE_MODULE)
+    playbook = PROBE_PLAYBOOK.split("    - name: check mode")[0]  # the one plain task
+    execs = {}
+    async with started(WarmExecutor(max_workers=1, fast_modules=("testns.fast.",), fast_path=False)) as plain:
+        for name, ex in (("fast", fast), ("plain", plain)):
+            events: list[dict[str, Any]] = []
+            req = _request(tmp_path, playbook, extra_vars={"v": "x"}, collections_path=(collections,),
+                           envvars={"ANSIBLE_GATHERING": "explicit"}, verbosity=3)
+            assert (await ex.run(req, events.append)).status == "successful"
+            assert [r[2]["forked"] for r in _results(events)] == [True]
+            lines = [line for e in events for line in e.get("stdout", "").splitlines()]
+            execs[name] = [line for line in lines if " EXEC " in line]
+    assert len(execs["fast"]) == 1 and "AnsiballZ" not in execs["fast"][0], execs["fast"]
+    assert any("mkdir" in line for line in execs["plain"]) and any("chmod" in line for line in execs["plain"])
+
+
 async def test_kubernetes_core_tasks_match_a_fresh_interpreter(
         fast: WarmExecutor, slow: WarmExecutor, sandbox: Any, tmp_path: Path) -> None:
     results = []
