@@ -548,7 +548,7 @@ class Api:
                     "being deleted, found new finalizers " + json.dumps(sorted(added)),
                 )
                 raise self._invalid(rtype, name, [err])
-        if subresource != "status":
+        if subresource != "status" or rtype.builtin:  # a built-in's body is always decoded into its Go type
             new = self._crd_schema_pipeline(rtype, new, opts, warnings)
         elif not rtype.builtin and rtype.schema:
             # status writes are validated too, but only status may differ from the stored object

@@ -73,123 +73,6 @@ def check_metadata(obj: dict[str, Any]) -> None:
             _want(ref.get(f), bool, f"OwnerReference.metadata.ownerReferences.{f}", "bool")
 
 
-_POD_TEMPLATE = (("template", dict), ("template.metadata", dict), ("template.spec", dict),
-                 ("template.spec.containers", list), ("template.spec.containers[]", dict),
-                 ("template.spec.initContainers", list), ("template.spec.initContainers[]", dict),
-                 ("template.spec.volumes", list), ("template.spec.volumes[]", dict))
-_WORKLOAD = (("spec", dict), ("spec.replicas", int), ("spec.selector", dict), ("status", dict)) + tuple(
-    (f"spec.{p}", t) for p, t in _POD_TEMPLATE)
-#: JSON types the typed decoder insists on for the fields the sandbox reads (a mismatch is 400, never a crash)
-_SHAPES: dict[tuple[str, str], tuple[tuple[str, type | tuple[type, ...]], ...]] = {
-    ("", "Namespace"): (("spec", dict), ("spec.finalizers", list), ("status", dict)),
-    ("", "ConfigMap"): (("data", dict), ("binaryData", dict), ("immutable", bool)),
-    ("", "Secret"): (("data", dict), ("stringData", dict), ("type", str), ("immutable", bool)),
-    ("", "Service"): (
-        ("spec", dict),
-        ("spec.ports", list),
-        ("spec.ports[]", dict),
-        ("spec.type", str),
-        ("spec.clusterIP", str),
-        ("spec.selector", dict),
-        ("status", dict),
-    ),
-    ("", "PersistentVolumeClaim"): (
-        ("spec", dict),
-        ("spec.resources", dict),
-        ("spec.resources.requests", dict),
-        ("spec.accessModes", list),
-        ("spec.volumeName", str),
-        ("status", dict),
-    ),
-    ("", "Pod"): (
-        ("spec", dict),
-        ("spec.containers", list),
-        ("spec.containers[]", dict),
-        ("spec.nodeName", str),
-        ("status", dict),
-    ),
-    ("", "ServiceAccount"): (("secrets", list), ("secrets[]", dict)),
-    ("", "Endpoints"): (("subsets", list), ("subsets[]", dict)),
-    ("apps", "Deployment"): _WORKLOAD + (("spec.strategy", dict),),
-    ("apps", "StatefulSet"): _WORKLOAD
-    + (
-        ("spec.volumeClaimTemplates", list),
-        ("spec.volumeClaimTemplates[]", dict),
-        ("spec.volumeClaimTemplates[].metadata", dict),
-        ("spec.volumeClaimTemplates[].spec", dict),
-        ("spec.updateStrategy", dict),
-    ),
-    ("apps", "ReplicaSet"): _WORKLOAD,
-    ("apps", "DaemonSet"): _WORKLOAD,
-    ("batch", "Job"): (
-        ("spec", dict),
-        ("spec.completions", int),
-        ("spec.parallelism", int),
-        ("spec.backoffLimit", int),
-        ("spec.suspend", bool),
-        ("spec.selector", dict),
-        ("status", dict),
-    )
-    + tuple((f"spec.{p}", t) for p, t in _POD_TEMPLATE),
-    ("batch", "CronJob"): (
-        ("spec", dict),
-        ("spec.schedule", str),
-        ("spec.suspend", bool),
-        ("spec.concurrencyPolicy", str),
-        ("spec.jobTemplate", dict),
-        ("spec.jobTemplate.metadata", dict),
-        ("spec.jobTemplate.spec", dict),
-        ("spec.successfulJobsHistoryLimit", int),
-        ("spec.failedJobsHistoryLimit", int),
-        ("status", dict),
-    ),
-    ("rbac.authorization.k8s.io", "Role"): (("rules", list), ("rules[]", dict)),
-    ("rbac.authorization.k8s.io", "ClusterRole"): (("rules", list), ("rules[]", dict)),
-    ("rbac.authorization.k8s.io", "RoleBinding"): (
-        ("subjects", list),
-        ("subjects[]", dict),
-        ("roleRef", dict),
-    ),
-    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): (
-        ("subjects", list),
-        ("subjects[]", dict),
-        ("roleRef", dict),
-    ),
-    ("coordination.k8s.io", "Lease"): (("spec", dict),),
-}
-_GO_NAMES = {dict: "object", list: "array", int: "integer", bool: "boolean", str: "string"}
-
-
-def _values_at(obj: Any, path: str) -> list[tuple[str, Any]]:
-    """(concrete path, value) pairs at ``path`` (``a.b[].c``), skipping absent fields."""
-    found: list[tuple[str, Any]] = [("", obj)]
-    for part in path.split("."):
-        each = part.endswith("[]")
-        key = part[:-2] if each else part
-        nxt: list[tuple[str, Any]] = []
-        for where, value in found:
-            if isinstance(value, dict) and value.get(key) is not None:
-                child, here = value[key], f"{where}.{key}" if where else key
-                if each:
-                    if isinstance(child, list):
-                        nxt.extend((f"{here}[{i}]", item) for i, item in enumerate(child))
-                else:
-                    nxt.append((here, child))
-        found = nxt
-    return found
-
-
-def check_shapes(rtype: ResourceType, obj: dict[str, Any]) -> None:
-    """400 BadRequest when a field the typed decoder knows has the wrong JSON type."""
-    for path, type_ in _SHAPES.get((rtype.group, rtype.kind), ()):
-        for where, value in _values_at(obj, path):
-            ok = isinstance(value, type_) and not (isinstance(value, bool) and type_ is int)
-            if not ok:
-                want = _GO_NAMES.get(type_ if isinstance(type_, type) else dict, "value")
-                raise bad_request(f"json: cannot unmarshal {go_json_kind(value)} into Go struct field "
-                                  f"{rtype.kind}.{where} of type {want}")
-
-
 #: built-in kinds whose registry strategy sets ``metadata.generation`` (1 on create, +1 on spec changes);
 #: every other built-in (ConfigMap, Secret, Namespace, Node, Service, Pod, RBAC, ...) has none
 _GENERATION_KINDS = frozenset(
@@ -271,7 +154,6 @@ def normalize(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | No
                 del meta[k]
     if not rtype.builtin:
         return
-    check_shapes(rtype, obj)
     fn = _NORMALIZERS.get((rtype.group, rtype.kind))
     if fn is not None:
         fn(rtype, obj, old)

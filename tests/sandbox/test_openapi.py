@@ -258,6 +258,27 @@ def test_builtin_type_errors_are_bad_requests(sandbox: SandboxHandle):
     )
 
 
+def test_builtin_status_writes_are_decoded_into_the_go_type_too(sandbox: SandboxHandle):
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+                  "spec": {"selector": {"matchLabels": {"a": "b"}},
+                           "template": {"metadata": {"labels": {"a": "b"}},
+                                        "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    path = "/apis/apps/v1/namespaces/default/deployments"
+    code, _, created = _call(sandbox, "POST", path, deployment)
+    assert code == 201
+    bad = dict(created, status={"replicas": "two"})
+    code, _, body = _call(sandbox, "PUT", f"{path}/d/status", bad)
+    assert (code, body["message"]) == (400, 'Deployment in version "v1" cannot be handled as a Deployment: '
+                                            "json: cannot unmarshal string into Go struct field "
+                                            "DeploymentStatus.status.replicas of type int32")
+    code, _, body = _call(sandbox, "PUT", f"{path}/d/status?fieldValidation=Strict",
+                          dict(created, status={"replicas": 2, "typo": 1}))
+    assert (code, body["message"]) == (400, 'Deployment in version "v1" cannot be handled as a Deployment: '
+                                            'strict decoding error: unknown field "status.typo"')
+    code, _, body = _call(sandbox, "PUT", f"{path}/d/status", dict(created, status={"replicas": 2}))
+    assert code == 200 and body["status"]["replicas"] == 2
+
+
 def test_every_served_builtin_kind_has_a_schema_and_a_protobuf_message():
     """A kind added to the registry without regenerating the artifacts (scripts/gen_k8s_*.py) fails here."""
     from ansible_operator.sandbox import protobuf
