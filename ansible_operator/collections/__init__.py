@@ -8,8 +8,9 @@ Two collection roots, kept apart on purpose:
 
 Ansible resolves a collection from the first ``ANSIBLE_COLLECTIONS_PATH`` entry that has it. The operator
 therefore puts ``ours/`` first (``ansible_operator.util`` is always ours) and ``compat/`` last, after the
-user's entries or Ansible's defaults (``search_path``): a genuinely installed ``operator_sdk.util`` (a
-project's ``requirements.yml``) shadows the shim, as it would under the Operator SDK.
+user's entries (``$ANSIBLE_COLLECTIONS_PATH``, else the ``collections_path`` of the ``ansible.cfg`` Ansible
+reads, else Ansible's defaults: ``search_path``): a genuinely installed ``operator_sdk.util`` (a project's
+``requirements.yml``) shadows the shim, as it would under the Operator SDK.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["ANSIBLE_DEFAULT_COLLECTIONS_PATHS", "COLLECTIONS_ROOT", "COMPAT_ROOT", "paths", "search_path"]
+__all__ = [
+    "ANSIBLE_DEFAULT_COLLECTIONS_PATHS", "COLLECTIONS_ROOT", "COMPAT_ROOT", "configured_collections_paths",
+    "paths", "search_path",
+]
 
 _HERE = Path(__file__).resolve().parent
 COLLECTIONS_ROOT = _HERE / "ours"
@@ -35,10 +39,31 @@ ANSIBLE_DEFAULT_COLLECTIONS_PATHS = ("~/.ansible/collections", "/usr/share/ansib
 """ansible-core's ``COLLECTIONS_PATHS`` default, used when ``$ANSIBLE_COLLECTIONS_PATH`` is not set."""
 
 
+def configured_collections_paths() -> list[str] | None:
+    """``collections_path`` set in the ``ansible.cfg`` Ansible reads (``$ANSIBLE_CONFIG``, ``./ansible.cfg``,
+    ``~/.ansible.cfg``, ``/etc/ansible/ansible.cfg``: the first found), ``None`` when none sets it.
+
+    The operator exports ``$ANSIBLE_COLLECTIONS_PATH`` for every run (to append the shim), and that variable
+    beats ``ansible.cfg``: without this, a project whose ``ansible.cfg`` names where its collections live
+    (the SDK image's ``/etc/ansible/ansible.cfg``, say) would lose them, where the SDK, which sets nothing,
+    keeps them."""
+    try:
+        from ansible.config.manager import ConfigManager
+
+        value, origin = ConfigManager().get_config_value_and_origin("COLLECTIONS_PATHS")
+    except Exception:  # no ansible-core or an unreadable ansible.cfg: the runs will report the latter
+        return None
+    if origin == "default" or str(origin).startswith("env:") or not isinstance(value, list):
+        return None
+    return [str(v) for v in value]
+
+
 def search_path(user: str | None) -> str:
-    """``$ANSIBLE_COLLECTIONS_PATH`` for the runs: the user's entries (Ansible's defaults when there are
-    none), then the ``operator_sdk.util`` shim, so an installed collection of that name wins."""
-    given = [e for e in (user or "").split(os.pathsep) if e] or list(ANSIBLE_DEFAULT_COLLECTIONS_PATHS)
+    """``$ANSIBLE_COLLECTIONS_PATH`` for the runs: the user's entries (else ``ansible.cfg``'s
+    ``collections_path``, else Ansible's defaults), then the ``operator_sdk.util`` shim, so an installed
+    collection of that name wins."""
+    given = ([e for e in (user or "").split(os.pathsep) if e] or configured_collections_paths()
+             or list(ANSIBLE_DEFAULT_COLLECTIONS_PATHS))
     entries = [str(Path(e).expanduser()) for e in given]
     entries = [e for e in entries if Path(e) != COMPAT_ROOT]
     return os.pathsep.join([*entries, str(COMPAT_ROOT)])
