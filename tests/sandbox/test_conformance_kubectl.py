@@ -211,6 +211,10 @@ def test_autoscale_serves_hpa_v1_and_v2_from_one_object(kubectl: Kubectl):
     assert (v1["apiVersion"], v1["spec"]["targetCPUUtilizationPercentage"], v1["status"]) == (
         "autoscaling/v1", 80, {"currentReplicas": 0, "desiredReplicas": 0})
     assert "annotations" not in v1["metadata"]
+    # a v1 watch gets v1 objects (the stream ends with the server-side timeout)
+    events = kubectl.run("get", "--raw", v1_path.rsplit("/", 1)[0] + "?watch=1&timeoutSeconds=1").stdout
+    assert [(e["type"], e["object"]["apiVersion"], e["object"]["spec"]["targetCPUUtilizationPercentage"])
+            for e in map(json.loads, events.splitlines())] == [("ADDED", "autoscaling/v1", 80)]
     listing = kubectl.run("get", "hpa", "-n", ns).stdout
     assert listing.split("\n")[0].split() == [
         "NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"]
