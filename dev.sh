@@ -2,8 +2,9 @@
 # The two set-up commands of this project (see README):
 #   ./dev.sh demo   install everything into .venv, start the sandbox API server and the demo operator
 #   ./dev.sh test   install everything into .venv and run the whole test suite
-#   ./dev.sh test-ansible-low   the executor and e2e tests marked `ansible_versions` again, on the lowest
-#                   supported ansible-core (ANSIBLE_CORE_LOW, own venv under .venvs/); .ci/run runs both
+#   ./dev.sh test-ansible-low   every test that runs Ansible (marker `ansible_versions`, chosen in
+#                   tests/conftest.py: e2e, examples, faults, bench, executor unit tests) again, on the lowest
+#                   supported ansible-core (ANSIBLE_CORE_LOW, own venv under .venvs/); .ci/run runs both at once
 #   ./dev.sh lint   the static checks: ruff, mypy and the import-linter layer contracts (pyproject.toml)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -76,7 +77,7 @@ case "$cmd" in
     low=.venvs/ansible-core-$ANSIBLE_CORE_LOW
     install_venv "$low" "$ANSIBLE_CORE_LOW"
     set +e
-    # Executor unit tests and a representative e2e subset (marker `ansible_versions`), both executors.
+    # Every test that runs Ansible (marker `ansible_versions`, set in tests/conftest.py), both executors.
     "$low/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" -m ansible_versions "$@"
     rc=$?
     set -e
@@ -95,8 +96,11 @@ case "$cmd" in
   install)
     install
     ;;
+  install-low)
+    install_venv ".venvs/ansible-core-$ANSIBLE_CORE_LOW" "$ANSIBLE_CORE_LOW"
+    ;;
   *)
-    echo "usage: ./dev.sh demo|test|test-ansible-low|lint|install [args...]" >&2
+    echo "usage: ./dev.sh demo|test|test-ansible-low|lint|install|install-low [args...]" >&2
     exit 2
     ;;
 esac
