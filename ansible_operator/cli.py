@@ -115,7 +115,12 @@ def _lower_choice(choices: Sequence[str], what: str) -> Callable[[str], str]:
 
 
 def ansible_args(text: str) -> tuple[str, ...]:
-    """``--ansible-args`` split like a shell would (``--tags "a,b" -e @vars.yml``)."""
+    """``--ansible-args`` split like a shell would (``--tags "a,b" -e @vars.yml``).
+
+    A container's args reach us without a shell, so a manifest's ``--ansible-args='--tags a'`` keeps its
+    quotes; the SDK drops one enclosing pair of single quotes first (inputdir.go), and so do we."""
+    if len(text) > 1 and text[0] == "'" and text[-1] == "'":
+        text = text[1:-1]
     try:
         return tuple(shlex.split(text))
     except ValueError as exc:

@@ -272,3 +272,11 @@ def test_leader_election_namespace_is_the_pods_and_must_be_given_out_of_a_cluste
     (service_account / "namespace").write_text("operators\n")
     assert _leader_election_namespace(parse("--leader-elect")) == "operators"
     assert _leader_election_namespace(parse("--leader-elect", "--leader-election-namespace=ns")) == "ns"
+
+
+def test_ansible_args_drop_one_pair_of_enclosing_single_quotes_as_the_sdk() -> None:
+    # advanced-molecule-operator's `- --ansible-args='--vault-password-file /x'` in the
+    # Deployment's args reaches the process with its quotes (no shell); the SDK strips one pair (inputdir.go).
+    a = parse("--ansible-args='--vault-password-file /opt/ansible/pwd.yml'")
+    assert a.ansible_args == ("--vault-password-file", "/opt/ansible/pwd.yml")
+    assert parse("--ansible-args=--tags 'a,b'").ansible_args == ("--tags", "a,b")
