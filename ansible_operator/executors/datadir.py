@@ -17,6 +17,7 @@ any content is written.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -128,6 +129,26 @@ RUN_ID_ENV = "ANSIBLE_OPERATOR_RUN_ID"
 leftovers can be found even after they were re-parented (see ``runner.kill_leftovers``)."""
 
 
+@functools.lru_cache(maxsize=1)
+def configured_roles_path() -> tuple[str, ...]:
+    """The roles path Ansible would use without ``$ANSIBLE_ROLES_PATH``: ``roles_path`` of the ``ansible.cfg``
+    it reads, else its default (``~/.ansible/roles``, ``/usr/share/ansible/roles``, ``/etc/ansible/roles``,
+    where ``ansible-galaxy role install`` puts roles). A run's ``ANSIBLE_ROLES_PATH`` puts the watched role's
+    directory first and must keep these after it: the SDK sets no roles path, so a role's dependencies
+    installed there resolve under it. Read once (the operator's working directory and config stay)."""
+    try:
+        from ansible.config.manager import ConfigManager
+
+        config = ConfigManager()
+        value, origin = config.get_config_value_and_origin("DEFAULT_ROLES_PATH")
+        if origin == "default":  # base.yml's '{{ ANSIBLE_HOME ~ "/roles:/usr/share/...:/etc/..." }}'
+            home = str(config.get_config_value("ANSIBLE_HOME"))
+            value = [os.path.join(home, "roles"), "/usr/share/ansible/roles", "/etc/ansible/roles"]
+    except Exception:  # no ansible-core here, or an unreadable ansible.cfg (the run itself will report it)
+        return ()
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
 def _environment(request: RunRequest, role_parent: Path | None) -> dict[str, str]:
     env: dict[str, str] = {RUN_ID_ENV: request.run_id}
     # ansible-playbook must come from the operator's own installation (a venv may not be on PATH).
@@ -137,7 +158,7 @@ def _environment(request: RunRequest, role_parent: Path | None) -> dict[str, str
         env["PATH"] = os.pathsep.join(p for p in (bindir, path) if p)
 
     roles = ([role_parent] if role_parent else []) + list(request.roles_path)
-    inherited_roles = os.environ.get("ANSIBLE_ROLES_PATH")
+    inherited_roles = os.environ.get("ANSIBLE_ROLES_PATH") or os.pathsep.join(configured_roles_path())
     if roles:
         env["ANSIBLE_ROLES_PATH"] = _join(roles) + (os.pathsep + inherited_roles if inherited_roles else "")
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_operator.executors import datadir
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id, prepare
 from ansible_operator.extravars import Unsafe
@@ -99,7 +100,26 @@ def test_role_by_absolute_path_matches_operator_sdk_play(tmp_path: Path, role_di
     assert p.playbook == tmp_path / "run" / "project" / "main.yml"
     assert yaml.safe_load(p.playbook.read_text()) == [
         {"hosts": "localhost", "gather_facts": True, "roles": ["memcached"]}]
-    assert p.env["ANSIBLE_ROLES_PATH"].split(os.pathsep) == [str(role_dir.parent), str(extra_roles)]
+    # then what Ansible itself would search (ansible.cfg's roles_path, else its default), as under the SDK
+    configured = list(datadir.configured_roles_path())
+    assert configured and str(Path("~/.ansible/roles").expanduser()) in configured
+    expected = [str(role_dir.parent), str(extra_roles), *configured]
+    assert p.env["ANSIBLE_ROLES_PATH"].split(os.pathsep) == expected
+
+
+def test_roles_path_keeps_ansible_cfgs_roles_path(tmp_path: Path, role_dir: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # A project's ansible.cfg roles_path (where its galaxy-installed role dependencies live) stays searchable.
+    cfg = tmp_path / "ansible.cfg"
+    cfg.write_text("[defaults]\nroles_path = /opt/galaxy-roles\n")
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(cfg))
+    monkeypatch.delenv("ANSIBLE_ROLES_PATH", raising=False)
+    datadir.configured_roles_path.cache_clear()
+    try:
+        p = prepare(req(tmp_path, role=str(role_dir)))
+    finally:
+        datadir.configured_roles_path.cache_clear()
+    assert p.env["ANSIBLE_ROLES_PATH"].split(os.pathsep) == [str(role_dir.parent), "/opt/galaxy-roles"]
 
 
 def test_role_gathering_explicit_skips_facts_and_inherits_roles_path(
