@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
+import http
 import json
 import logging
 import os
@@ -363,6 +364,14 @@ def owned_by_kind_of(obj: Mapping[str, Any], owner: Owner) -> bool:
     annotations = meta.get("annotations")
     wanted = f"{owner.kind}.{owner.group}" if owner.group else owner.kind
     return isinstance(annotations, dict) and annotations.get(ANNOTATION_PRIMARY_RESOURCE_TYPE) == wanted
+
+
+def _reason(code: int) -> str:
+    """metav1.StatusReason for an HTTP status (``Forbidden``, ``NotFound``, ``BadRequest``...)."""
+    try:
+        return http.HTTPStatus(code).phrase.replace(" ", "")
+    except ValueError:
+        return "Unknown"
 
 
 def _status_body(code: int, reason: str, message: str) -> bytes:
@@ -835,9 +844,13 @@ class OwnerProxy:
                                                       server_hostname=self._upstream.server_hostname,
                                                       autoping=True, max_msg_size=0)
         except WSServerHandshakeError as exc:
+            # aiohttp does not keep the refusal's body; keep at least its status and say what was refused
+            # (a 403 stays Forbidden, not "Invalid response status (400 BadGateway)").
+            code = exc.status if exc.status and exc.status >= 400 else 502
             return web.Response(
-                status=exc.status or 502,
-                body=_status_body(exc.status or 502, "BadGateway", f"owner proxy: {exc.message}"),
+                status=code,
+                body=_status_body(code, _reason(code), "owner proxy: the API server refused the WebSocket "
+                                  f"upgrade of {request.method} {request.rel_url.path}: HTTP {exc.status}"),
                 content_type="application/json",
             )
         except (ClientError, OSError) as exc:

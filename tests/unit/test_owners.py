@@ -376,6 +376,8 @@ async def _fake_apiserver() -> tuple[web.AppRunner, str, list[dict]]:
     app = web.Application()
     app.router.add_get("/api/v1", discovery)
     app.router.add_get("/api/v1/namespaces/ns/pods/p/exec", ws)
+    app.router.add_get("/api/v1/namespaces/ns/pods/denied/exec", lambda request: web.json_response(
+        {"kind": "Status", "reason": "Forbidden", "code": 403}, status=403))
     app.router.add_route("*", "/{tail:.*}", record)
     runner = web.AppRunner(app, handler_cancellation=True)
     await runner.setup()
@@ -426,6 +428,15 @@ async def test_forwarding_to_any_upstream(tmp_path: Path) -> None:
                 msg = await sock.receive(timeout=5)
                 assert msg.data == b"echo:\x00hi"
             assert seen[-1]["ws_auth"] == "Bearer operator-token"
+
+            # a refused upgrade keeps its status and reason (was: 403 with reason BadGateway)
+            upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+                       "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+            async with http.get(proxy.url + "/api/v1/namespaces/ns/pods/denied/exec?command=ls",
+                                headers={**auth, **upgrade}) as r:
+                refused = await r.json()
+                assert r.status == 403 and refused["reason"] == "Forbidden" and refused["code"] == 403
+                assert "refused the WebSocket upgrade" in refused["message"]
 
             async with http.get(
                 proxy.url + "/api/v1/namespaces", headers={"Authorization": "Bearer nope"}
