@@ -40,6 +40,7 @@ MAX_MESSAGE = 1000
 _GENERIC_MESSAGES = {
     "",
     "non-zero return code",
+    "the command exited with a non-zero return code.",  # ansible-core 2.20+'s command/shell modules
     "module failure",
     "module failure\nsee stdout/stderr for the exact error",
     "all items completed",
