@@ -254,7 +254,9 @@ def pipeline(module_prefixes: Sequence[str]) -> None:
     from ansible.plugins.action import ActionBase
     from ansible.plugins.connection.local import Connection
 
-    original = ActionBase._is_pipelining_enabled
+    original = getattr(ActionBase, "_is_pipelining_enabled", None)
+    if original is None:  # another ansible-core shape: leave Ansible's own decision alone
+        return
     prefixes = tuple(module_prefixes)
 
     def _is_pipelining_enabled(self: Any, module_style: str, wrap_async: bool = False) -> bool:
