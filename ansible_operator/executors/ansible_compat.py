@@ -26,9 +26,10 @@ drives ``ansible-playbook``). Kept free of Ansible imports at module level: the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from typing import Any
+from typing import Any, Iterator
 
 SUPPORTED_MINORS: tuple[tuple[int, int], ...] = ((2, 16), (2, 17), (2, 18), (2, 19), (2, 20), (2, 21))
 """ansible-core minors whose internals the warm executor handles (tested in CI: the lowest and highest)."""
@@ -125,3 +126,28 @@ def payload_store_supported() -> bool:
 
     return all(hasattr(module_common, name) for name in
                ("_find_module_utils", "recursive_finder", "_compile_module_ast", "_CachedModule"))
+
+
+@contextlib.contextmanager
+def import_time_notices_dropped() -> Iterator[None]:
+    """While the zygote preloads: drop what ``ansible.module_utils.common.warnings`` records or displays.
+
+    ansible-core 2.20+ emits deprecation notices when a file imports a module_utils shim
+    (``from ansible.module_utils._text import to_native``, ``module_utils.common._collections_compat``:
+    kubernetes.core 6.2.0 does both). In the zygote they are not about any run: on the controller side
+    Display printed them to the operator's stderr (awx_display already loaded, as bare event markers with no
+    newline, which broke ``--log-format json``); on older versions the module side would have kept them in
+    the list every forked module inherits and reports. A fresh ``ansible-playbook`` shows them per run.
+    """
+    from ansible.module_utils.common import warnings as module_warnings
+
+    saved = module_warnings.deprecate, module_warnings.warn
+
+    def drop(*_args: Any, **_kwargs: Any) -> None:
+        return None
+
+    module_warnings.deprecate, module_warnings.warn = drop, drop
+    try:
+        yield
+    finally:
+        module_warnings.deprecate, module_warnings.warn = saved

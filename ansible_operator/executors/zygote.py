@@ -401,7 +401,8 @@ def main() -> int:
     started = time.monotonic()
     try:
         _seed_environment()
-        preload()
+        with ansible_compat.import_time_notices_dropped():
+            preload()
     except Exception as exc:
         zygote.send({"op": "fatal", "error": f"{type(exc).__name__}: {exc}"})
         return 1

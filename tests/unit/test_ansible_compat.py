@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -48,3 +49,20 @@ async def test_module_processes_stay_in_the_run_process_group_whatever_the_sessi
              for e in events if e["event"] == "runner_on_ok"}
     assert set(pgids) == {"isolated", "not isolated"}
     assert pgids["not isolated"] == pgids["isolated"]
+
+
+def test_the_zygote_prints_nothing_while_preloading(tmp_path: Path) -> None:
+    """Its stderr is the operator's: 2.20+'s import-time deprecation notices of the preloaded kubernetes.core
+    came out there as bare awx_display event markers (no newline), breaking --log-format json."""
+    import subprocess
+    import sys
+
+    zygote = subprocess.Popen([sys.executable, "-m", "ansible_operator.executors.zygote"], cwd=tmp_path,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert zygote.stdout is not None and zygote.stdin is not None and zygote.stderr is not None
+    ready = json.loads(zygote.stdout.readline())  # blocks until preload is done
+    zygote.stdin.close()  # EOF: the zygote exits
+    err = zygote.stderr.read()  # up to its exit
+    assert zygote.wait(timeout=60) == 0
+    assert ready["op"] == "ready", ready
+    assert b"\x1b" not in err and b"DEPRECATION" not in err and b"WARNING" not in err, err
