@@ -376,8 +376,10 @@ async def _fake_apiserver() -> tuple[web.AppRunner, str, list[dict]]:
     app = web.Application()
     app.router.add_get("/api/v1", discovery)
     app.router.add_get("/api/v1/namespaces/ns/pods/p/exec", ws)
-    app.router.add_get("/api/v1/namespaces/ns/pods/denied/exec", lambda request: web.json_response(
-        {"kind": "Status", "reason": "Forbidden", "code": 403}, status=403))
+    async def forbidden(request: web.Request) -> web.Response:
+        return web.json_response({"kind": "Status", "reason": "Forbidden", "code": 403}, status=403)
+
+    app.router.add_get("/api/v1/namespaces/ns/pods/denied/exec", forbidden)
     app.router.add_route("*", "/{tail:.*}", record)
     runner = web.AppRunner(app, handler_cancellation=True)
     await runner.setup()
