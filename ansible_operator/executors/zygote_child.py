@@ -475,6 +475,7 @@ def _run(spec: RunSpec, sink: EventSink) -> None:
     zygote_modules.install(spec.get("fast_modules") or ())
     if spec.get("fast_path", True):
         zygote_modules.pipeline(spec.get("fast_modules") or ())
+        zygote_modules.tmp_helpers_in_process()
     if ansible_compat.payload_store_supported():
         zygote_payloads.install(os.path.join(zygote_tmp, zygote_payloads.STORE_DIRNAME))
     color.ANSIBLE_COLOR = bool(C.ANSIBLE_FORCE_COLOR or not C.ANSIBLE_NOCOLOR)

@@ -6,7 +6,11 @@ Each behaviour is checked by running the same playbook with the fast path on and
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -17,7 +21,7 @@ from executor_helpers import started
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.warm import WarmExecutor
-from ansible_operator.executors.zygote_modules import plan_for
+from ansible_operator.executors.zygote_modules import helper_result, plan_for
 
 pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
 
@@ -284,3 +288,66 @@ def test_modules_outside_the_prefixes_run_normally(tmp_path: Path) -> None:
     assert plan_for(cmd, None, ("kubernetes.core.",), "/bin/sh") is None
     assert plan_for(cmd, None, ("ansible.builtin.command",), "/bin/sh") is not None
     assert plan_for(cmd, None, (), "/bin/sh") is None
+
+
+_TMP_NAME = "ansible-tmp-1795550510.365921-5908-271315830314762"
+
+
+def _sh(inner: str) -> str:
+    return "/bin/sh -c " + shlex.quote(inner + " && sleep 0")  # as _low_level_execute_command builds it
+
+
+def _mkdtemp(base: Path) -> str:
+    tmp = f"{base}/{_TMP_NAME}"
+    return _sh(f'( umask 77 && mkdir -p "` echo {base} `"&& mkdir "` echo {tmp} `"'
+               f' && echo {_TMP_NAME}="` echo {tmp} `" )')
+
+
+def _shell(cmd: str) -> tuple[int, bytes, bytes]:
+    done = subprocess.run(shlex.split(cmd), capture_output=True)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _modes(root: Path) -> list[tuple[str, int]]:
+    return sorted((str(p.relative_to(root)), stat.S_IMODE(p.stat().st_mode)) for p in root.rglob("*"))
+
+
+def test_tmp_dir_helpers_answer_in_process_as_the_shell_does(tmp_path: Path) -> None:
+    """The fast path's in-process `echo ~`, mkdtemp and `rm -f -r` (issue 14) against /bin/sh itself."""
+    for home in ("~", "~root"):
+        assert helper_result(_sh(f"echo {home}"), "/bin/sh") == _shell(_sh(f"echo {home}"))
+    for side in ("shell", "fast"):
+        (tmp_path / side).mkdir()
+    outputs = {}
+    for side in ("shell", "fast"):
+        cmd = _mkdtemp(tmp_path / side / ".ansible" / "tmp")
+        got = _shell(cmd) if side == "shell" else helper_result(cmd, "/bin/sh")
+        assert got is not None
+        outputs[side] = (got[0], got[1].replace(str(tmp_path / side).encode(), b"ROOT"), got[2])
+    expected = (0, f"{_TMP_NAME}=ROOT/.ansible/tmp/{_TMP_NAME}\n".encode(), b"")
+    assert outputs["fast"] == outputs["shell"] == expected
+    assert _modes(tmp_path / "fast") == _modes(tmp_path / "shell")
+    assert {mode for _, mode in _modes(tmp_path / "fast")} == {0o700}
+    # the same directory again: mkdir fails; left to the shell, which reports it
+    assert helper_result(_mkdtemp(tmp_path / "fast" / ".ansible" / "tmp"), "/bin/sh") is None
+    for side in ("shell", "fast"):
+        made = tmp_path / side / ".ansible" / "tmp" / _TMP_NAME
+        (made / "AnsiballZ_x.py").write_text("x")
+        cmd = _sh(f"rm -f -r {made}/ > /dev/null 2>&1")
+        assert (_shell(cmd) if side == "shell" else helper_result(cmd, "/bin/sh")) == (0, b"", b"")
+        assert not made.exists()
+        again = _shell(cmd) if side == "shell" else helper_result(cmd, "/bin/sh")
+        assert again == (0, b"", b"")  # already gone: still fine
+
+
+@pytest.mark.parametrize("cmd", [
+    _sh("echo $HOME"), _sh("echo ~ && id"), "echo ~", _sh("rm -f -r /etc/ > /dev/null 2>&1"),
+    _sh("rm -f -r /tmp/ansible-tmp-1/ > /dev/null 2>&1; id > /dev/null 2>&1"),
+    _sh('( umask 77 && mkdir -p "` echo /tmp/a b `"&& mkdir "` echo /tmp/a b/ansible-tmp-1 `"'
+        ' && echo ansible-tmp-1="` echo /tmp/a b/ansible-tmp-1 `" )'),
+    _sh('( umask 77 && mkdir -p "` echo $HOME `"&& mkdir "` echo $HOME/ansible-tmp-1 `"'
+        ' && echo ansible-tmp-1="` echo $HOME/ansible-tmp-1 `" )'),
+])
+def test_other_commands_are_left_to_the_shell(cmd: str) -> None:
+    assert helper_result(cmd, "/bin/sh") is None
+    assert os.path.isdir("/etc")
