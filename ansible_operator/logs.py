@@ -131,12 +131,16 @@ _JSON_UNSAFE = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
 class TextFormatter(logging.Formatter):
     """``<UTC time> <LEVEL padded to 5> [Kind ns/name run=<id>] message`` plus traceback lines.
 
-    The message and the object reference are escaped (:func:`escape_control`); a traceback keeps its lines
-    but each is indented, so none can pass for a record of its own."""
+    The message and the object reference are escaped (:func:`escape_control`); a traceback (and a run's
+    ``ansible_output``, ``$ANSIBLE_DEBUG_LOGS``) keeps its lines but each is indented, so none can pass for a
+    record of its own."""
 
     def format(self, record: logging.LogRecord) -> str:
         msg = escape_control(record.getMessage())
         line = f"{_utc(record)} {record.levelname:<5} {escape_control(_object_ref(record))}{msg}"
+        block = getattr(record, "ansible_output", None)
+        if isinstance(block, str) and block:  # $ANSIBLE_DEBUG_LOGS: a run's output, indented like a traceback
+            line += "\n" + _indented(block)
         if record.exc_info:
             line += "\n" + _indented(self.formatException(record.exc_info))
         if record.stack_info:

@@ -14,6 +14,7 @@ import asyncio
 import gc
 import logging
 import os
+import re
 import signal
 import socket
 import time
@@ -519,6 +520,9 @@ async def _start_osdk_metric(args: argparse.Namespace, metrics: Any, cleanups: l
     os.environ[OSDK_METRIC_ENV] = f"{handle.url}/metrics"
 
 
+_ANSI_SGR = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _event_loggers(mode: str, tasks_logger: Any, debug_logs: bool = False) -> Any:
     """``--ansible-log-events``: Nothing = no Ansible events in the log, Tasks = task results and the recap
     (the verbosity decides which), Everything = that plus one line for every other event.
@@ -550,23 +554,31 @@ def _event_loggers(mode: str, tasks_logger: Any, debug_logs: bool = False) -> An
     if not debug_logs:
         return base
 
-    def with_output(verbosity: int) -> Any:
-        inner = base(verbosity) if base is not None else None
-        output: list[str] = []
+    class WithOutput:
+        """Per run: the inner logger's lines, and the run's whole output in one record at its end (the
+        stats event, or ``flush()`` -- which reconcile calls when the run ends -- for a run that never got
+        that far, e.g. a playbook that does not parse). Colour codes are dropped; the formatter indents the
+        lines (text) or puts them in ``ansible_output`` (JSON)."""
 
-        def on_event(event: dict[str, Any]) -> None:
-            if inner is not None:
-                inner(event)
+        def __init__(self, verbosity: int) -> None:
+            self.inner = base(verbosity) if base is not None else None
+            self.output: list[str] = []
+
+        def __call__(self, event: dict[str, Any]) -> None:
+            if self.inner is not None:
+                self.inner(event)
             if event.get("stdout"):
-                output.append(str(event["stdout"]))
-            if event.get("event") == "playbook_on_stats" and output:
-                events_log.info("Ansible Debug Result\n%s", "\n".join(output),
-                                extra={"ansible_event": "output"})
-                output.clear()
+                self.output.append(_ANSI_SGR.sub("", str(event["stdout"])))
+            if event.get("event") == "playbook_on_stats":
+                self.flush()
 
-        return on_event
+        def flush(self) -> None:
+            if self.output:
+                events_log.info("Ansible Debug Result",
+                                extra={"ansible_event": "output", "ansible_output": "\n".join(self.output)})
+                self.output.clear()
 
-    return with_output
+    return WithOutput
 
 
 def _metrics_security(args: argparse.Namespace, kube: Any) -> dict[str, Any]:

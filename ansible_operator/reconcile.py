@@ -326,6 +326,11 @@ class Reconciler:
                                  error=f"executor error: {exc}")
         finally:
             self.rt.credentials.release(run_dir)
+            flush = getattr(log_event, "flush", None)  # $ANSIBLE_DEBUG_LOGS: output of a run without stats
+            if flush is not None:
+                with log_context(kind=self.watch.kind, namespace=meta.get("namespace"), name=meta["name"],
+                                 run_id=run_id):
+                    flush()
 
         result = collector.finish(outcome)
         finished = utcnow()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ansible_operator.logs import ansible_event_logger
+from ansible_operator.logs import TextFormatter, ansible_event_logger
 from ansible_operator.manager import ApiReachability, _event_loggers
 
 
@@ -98,13 +98,34 @@ def test_ansible_debug_logs_adds_the_whole_output_per_run(caplog: pytest.LogCapt
     for event in [*EVENTS, {"event": "playbook_on_stats", "event_data": {}}]:
         on_event({**event, "stdout": f"out of {event['event']}"})
     (record,) = caplog.records
-    assert record.getMessage().splitlines() == [
-        "Ansible Debug Result",
+    assert record.getMessage() == "Ansible Debug Result"
+    assert record.__dict__["ansible_output"].splitlines() == [
         "out of playbook_on_play_start",
         "out of playbook_on_task_start",
         "out of runner_on_ok",
         "out of playbook_on_stats",
     ]
+    # the text log keeps the lines, indented so none passes for a record of its own
+    text = TextFormatter().format(record).splitlines()
+    assert text[0].endswith("Ansible Debug Result") and text[1:] == [
+        "    out of playbook_on_play_start", "    out of playbook_on_task_start", "    out of runner_on_ok",
+        "    out of playbook_on_stats"]
+
+
+def test_ansible_debug_logs_output_of_a_run_without_stats_is_logged_at_its_end(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A playbook that fails to parse ends without a stats event: its output (the error) is still logged,
+    when reconcile flushes the run's logger; colour codes are dropped."""
+    factory = _event_loggers("Tasks", ansible_event_logger, debug_logs=True)
+    caplog.set_level(logging.INFO, logger="ansible_operator.ansible")
+    on_event = factory(1)
+    on_event({"event": "verbose", "stdout": "\x1b[0;31mERROR! couldn't resolve module/action 'x'\x1b[0m"})
+    assert not caplog.records
+    on_event.flush()
+    (record,) = caplog.records
+    assert record.__dict__["ansible_output"] == "ERROR! couldn't resolve module/action 'x'"
+    on_event.flush()
+    assert len(caplog.records) == 1
 
 
 async def test_a_second_signal_stops_the_runs_in_flight_of_a_graceful_shutdown() -> None:
