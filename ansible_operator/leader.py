@@ -39,6 +39,9 @@ __all__ = ["LeaderElector", "LeaseRecord", "default_identity", "format_micro_tim
 
 log = logging.getLogger(__name__)
 
+_RELEASE_ATTEMPTS = 3
+"""Reads-and-writes tried when releasing the lease (a conflict is usually our own renewal in flight)."""
+
 Callback = Callable[[], "Awaitable[None] | None"]
 
 JITTER_FACTOR = 1.2
@@ -313,22 +316,28 @@ class LeaderElector:
         self._observed_time = now
 
     def _release(self) -> None:
-        """Give the lease up if we still hold it: empty holder, 1 s duration (client-go ``release``)."""
-        lease = self._read()
-        if lease is None:
+        """Give the lease up if we still hold it: empty holder, 1 s duration (client-go ``release``).
+
+        A conflict means the lease changed since our read -- often our own renewal, still in flight in its
+        worker thread when ``run()`` was cancelled -- so read again and retry while we are the holder."""
+        for _ in range(_RELEASE_ATTEMPTS):
+            lease = self._read()
+            if lease is None:
+                return
+            record = LeaseRecord.from_lease(lease)
+            if record.holder != self.identity:
+                return
+            now = self._clock()
+            lease["spec"] = {**(lease.get("spec") or {}),
+                             **self._spec(acquire_time=format_micro_time(now), now=now,
+                                          transitions=record.transitions, holder="", duration=1)}
+            try:
+                with typed_errors():
+                    self._api.replace_namespaced_lease(self.name, self.namespace, lease,
+                                                       _preload_content=False,
+                                                       _request_timeout=self.retry_period * 2)
+            except Conflict:
+                continue
+            log.info("released lease %s/%s", self.namespace, self.name)
             return
-        record = LeaseRecord.from_lease(lease)
-        if record.holder != self.identity:
-            return
-        now = self._clock()
-        lease["spec"] = {**(lease.get("spec") or {}),
-                         **self._spec(acquire_time=format_micro_time(now), now=now,
-                                      transitions=record.transitions, holder="", duration=1)}
-        try:
-            with typed_errors():
-                self._api.replace_namespaced_lease(self.name, self.namespace, lease, _preload_content=False,
-                                                   _request_timeout=self.retry_period * 2)
-        except Conflict:
-            log.info("lease %s/%s changed while releasing; leaving it", self.namespace, self.name)
-            return
-        log.info("released lease %s/%s", self.namespace, self.name)
+        log.info("lease %s/%s kept changing while releasing; leaving it", self.namespace, self.name)

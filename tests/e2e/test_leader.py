@@ -257,3 +257,26 @@ async def test_coroutine_work_runs_while_leading_and_is_cancelled(kubeconfig: Pa
         client.close()
     assert order == ["work cancelled", "stopped"]
     assert read_lease(kubeconfig, "coro-lock")["spec"]["holderIdentity"] in ("", None)
+
+
+async def test_release_retries_when_the_lease_changed_since_its_read(candidates: Any,
+                                                                     kubeconfig: Path) -> None:
+    """A release whose read is stale (our own renewal landed in between, say) gets a 409; it reads again and
+    releases, instead of leaving the lease held until it expires (a standby would wait a lease duration)."""
+    a = candidates("a")
+    a.start()
+    await wait_until(lambda: a.elector.is_leader, 10, "a leader")
+    stale = read_lease(kubeconfig, candidates.lease)
+    await wait_until(lambda: read_lease(kubeconfig, candidates.lease)["metadata"]["resourceVersion"]
+                     != stale["metadata"]["resourceVersion"], 10, "a renewal after the stale read")
+    real_read = a.elector._read
+    reads: list[int] = []
+
+    def first_read_stale() -> Any:
+        reads.append(1)
+        return json.loads(json.dumps(stale)) if len(reads) == 1 else real_read()
+
+    a.elector._read = first_read_stale  # type: ignore[method-assign]
+    await a.cancel()
+    assert len(reads) >= 2
+    assert read_lease(kubeconfig, candidates.lease)["spec"].get("holderIdentity") in ("", None)
