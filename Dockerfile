@@ -27,8 +27,8 @@ ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 # ---- build ---------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS build
 
-# ansible-core for the runs; the runner supports 2.16 through 2.19 (pyproject.toml). Default: the newest
-# supported, what the development venv pins. Operator SDK's image ships 2.18.
+# ansible-core for the runs; the runner supports 2.16 through 2.21 (pyproject.toml; 2.20+ need this image's
+# Python 3.12). Default: what the development venv pins and CI runs the whole suite on. SDK image: 2.18.
 ARG ANSIBLE_CORE_VERSION=2.19.14
 # The `ansible` release on PyPI that kubernetes.core is extracted from (12.3.0 carries kubernetes.core 6.2.0).
 ARG KUBERNETES_CORE_FROM_ANSIBLE=12.3.0
