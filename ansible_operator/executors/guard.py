@@ -27,7 +27,19 @@ class _Stop(Exception):
         self.signum = signum
 
 
+_stopping = False
+
+
 def _raise_stop(signum: int, _frame: FrameType | None) -> None:
+    # Once only. The operator's death usually brings two of these at once: PR_SET_PDEATHSIG's SIGTERM and
+    # the SIGHUP of the pty's hang-up (we lead its session). When both are pending, Python runs the second
+    # handler at the first bytecode of the ``except _Stop`` block (``signal.signal`` itself runs pending
+    # handlers first), so raising again there would end the guard before ``kill_descendants``: the run's
+    # ansible-playbook and everything below it would live on, re-parented to init.
+    global _stopping
+    if _stopping:
+        return
+    _stopping = True
     raise _Stop(signum)
 
 
@@ -37,9 +49,9 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     operator_pid, command = int(argv[0]), argv[2:]
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(signum, _raise_stop)
     try:
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(signum, _raise_stop)
         become_subreaper()
         die_with_parent(signal.SIGTERM, expected_parent=operator_pid)
         child = subprocess.Popen(command)

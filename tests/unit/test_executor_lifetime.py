@@ -139,3 +139,33 @@ def test_descendants_lists_parents_before_children() -> None:
             os.kill(pid, signal.SIGKILL)
         proc.kill()
         proc.wait()
+
+
+def test_guard_kills_the_tree_when_two_stop_signals_arrive_together(tmp_path: Path) -> None:
+    """The operator's death reaches the guard twice at once: PR_SET_PDEATHSIG's SIGTERM and the SIGHUP of
+    its pseudo-terminal's hang-up (the guard leads the pty's session). Both pending when the guard runs
+    again -- made certain here by stopping it while they are sent -- the second must not cut the first's
+    clean-up short (it used to raise out of the ``except`` block: the guard died, its tree lived on)."""
+    marker = _marker()
+    err = tmp_path / "stderr"
+    with err.open("w") as stderr_file:  # a file, not a pipe: a surviving sleep would hold a pipe open
+        proc = subprocess.Popen([sys.executable, "-m", "ansible_operator.executors.guard", str(os.getpid()),
+                                 "--", "sleep", marker], stderr=stderr_file)
+    try:
+        assert _wait(lambda: _sleeps(_alive(marker, besides=(proc.pid,))) == 1), _alive(marker)
+        os.kill(proc.pid, signal.SIGSTOP)
+        assert _wait(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED)
+        os.kill(proc.pid, signal.SIGTERM)
+        os.kill(proc.pid, signal.SIGHUP)
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.wait(60)
+        stderr = err.read_text()
+        assert "Traceback" not in stderr, stderr
+        assert proc.returncode in (128 + signal.SIGHUP, 128 + signal.SIGTERM), (proc.returncode, stderr)
+        assert _alive(marker, besides=(proc.pid,)) == []  # the guard waited for its tree to be gone
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for left in _alive(marker, besides=(proc.pid,)):
+            left.kill()
