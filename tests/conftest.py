@@ -37,6 +37,12 @@ RUNS_ANSIBLE = re.compile(
 # silently.
 VERSION_INDEPENDENT = {
     "image/test_image.py": "the image is built in its own venv with the Dockerfile's pinned ansible-core",
+    # Run once, on the highest, to keep .ci/run under 10 minutes on 2 cores; what they exercise on the
+    # Ansible side also runs on both ends elsewhere:
+    "examples/test_molecule.py": "molecule (~90 s of one worker) drives the example roles that "
+                                 "tests/examples/test_roles.py runs on both ends",
+    "bench/test_bench_smoke.py": "a smoke test of the benchmark harness; the Memcached role and both "
+                                 "executors it times run on both ends in tests/examples and tests/e2e",
 }
 
 
