@@ -31,10 +31,11 @@ _stopping = False
 
 
 def _raise_stop(signum: int, _frame: FrameType | None) -> None:
-    # Once only. The operator's death usually brings two of these at once: PR_SET_PDEATHSIG's SIGTERM and
-    # the SIGHUP of the pty's hang-up (we lead its session). When both are pending, Python runs the second
-    # handler at the first bytecode of the ``except _Stop`` block (``signal.signal`` itself runs pending
-    # handlers first), so raising again there would end the guard before ``kill_descendants``: the run's
+    # Once only. The operator's death brings several of these within milliseconds: PR_SET_PDEATHSIG's
+    # SIGTERM on each re-parenting (to another thread of the dying operator, then to init) and the SIGHUP
+    # of the pty's hang-up (we lead its session). When a second one is pending, Python runs its handler
+    # at the first bytecode of the ``except _Stop`` block (``signal.signal`` itself runs pending handlers
+    # first), so raising again there would end the guard before ``kill_descendants``: the run's
     # ansible-playbook and everything below it would live on, re-parented to init.
     global _stopping
     if _stopping:

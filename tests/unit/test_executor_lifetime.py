@@ -142,10 +142,11 @@ def test_descendants_lists_parents_before_children() -> None:
 
 
 def test_guard_kills_the_tree_when_two_stop_signals_arrive_together(tmp_path: Path) -> None:
-    """The operator's death reaches the guard twice at once: PR_SET_PDEATHSIG's SIGTERM and the SIGHUP of
-    its pseudo-terminal's hang-up (the guard leads the pty's session). Both pending when the guard runs
-    again -- made certain here by stopping it while they are sent -- the second must not cut the first's
-    clean-up short (it used to raise out of the ``except`` block: the guard died, its tree lived on)."""
+    """The operator's death reaches the guard several times within milliseconds: PR_SET_PDEATHSIG's SIGTERM
+    (once per re-parenting) and the SIGHUP of its pseudo-terminal's hang-up (the guard leads the pty's
+    session). With two pending when the guard runs again -- made certain here by stopping it while they
+    are sent -- the second must not cut the first's clean-up short (it used to raise out of the
+    ``except`` block: the guard died with a traceback, its tree lived on)."""
     marker = _marker()
     err = tmp_path / "stderr"
     with err.open("w") as stderr_file:  # a file, not a pipe: a surviving sleep would hold a pipe open
