@@ -5,13 +5,16 @@
 #   ./dev.sh test-ansible-low   every test that runs Ansible (marker `ansible_versions`, chosen in
 #                   tests/conftest.py: e2e, examples, faults, bench, executor unit tests) again, on the lowest
 #                   supported ansible-core (ANSIBLE_CORE_LOW, own venv under .venvs/); .ci/run runs both at once
+#   ./dev.sh test-ansible-newest   the e2e version scenario and the executor tests on the newest ansible-core
+#                   (2.20+, needs a Python >= 3.12: scripts/venv_ansible.sh)
 #   ./dev.sh lint   the static checks: ruff, mypy and the import-linter layer contracts (pyproject.toml)
 set -euo pipefail
 cd "$(dirname "$0")"
 
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3}
-# The ends of the supported range (pyproject.toml: ansible-core>=2.16,<2.20), exact for reproducible CI.
+# The ends of the supported range on Python 3.11 (pyproject.toml: ansible-core>=2.16,<2.22; 2.20+ need Python
+# >= 3.12: test-ansible-newest), exact for reproducible CI.
 ANSIBLE_CORE_HIGH=${ANSIBLE_CORE_HIGH:-2.19.14}
 ANSIBLE_CORE_LOW=${ANSIBLE_CORE_LOW:-2.16.19}
 
@@ -84,6 +87,19 @@ case "$cmd" in
     if [ "$rc" = 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi
     exit "$rc"
     ;;
+  test-ansible-newest)
+    # The newest ansible-core (2.20+ need Python >= 3.12: scripts/venv_ansible.sh finds one, or says the
+    # stage is skipped and exits 0). Default: the e2e version scenario (a scaffold-shaped project, both
+    # executors) and the executor unit tests; pass test paths to run others (still marker ansible_versions).
+    install
+    paths=0
+    for arg in "$@"; do case "$arg" in tests|tests/*|*.py|*::*) paths=1 ;; esac; done
+    if [ "$paths" = 0 ]; then
+      set -- "$@" tests/e2e/test_ansible_versions.py tests/unit/test_executor_warm.py \
+        tests/unit/test_executor_runner.py tests/unit/test_executor_lifetime.py tests/unit/test_ansible_compat.py
+    fi
+    exec scripts/venv_ansible.sh test "$@"
+    ;;
   lint)
     install
     # All three run; any failing fails the command (the tool output says which).
@@ -100,7 +116,7 @@ case "$cmd" in
     install_venv ".venvs/ansible-core-$ANSIBLE_CORE_LOW" "$ANSIBLE_CORE_LOW"
     ;;
   *)
-    echo "usage: ./dev.sh demo|test|test-ansible-low|lint|install|install-low [args...]" >&2
+    echo "usage: ./dev.sh demo|test|test-ansible-low|test-ansible-newest|lint|install|install-low [args...]" >&2
     exit 2
     ;;
 esac
