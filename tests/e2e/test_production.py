@@ -228,7 +228,8 @@ def test_runs_command_shows_the_failed_task(cluster: Cluster, start_operator) ->
     )
     assert listing.returncode == 0, listing.stderr
     assert "Fail when asked to" in listing.stdout and "quota exceeded" in listing.stdout
-    run_id = op.runs("oops")[0]["run_id"]
+    # the failed run (a retry may already be running: the CR is requeued with backoff)
+    run_id = next(r["run_id"] for r in op.runs("oops") if r["result"] == "failed")
     shown = subprocess.run(
         [
             sys.executable,
@@ -248,4 +249,5 @@ def test_runs_command_shows_the_failed_task(cluster: Cluster, start_operator) ->
     assert "Fail when asked to" in shown.stdout and "quota exceeded" in shown.stdout
     as_json = subprocess.run([sys.executable, "-m", "ansible_operator", "runs", "--artifacts-dir",
                               str(op.artifacts), "-o", "json"], capture_output=True, text=True, timeout=60)
-    assert json.loads(as_json.stdout)[0]["failed_task"]["name"].endswith("Fail when asked to")
+    failed = [r for r in json.loads(as_json.stdout) if r["result"] == "failed"]
+    assert failed and failed[0]["failed_task"]["name"].endswith("Fail when asked to")
