@@ -43,6 +43,12 @@ VERSION_INDEPENDENT = {
                                  "tests/examples/test_roles.py runs on both ends",
     "bench/test_bench_smoke.py": "a smoke test of the benchmark harness; the Memcached role and both "
                                  "executors it times run on both ends in tests/examples and tests/e2e",
+    # Faults in the runner's own machinery (API server, leader, network, watch, intake), whatever Ansible
+    # runs; test_operator_kill (process lifetime, which differs between ansible-core shapes) and
+    # test_secret_canary (what Ansible prints) stay on both ends.
+    **{f"faults/{name}.py": "a fault in the runner's own machinery, not in how Ansible runs" for name in (
+        "test_apiserver_kill", "test_edit_burst", "test_hostile_content", "test_leader_kill",
+        "test_network_cut", "test_watch_gap")},
 }
 
 
