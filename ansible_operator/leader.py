@@ -33,14 +33,17 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable
 
-from ansible_operator.kube import Conflict, NotFound, typed_errors
+import urllib3
+
+from ansible_operator.kube import Conflict, NotFound, ServerError, TooManyRequests, typed_errors
 
 __all__ = ["LeaderElector", "LeaseRecord", "default_identity", "format_micro_time"]
 
 log = logging.getLogger(__name__)
 
-_RELEASE_ATTEMPTS = 3
-"""Reads-and-writes tried when releasing the lease (a conflict is usually our own renewal in flight)."""
+_RELEASE_ATTEMPTS = 5
+"""Reads-and-writes tried when releasing the lease, all within ``renew_deadline`` (a conflict is usually our
+own renewal in flight; a timeout, a starved API server)."""
 
 Callback = Callable[[], "Awaitable[None] | None"]
 
@@ -239,11 +242,11 @@ class LeaderElector:
 
     # ---- blocking API calls (worker thread) -----------------------------------------------------------
 
-    def _read(self) -> dict[str, Any] | None:
+    def _read(self, timeout: float | None = None) -> dict[str, Any] | None:
         try:
             with typed_errors():
                 resp = self._api.read_namespaced_lease(self.name, self.namespace, _preload_content=False,
-                                                       _request_timeout=self.retry_period * 2)
+                                                       _request_timeout=timeout or self.retry_period * 2)
         except NotFound:
             return None
         lease = json.loads(resp.data)
@@ -319,25 +322,37 @@ class LeaderElector:
         """Give the lease up if we still hold it: empty holder, 1 s duration (client-go ``release``).
 
         A conflict means the lease changed since our read -- often our own renewal, still in flight in its
-        worker thread when ``run()`` was cancelled -- so read again and retry while we are the holder."""
+        worker thread when ``run()`` was cancelled -- so read again and retry while we are the holder. A slow
+        or failed request is retried too, within ``renew_deadline`` (the caller's bound): on a starved
+        machine one answer can take longer than a renewal's ``2 x retry_period``, and a lease left held
+        makes a successor wait its whole duration."""
+        deadline = self._clock() + self.renew_deadline * 0.9
         for _ in range(_RELEASE_ATTEMPTS):
-            lease = self._read()
-            if lease is None:
-                return
-            record = LeaseRecord.from_lease(lease)
-            if record.holder != self.identity:
-                return
-            now = self._clock()
-            lease["spec"] = {**(lease.get("spec") or {}),
-                             **self._spec(acquire_time=format_micro_time(now), now=now,
-                                          transitions=record.transitions, holder="", duration=1)}
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                break
             try:
+                lease = self._read(timeout=remaining)
+                if lease is None:
+                    return
+                record = LeaseRecord.from_lease(lease)
+                if record.holder != self.identity:
+                    return
+                now = self._clock()
+                lease["spec"] = {**(lease.get("spec") or {}),
+                                 **self._spec(acquire_time=format_micro_time(now), now=now,
+                                              transitions=record.transitions, holder="", duration=1)}
                 with typed_errors():
                     self._api.replace_namespaced_lease(self.name, self.namespace, lease,
                                                        _preload_content=False,
-                                                       _request_timeout=self.retry_period * 2)
+                                                       _request_timeout=max(0.5, deadline - self._clock()))
             except Conflict:
+                continue
+            except (ServerError, TooManyRequests, urllib3.exceptions.HTTPError, OSError) as exc:
+                # a timeout, a reset connection, a 5xx/429: try again while time remains
+                log.debug("releasing lease %s/%s: %s; retrying", self.namespace, self.name, exc)
                 continue
             log.info("released lease %s/%s", self.namespace, self.name)
             return
-        log.info("lease %s/%s kept changing while releasing; leaving it", self.namespace, self.name)
+        log.warning("could not release lease %s/%s within %.0fs; a successor waits for it to expire",
+                    self.namespace, self.name, self.renew_deadline)

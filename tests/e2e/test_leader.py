@@ -272,11 +272,34 @@ async def test_release_retries_when_the_lease_changed_since_its_read(candidates:
     real_read = a.elector._read
     reads: list[int] = []
 
-    def first_read_stale() -> Any:
+    def first_read_stale(timeout: float | None = None) -> Any:
         reads.append(1)
-        return json.loads(json.dumps(stale)) if len(reads) == 1 else real_read()
+        return json.loads(json.dumps(stale)) if len(reads) == 1 else real_read(timeout)
 
     a.elector._read = first_read_stale  # type: ignore[method-assign]
+    await a.cancel()
+    assert len(reads) >= 2
+    assert read_lease(kubeconfig, candidates.lease)["spec"].get("holderIdentity") in ("", None)
+
+
+async def test_release_retries_a_slow_or_failed_request(candidates: Any, kubeconfig: Path) -> None:
+    """On a starved machine one answer can take longer than a renewal's timeout: the release tries again
+    within renew_deadline instead of leaving the lease held until it expires."""
+    import urllib3
+
+    a = candidates("a")
+    a.start()
+    await wait_until(lambda: a.elector.is_leader, 10, "a leader")
+    real_read = a.elector._read
+    reads: list[int] = []
+
+    def first_read_times_out(timeout: float | None = None) -> Any:
+        reads.append(1)
+        if len(reads) == 1:
+            raise urllib3.exceptions.ReadTimeoutError(None, "/lease", "read timed out")  # type: ignore[arg-type]
+        return real_read(timeout)
+
+    a.elector._read = first_read_times_out  # type: ignore[method-assign]
     await a.cancel()
     assert len(reads) >= 2
     assert read_lease(kubeconfig, candidates.lease)["spec"].get("holderIdentity") in ("", None)
