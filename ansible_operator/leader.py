@@ -168,7 +168,14 @@ class LeaderElector:
         except asyncio.CancelledError:
             # Also release when an attempt succeeded in its worker thread just as we were cancelled.
             if self._leading or (self._observed is not None and self._observed.holder == self.identity):
-                await asyncio.shield(self._release_and_stop())
+                release = asyncio.ensure_future(self._release_and_stop())
+                while not release.done():
+                    try:
+                        await asyncio.shield(release)
+                    except asyncio.CancelledError:
+                        # Cancelled again (a shutdown cancelling what is left): the release is bounded by
+                        # renew_deadline, so wait for it rather than exit with the lease still held.
+                        continue
             raise
         if self._leading:
             await self._stop_leading("lease lost")

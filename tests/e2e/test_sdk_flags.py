@@ -124,7 +124,7 @@ def test_idle_sigterm_to_the_process_group_exits_0_and_releases_the_lease(
     wait_for(lambda: "operator ready" in op.logs(), 60, what="operator ready")
     os.killpg(op.proc.pid, signal.SIGTERM)  # the harness starts it in a session of its own
     assert op.proc.wait(30) == 0
-    assert holder() == ""
+    assert holder() == "", op.logs()[-3000:]
     logs = op.logs()
     assert "released lease e2e/idle-operator" in logs
     assert "restarting" not in logs and "Traceback" not in logs
