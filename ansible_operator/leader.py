@@ -213,7 +213,8 @@ class LeaderElector:
 
     async def _try_with_timeout(self, timeout: float) -> bool:
         try:
-            return await asyncio.wait_for(asyncio.to_thread(self._try_acquire_or_renew), timeout=timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancel
+                return await asyncio.to_thread(self._try_acquire_or_renew)
         except asyncio.TimeoutError:
             log.warning("lease %s/%s: API call timed out after %.1fs", self.namespace, self.name, timeout)
             return False
@@ -241,7 +242,8 @@ class LeaderElector:
 
     async def _release_and_stop(self) -> None:
         try:
-            await asyncio.wait_for(asyncio.to_thread(self._release), timeout=self.renew_deadline)
+            async with asyncio.timeout(self.renew_deadline):
+                await asyncio.to_thread(self._release)
         except Exception as exc:
             log.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc)
         if self._leading:

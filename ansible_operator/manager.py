@@ -305,7 +305,8 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             try:
                 result = cleanup()
                 if asyncio.iscoroutine(result):
-                    await asyncio.wait_for(result, timeout=30)
+                    async with asyncio.timeout(30):
+                        await result
             except Exception:
                 log.exception("error during shutdown")
     return exit_code

@@ -167,7 +167,8 @@ class WarmExecutor:
             except (ConnectionError, RuntimeError):
                 pass
         try:
-            await asyncio.wait_for(zygote.process.wait(), _KILL_WAIT)
+            async with asyncio.timeout(_KILL_WAIT):
+                await zygote.process.wait()
         except TimeoutError:
             _kill_quietly(zygote.process)
             await zygote.process.wait()
@@ -201,7 +202,8 @@ class WarmExecutor:
         zygote = _Zygote(process=process, ready=asyncio.get_running_loop().create_future())
         zygote.reader = asyncio.create_task(self._read(zygote), name=f"warm-zygote-{process.pid}")
         try:
-            info = await asyncio.wait_for(asyncio.shield(zygote.ready), _READY_TIMEOUT)
+            async with asyncio.timeout(_READY_TIMEOUT):
+                info = await asyncio.shield(zygote.ready)
         except BaseException:
             _kill_quietly(process)
             await process.wait()
@@ -265,7 +267,8 @@ class WarmExecutor:
     async def _zygote_gone(self, zygote: _Zygote) -> None:
         zygote.alive = False
         try:
-            code = await asyncio.wait_for(zygote.process.wait(), _KILL_WAIT)
+            async with asyncio.timeout(_KILL_WAIT):
+                code = await zygote.process.wait()
         except TimeoutError:  # closed its stdout but lives on: it cannot serve any more
             _kill_quietly(zygote.process)
             code = await zygote.process.wait()
@@ -398,7 +401,8 @@ class WarmExecutor:
         except ConnectionError:
             pass
         try:
-            await asyncio.wait_for(asyncio.shield(run.done), _KILL_WAIT)
+            async with asyncio.timeout(_KILL_WAIT):
+                await asyncio.shield(run.done)
         except TimeoutError:
             log.error("warm executor: run %s did not exit %ss after SIGKILL", run.run_id, _KILL_WAIT)
 

@@ -686,8 +686,9 @@ class ApiServer:
                 if bookmarks:
                     wait = min(wait, max(0.0, last_bookmark + BOOKMARK_INTERVAL - now))
                 try:
-                    ev = await asyncio.wait_for(watcher.queue.get(), timeout=max(wait, 0.001))
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(max(wait, 0.001)):
+                        ev = await watcher.queue.get()
+                except TimeoutError:
                     transport = request.transport
                     if transport is None or transport.is_closing():
                         break

@@ -303,3 +303,43 @@ async def test_release_retries_a_slow_or_failed_request(candidates: Any, kubecon
     await a.cancel()
     assert len(reads) >= 2
     assert read_lease(kubeconfig, candidates.lease)["spec"].get("holderIdentity") in ("", None)
+
+
+async def test_a_cancel_landing_as_a_renewal_returns_is_not_swallowed(candidates: Any,
+                                                                     kubeconfig: Path) -> None:
+    """The cancel (shutdown) arrives in the instant a renewal's worker thread has finished but the elector has
+    not resumed yet. On Python 3.11, ``asyncio.wait_for`` returned the result then and dropped the cancel: the
+    elector went on renewing and the shutdown awaiting it hung (seen under CPU contention as a 300 s teardown
+    timeout of test_conflicting_writes_are_retried). The window is a few event-loop callbacks wide, so the
+    renewal's thread schedules the cancel 0, 1, ... 5 callbacks after it returns: each lands in turn."""
+    loop = asyncio.get_running_loop()
+
+    def cancel_after(task: asyncio.Task[None], hops: int) -> None:
+        if hops == 0:
+            task.cancel()
+        else:
+            loop.call_soon(cancel_after, task, hops - 1)
+
+    async def lead_then_cancel(hops: int) -> None:
+        c = candidates(f"c{hops}")
+        c.start()
+        await wait_until(lambda: c.elector.is_leader, 10, f"c{hops} to lead")
+        real_renew = c.elector._try_acquire_or_renew
+        fired = asyncio.Event()
+
+        def renew_then_cancel() -> bool:
+            result = real_renew()
+            if not fired.is_set():
+                loop.call_soon_threadsafe(fired.set)
+                loop.call_soon_threadsafe(cancel_after, c.task, hops)
+            return bool(result)
+
+        c.elector._try_acquire_or_renew = renew_then_cancel
+        await asyncio.wait_for(fired.wait(), 10)
+        done, _ = await asyncio.wait({c.task}, timeout=10)
+        assert done, f"the elector swallowed a cancel landing {hops} callbacks late and is still renewing"
+        assert c.task.cancelled()
+        assert not read_lease(kubeconfig, candidates.lease)["spec"].get("holderIdentity")  # it released
+
+    for hops in range(6):
+        await lead_then_cancel(hops)
