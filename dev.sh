@@ -5,8 +5,9 @@
 #   ./dev.sh test-ansible-low   every test that runs Ansible (marker `ansible_versions`, chosen in
 #                   tests/conftest.py: e2e, examples, faults, bench, executor unit tests) again, on the lowest
 #                   supported ansible-core (ANSIBLE_CORE_LOW, own venv under .venvs/); .ci/run runs both at once
-#   ./dev.sh test-ansible-newest   the e2e version scenario and the executor tests on the newest ansible-core
-#                   (2.20+, needs a Python >= 3.12: scripts/venv_ansible.sh)
+#   ./dev.sh test-ansible-newest   the whole suite on the newest ansible-core (2.20+, needs a Python >= 3.12:
+#                   scripts/venv_ansible.sh); .ci/run runs the whole suite there and `./dev.sh test` with the
+#                   version scenario and executor tests on .venv's 2.19
 #   ./dev.sh lint   the static checks: ruff, mypy and the import-linter layer contracts (pyproject.toml)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -88,16 +89,9 @@ case "$cmd" in
     exit "$rc"
     ;;
   test-ansible-newest)
-    # The newest ansible-core (2.20+ need Python >= 3.12: scripts/venv_ansible.sh finds one, or says the
-    # stage is skipped and exits 0). Default: the e2e version scenario (a scaffold-shaped project, both
-    # executors) and the executor unit tests; pass test paths to run others (still marker ansible_versions).
+    # The whole suite on the newest ansible-core (2.20+ need Python >= 3.12: scripts/venv_ansible.sh finds
+    # one, or says the stage is skipped and exits 0); pass test paths or -m to run fewer.
     install
-    paths=0
-    for arg in "$@"; do case "$arg" in tests|tests/*|*.py|*::*) paths=1 ;; esac; done
-    if [ "$paths" = 0 ]; then
-      set -- "$@" tests/e2e/test_ansible_versions.py tests/unit/test_executor_warm.py \
-        tests/unit/test_executor_runner.py tests/unit/test_executor_lifetime.py tests/unit/test_ansible_compat.py
-    fi
     exec scripts/venv_ansible.sh test "$@"
     ;;
   lint)

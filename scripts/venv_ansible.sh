@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# The newest supported ansible-core in its own venv, and the tests marked `ansible_versions` on it.
+# The newest supported ansible-core in its own venv, and the test suite on it.
 #
 # ansible-core 2.20+ declare requires-python >= 3.12, so the project's .venv (Python 3.11 is enough for
 # everything else) resolves 2.19. This builds .venvs/ansible-core-<version>-py3.<minor> with a Python >= 3.12
-# found on this machine and runs the executor and e2e tests marked `ansible_versions` there, both executors:
+# found on this machine and runs the tests there:
 #
 #   scripts/venv_ansible.sh venv           build (or reuse) the venv; print its path on stdout
-#   scripts/venv_ansible.sh test [ARGS]    build it, then pytest -n ${PYTEST_WORKERS:-2} -m ansible_versions ARGS
+#   scripts/venv_ansible.sh test [ARGS]    build it, then pytest -n ${PYTEST_WORKERS:-2} ARGS (no ARGS: the
+#                                          whole suite, as `./dev.sh test` on .venv)
 #
 # Python: $ANSIBLE_NEWEST_PYTHON if set, else python3.12 / python3.13 / python3.14 on PATH, else pyenv's
 # (`pyenv root`, ~/.pyenv, /root/.pyenv) 3.12+ versions. With none, both commands say so on stderr and exit 0
-# (`venv` prints nothing): machines with only Python 3.11 still pass CI, and the message says what was skipped.
+# (`venv` prints nothing): machines with only Python 3.11 still pass CI (.ci/run then runs the whole suite
+# on .venv's 2.19 instead), and the message says what was skipped.
 # The version is exact (reproducible CI): ANSIBLE_CORE_NEWEST, default below; pyproject.toml's range must
 # include it. Redone only when pyproject.toml or the version changed (same stamp as dev.sh's install_venv).
 set -euo pipefail
@@ -93,12 +95,12 @@ case "$cmd" in
   test)
     venv=$(build_venv)
     if [ -z "$venv" ]; then
-      echo "skipped: the ansible_versions tests on ansible-core $ANSIBLE_CORE_NEWEST" >&2
+      echo "skipped: the tests on ansible-core $ANSIBLE_CORE_NEWEST" >&2
       exit 0
     fi
-    echo "ansible_versions tests on ansible-core $ANSIBLE_CORE_NEWEST ($venv)" >&2
+    echo "tests on ansible-core $ANSIBLE_CORE_NEWEST ($venv)" >&2
     set +e
-    "$venv/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" -m ansible_versions "$@"
+    "$venv/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" "$@"
     rc=$?
     set -e
     if [ "$rc" = 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi
