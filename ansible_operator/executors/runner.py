@@ -28,6 +28,7 @@ import re
 import shlex
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -56,28 +57,58 @@ def kill_leftovers(run_id: str, wait: float = 5.0) -> int:
     """SIGKILL every process still carrying this run's id in its environment; returns how many.
 
     ansible-runner kills ansible-playbook's process group on cancel/timeout, but processes Ansible starts
-    in sessions of their own (module invocations through the local connection) survive, re-parented to
-    init. They all inherit ``RUN_ID_ENV`` from the run's environment, which is what we look for. Waits up
-    to ``wait`` seconds for them to be gone, so a run that ended has no process left running.
+    in sessions or groups of their own (module invocations through the local connection; 2.21's workers)
+    survive, re-parented to init. They all inherit ``RUN_ID_ENV`` from the run's environment, which is what
+    we look for. One pass is not enough: a process may fork after the scan read the process table (a module
+    starting its command), so scans repeat until one finds nothing, each after the killed ones are gone, for
+    up to ``wait`` seconds, so a run that ended has no process left running.
     """
     import psutil  # noqa: PLC0415 - only on the rare stop path
 
-    killed: list[psutil.Process] = []
     me = os.getpid()
-    for proc in psutil.process_iter(["pid"]):
-        if proc.pid == me:
-            continue
-        try:
-            if proc.environ().get(RUN_ID_ENV) == run_id:
-                proc.kill()
-                killed.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    if killed:
-        _, alive = psutil.wait_procs(killed, timeout=wait)
-        log.info("run %s: killed %d leftover process(es) after stop%s", run_id, len(killed),
+    deadline = time.monotonic() + wait
+    total = 0
+    alive: list[psutil.Process] = []
+    while True:
+        killed: list[psutil.Process] = []
+        for proc in psutil.process_iter(["pid"]):
+            if proc.pid == me:
+                continue
+            try:
+                if proc.environ().get(RUN_ID_ENV) == run_id:
+                    proc.kill()
+                    killed.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        total += len(killed)
+        if not killed:
+            break
+        alive = _wait_dead(killed, deadline)
+        if time.monotonic() >= deadline:
+            break
+    if total:
+        log.info("run %s: killed %d leftover process(es) after stop%s", run_id, total,
                  f"; {len(alive)} still there after {wait:g}s" if alive else "")
-    return len(killed)
+    return total
+
+
+def _wait_dead(procs: list[Any], deadline: float) -> list[Any]:
+    """Wait until each of these ``psutil.Process`` is gone or a zombie (dead: its parent, often init, reaps
+    it when it will; ``psutil.wait_procs`` would wait on it until the deadline); the live ones at the
+    deadline."""
+    import psutil  # noqa: PLC0415 - only on the rare stop path
+
+    def running(proc: Any) -> bool:
+        try:
+            return bool(proc.status() != psutil.STATUS_ZOMBIE)
+        except psutil.NoSuchProcess:
+            return False
+
+    pending = [proc for proc in procs if running(proc)]
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.02)
+        pending = [proc for proc in pending if running(proc)]
+    return pending
 
 
 def stdout_error(artifacts_dir: Path) -> str | None:

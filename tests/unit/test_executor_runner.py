@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,8 @@ from executor_helpers import descendants_with, started, write
 
 from ansible_operator.executors import make_executor
 from ansible_operator.executors.base import RunRequest
-from ansible_operator.executors.datadir import new_run_id
-from ansible_operator.executors.runner import RunnerExecutor
+from ansible_operator.executors.datadir import RUN_ID_ENV, new_run_id
+from ansible_operator.executors.runner import RunnerExecutor, kill_leftovers
 
 pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
 
@@ -247,3 +249,34 @@ def test_make_executor() -> None:
     assert isinstance(ex, RunnerExecutor) and ex.name == "runner" and ex.max_workers == 3
     with pytest.raises(ValueError, match="unknown executor 'cold'"):
         make_executor("cold")
+
+
+def test_kill_leftovers_also_kills_what_forked_during_its_scan() -> None:
+    """A run's process that keeps forking (a module starting commands) while the leftovers are killed: a
+    child forked after the scan read the process table survived one pass (seen as a `sleep` still running
+    after a timed-out run, ansible-core 2.21, CI). The scans repeat until one finds nothing."""
+    run_id = new_run_id()
+    env = {**os.environ, RUN_ID_ENV: run_id}
+
+    def with_run_id() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                if proc.environ().get(RUN_ID_ENV) == run_id and proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return found
+
+    for _ in range(3):  # each round is a fresh race
+        forker = subprocess.Popen(["/bin/sh", "-c", "while :; do /bin/sleep 1000 & /bin/sleep 0.002; done"],
+                                  env=env, start_new_session=True)
+        try:
+            while len(psutil.Process(forker.pid).children()) < 20:
+                pass  # busy: the forker must be forking when the kill starts
+            assert kill_leftovers(run_id) >= 20
+            forker.wait(5)  # already reaped by kill_leftovers' wait (it is our child): no status here
+            assert with_run_id() == []
+        finally:
+            for proc in with_run_id():
+                proc.kill()
