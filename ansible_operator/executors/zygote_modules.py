@@ -60,10 +60,9 @@ def _same_interpreter(path: str) -> bool:
         return False
 
 
-def plan_for(cmd: Any, in_data: bytes | None, module_prefixes: Sequence[str],
-             shell_executable: str | None) -> ForkPlan | None:
-    """A :class:`ForkPlan` if ``cmd`` runs an allowed module's AnsiballZ script with this interpreter."""
-    if not module_prefixes or not isinstance(cmd, str):
+def _shell_script(cmd: Any, shell_executable: str | None) -> str | None:
+    """SCRIPT of the local connection's ``/bin/sh -c SCRIPT`` (or the configured shell's); None otherwise."""
+    if not isinstance(cmd, str):
         return None
     try:
         outer = shlex.split(cmd)
@@ -71,8 +70,19 @@ def plan_for(cmd: Any, in_data: bytes | None, module_prefixes: Sequence[str],
         return None
     if len(outer) != 3 or outer[1] != "-c" or outer[0] not in {"/bin/sh", shell_executable}:
         return None
+    return outer[2]
+
+
+def plan_for(cmd: Any, in_data: bytes | None, module_prefixes: Sequence[str],
+             shell_executable: str | None) -> ForkPlan | None:
+    """A :class:`ForkPlan` if ``cmd`` runs an allowed module's AnsiballZ script with this interpreter."""
+    if not module_prefixes:
+        return None
+    script = _shell_script(cmd, shell_executable)
+    if script is None:
+        return None
     try:
-        words = shlex.split(outer[2])
+        words = shlex.split(script)
     except ValueError:
         return None
     if words[-3:] == _TRAILER:
@@ -290,16 +300,8 @@ def helper_result(cmd: Any, shell_executable: str | None) -> tuple[int, bytes, b
     is what the shell prints and returns. Anything else, or any error, returns None: the caller runs the
     real command (which then reports the error as the shell would).
     """
-    if not isinstance(cmd, str):
-        return None
-    try:
-        outer = shlex.split(cmd)
-    except ValueError:
-        return None
-    if len(outer) != 3 or outer[1] != "-c" or outer[0] not in {"/bin/sh", shell_executable}:
-        return None
-    inner = outer[2]
-    if not inner.endswith(" && sleep 0"):
+    inner = _shell_script(cmd, shell_executable)
+    if inner is None or not inner.endswith(" && sleep 0"):
         return None
     inner = inner[: -len(" && sleep 0")]
     home = _ECHO_HOME.match(inner)
