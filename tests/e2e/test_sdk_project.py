@@ -211,12 +211,13 @@ def test_sdk_scaffolded_project_runs_with_its_manager_args(sandbox: Any, tmp_pat
         token = sandbox.sandbox.create_token(NS, "prometheus")
         assert _get(metrics, "not-a-token")[0] == 401  # the TokenReview rejects it
 
+        # The role writes status.readyReplicas (k8s_status) one task before it sets the gauge: the run that
+        # reported 2 ready pods may still be between the two, so the gauge is waited on, not read once.
         def scraped() -> str | None:
             status, text = _get(metrics, token)
-            return text if status == 200 and "website_ready_replicas" in text else None
+            return text if status == 200 and "\nwebsite_ready_replicas 2.0\n" in text else None
 
-        text = wait_for(scraped, timeout=30, interval=0.5, what="custom metrics on /metrics")
-        assert "website_ready_replicas 2.0" in text
+        text = wait_for(scraped, timeout=30, interval=0.5, what="website_ready_replicas 2.0 on /metrics")
         reconciles = [line for line in text.splitlines() if line.startswith("website_reconciles_total ")]
         assert reconciles and float(reconciles[0].split()[1]) >= 2  # the requeued runs counted too
         health = f"http://127.0.0.1:{ports['--health-probe-bind-address']}"
