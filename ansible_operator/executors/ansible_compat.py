@@ -151,3 +151,60 @@ def import_time_notices_dropped() -> Iterator[None]:
         yield
     finally:
         module_warnings.deprecate, module_warnings.warn = saved
+
+
+def worker_task_context(worker: Any) -> contextlib.AbstractContextManager[Any]:
+    """The ambient task context ``WorkerProcess.run`` enters around ``_run`` (2.19+; nothing before)."""
+    if not data_tagging():
+        return contextlib.nullcontext()
+    from ansible._internal import _task
+
+    context = _task.TaskContext
+    if not hasattr(context, "create"):
+        return context(worker._task)
+    # 2.21: the task vars and the host name too, and an inventory RPC client (add_host, group_by)
+    created = context.create(task=worker._task, task_vars=worker._task_vars, host_name=worker._host.name)
+    if "inventory_rpc_client" in vars(context):
+        vars(created)["inventory_rpc_client"] = _InventoryCallsInStrategyThread()
+    return created
+
+
+class _InventoryCallsInStrategyThread:
+    """2.21's inventory RPC client for a task run in the strategy's own thread (``zygote_tasks``).
+
+    A worker's ``add_host``/``add_group`` go through a manager socket to the controller, which queues them
+    for the strategy's main thread (``_process_rpc_queue``, between task results). A task run in that
+    thread would wait for itself: its calls run the implementation directly, which is what the queue would
+    have done, in the same thread, serially.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        from ansible._internal._worker._inventory_rpc import InventoryRPC
+
+        call = getattr(InventoryRPC, name)
+        return getattr(call, "__wrapped__", call)  # without dispatch_to_strategy_result_thread
+
+
+def send_worker_failure(worker: Any, exc: BaseException) -> None:
+    """Send a failed result for ``worker``'s task, built from ``exc`` as the version's worker would."""
+    queue = worker._final_q
+    if not data_tagging():  # 2.16 - 2.18: host name, task uuid, result dict, task fields
+        import traceback
+
+        queue.send_task_result(worker._host.name, worker._task._uuid,
+                               {"failed": True, "msg": f"{type(exc).__name__}: {exc}",
+                                "exception": "".join(traceback.format_exception(exc))}, task_fields={})
+        return
+    from ansible._internal import _task
+
+    if hasattr(_task, "UnifiedTaskResult"):  # 2.21
+        result = _task.UnifiedTaskResult.create_from_action_exception(exc)
+        result.finalize_registered_values()
+        queue.send_task_result(worker._host, worker._task, result)
+        return
+    from ansible._internal._errors import _error_utils
+    from ansible.executor.task_result import _RawTaskResult
+
+    queue.send_task_result(_RawTaskResult(host=worker._host, task=worker._task,
+                                          return_data=_error_utils.result_dict_from_exception(exc),
+                                          task_fields={}))

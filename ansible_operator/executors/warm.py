@@ -43,6 +43,12 @@ _KILL_WAIT = 15.0
 _LINE_LIMIT = 256 * 1024 * 1024  # one event line may carry a large module result
 EXECUTOR_RESTARTED = "executor restarted"
 FAST_PATH_ENV = "ANSIBLE_OPERATOR_WARM_FAST_PATH"
+TASKS_IN_PROCESS_ENV = "ANSIBLE_OPERATOR_WARM_TASKS_IN_PROCESS"
+
+
+def _switch(env: str) -> bool:
+    """An on-by-default switch from the environment: off for ``0``, ``false``, ``no`` or ``off``."""
+    return os.environ.get(env, "").strip().lower() not in ("0", "false", "no", "off")
 
 
 def check_ansible_core_version() -> None:
@@ -91,7 +97,7 @@ class WarmExecutor:
     def __init__(self, *, max_workers: int = 8, python: str = sys.executable,
                  fast_modules: Sequence[str] = DEFAULT_FAST_MODULE_PREFIXES,
                  idle_timeout: float | None = None, ansible_args: Sequence[str] = (),
-                 fast_path: bool | None = None) -> None:
+                 fast_path: bool | None = None, tasks_in_process: bool | None = None) -> None:
         """``ansible_args``: extra ansible-playbook arguments for every run (``--ansible-args``).
 
         ``fast_modules``: module FQCN prefixes (default ``kubernetes.core.``) whose tasks run in a fork
@@ -103,6 +109,10 @@ class WarmExecutor:
         ``fast_path``: the run child's fast path (waiting for task results on a wake-up instead of
         Ansible's 1 ms polling loop, see docs/warm-executor.md); None (default) reads
         ``ANSIBLE_OPERATOR_WARM_FAST_PATH`` (on unless ``0``, ``false``, ``no`` or ``off``).
+
+        ``tasks_in_process``: run localhost tasks in the run child instead of a forked Ansible worker
+        (``zygote_tasks``; part of the fast path, never on without it); None (default) reads
+        ``ANSIBLE_OPERATOR_WARM_TASKS_IN_PROCESS`` the same way.
         """
         if max_workers < 1:
             raise ValueError(f"max_workers must be at least 1 (got {max_workers})")
@@ -117,8 +127,11 @@ class WarmExecutor:
         self._fast_modules = [str(p) for p in fast_modules]
         self._ansible_args = [str(a) for a in ansible_args]
         if fast_path is None:
-            fast_path = os.environ.get(FAST_PATH_ENV, "").strip().lower() not in ("0", "false", "no", "off")
+            fast_path = _switch(FAST_PATH_ENV)
         self.fast_path = fast_path
+        if tasks_in_process is None:
+            tasks_in_process = _switch(TASKS_IN_PROCESS_ENV)
+        self.tasks_in_process = fast_path and tasks_in_process
         self._slots = asyncio.Semaphore(max_workers)
         self._zygote: _Zygote | None = None
         self._spawn_lock = asyncio.Lock()
@@ -360,6 +373,7 @@ class WarmExecutor:
             "fast_modules": self._fast_modules,
             "ansible_args": self._ansible_args,
             "fast_path": self.fast_path,
+            "tasks_in_process": self.tasks_in_process,
         }
         async with self._slots:
             try:

@@ -164,6 +164,11 @@ class PtyLikeStdout:
     def isatty(self) -> bool:
         return False
 
+    def getvalue(self) -> str:
+        """Nothing held back: 2.19+ ``WorkerProcess._run`` warns about what a worker's ``StringIO`` stdout
+        caught; a task run in this process (``zygote_tasks``) writes to the run's stream instead."""
+        return ""
+
     def fileno(self) -> int:
         import io
 
@@ -476,6 +481,10 @@ def _run(spec: RunSpec, sink: EventSink) -> None:
     if spec.get("fast_path", True):
         zygote_modules.pipeline(spec.get("fast_modules") or ())
         zygote_modules.tmp_helpers_in_process()
+    if spec.get("fast_path", True) and spec.get("tasks_in_process", True):
+        from ansible_operator.executors import zygote_tasks
+
+        zygote_tasks.install()
     if ansible_compat.payload_store_supported():
         zygote_payloads.install(os.path.join(zygote_tmp, zygote_payloads.STORE_DIRNAME))
     color.ANSIBLE_COLOR = bool(C.ANSIBLE_FORCE_COLOR or not C.ANSIBLE_NOCOLOR)

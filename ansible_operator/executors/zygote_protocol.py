@@ -51,6 +51,9 @@ class RunSpec(TypedDict):
     fast_path: bool
     """The run child's fast path (issue 14): wake-up driven result wait instead of Ansible's 1 ms polling
     (``zygote_child``). Off with ``ANSIBLE_OPERATOR_WARM_FAST_PATH=false``."""
+    tasks_in_process: bool
+    """Localhost tasks run in the run child, not in a forked Ansible worker (``zygote_tasks``). Off with
+    ``ANSIBLE_OPERATOR_WARM_TASKS_IN_PROCESS=false`` or without the fast path."""
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -199,6 +199,53 @@ async def test_contract_verbosity_is_per_run(executor: Executor, tmp_path: Path)
     assert "task path:" in texts[1]
 
 
+async def test_contract_tasks_of_two_local_hosts_keep_their_own_task_vars_and_host(
+        executor: Executor, tmp_path: Path) -> None:
+    """The warm executor runs localhost tasks without a worker fork (``zygote_tasks``): what the task
+    executor changes (the task templated in place, the loop variable, the worker emptying host vars) must
+    not reach the next host or task, a task ``timeout`` still fires, and added hosts work (2.21: inventory
+    RPC). The runner executor's forked workers are the reference."""
+    pb = write(tmp_path / "pb.yml", """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - add_host: {name: localhost, groups: [locals], color: red}
+    - add_host:
+        name: 127.0.0.1
+        groups: [locals]
+        color: blue
+        ansible_connection: local
+        ansible_python_interpreter: "{{ ansible_playbook_python }}"
+- hosts: locals
+  gather_facts: false
+  tasks:
+    - name: each host templates the task for itself
+      debug: msg="{{ inventory_hostname }} is {{ color }}"
+    - name: loop
+      debug: msg="item {{ item }}"
+      loop: [1, 2]
+    - name: after the loop
+      debug: msg="{{ inventory_hostname }} {{ item | default('no item') }} {{ color }}"
+    - name: a task timeout
+      command: sleep 30
+      timeout: 1
+      ignore_errors: true
+      when: inventory_hostname == 'localhost'
+""")
+    events: list[dict[str, Any]] = []
+    outcome = await executor.run(request_for(tmp_path, playbook=pb), events.append)
+    assert (outcome.status, outcome.rc, outcome.error) == ("successful", 0, None)
+    messages = ok_messages(events)
+    assert sorted(m for m in messages if m and " is " in m) == ["127.0.0.1 is blue", "localhost is red"]
+    items = [e["event_data"]["res"].get("msg") for e in events if e["event"] == "runner_item_on_ok"]
+    assert sorted(items) == ["item 1", "item 1", "item 2", "item 2"]
+    assert sorted(m for m in messages if m and "no item" in m) == ["127.0.0.1 no item blue",
+                                                                   "localhost no item red"]
+    (timed_out,) = [e for e in events if e["event"] == "runner_on_failed"]
+    assert timed_out["event_data"]["task"] == "a task timeout" and timed_out["event_data"]["ignore_errors"]
+    assert "1" in str(timed_out["event_data"]["res"].get("msg")), timed_out["event_data"]["res"]
+
+
 async def test_contract_timeout_stops_the_run(executor: Executor, tmp_path: Path) -> None:
     marker = unique_sleep()
     pb = write(tmp_path / "pb.yml", f"""
@@ -360,6 +407,26 @@ async def test_child_killed_is_an_error_and_zygote_keeps_serving(warm: WarmExecu
         tmp_path / "ok.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=fine\n"
     )
     assert (await warm.run(request_for(tmp_path, playbook=ok), lambda e: None)).status == "successful"
+
+
+@pytest.mark.parametrize("in_process", [True, False])
+async def test_localhost_tasks_run_in_the_run_child_unless_switched_off(
+        in_process: bool, tmp_path: Path) -> None:
+    # a `pipe` lookup runs on the controller side of a task: its shell's parent is the process that ran
+    # the task (the run child itself, or a worker forked for each task)
+    pb = write(tmp_path / "pb.yml", """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - debug: msg="{{ lookup('pipe', 'echo $PPID') }}"
+    - debug: msg="{{ lookup('pipe', 'echo $PPID') }}"
+""")
+    events: list[dict[str, Any]] = []
+    async with started(WarmExecutor(max_workers=1, tasks_in_process=in_process)) as ex:
+        outcome = await ex.run(request_for(tmp_path, playbook=pb), events.append)
+    assert outcome.status == "successful"
+    first, second = ok_messages(events)
+    assert (first == second) is in_process
 
 
 async def test_runs_share_one_zygote_without_leaking_state(warm: WarmExecutor, tmp_path: Path) -> None:

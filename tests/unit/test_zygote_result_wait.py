@@ -119,3 +119,14 @@ def test_fast_path_switch(monkeypatch: pytest.MonkeyPatch, value: str | None, on
         monkeypatch.setenv(warm.FAST_PATH_ENV, value)
     assert warm.WarmExecutor().fast_path is on
     assert warm.WarmExecutor(fast_path=not on).fast_path is (not on)
+
+
+@pytest.mark.parametrize("fast_path, value, on", [(True, None, True), (True, "false", False), (True, "1", True),
+                                                 (False, None, False), (False, "1", False)])
+def test_tasks_in_process_switch_needs_the_fast_path(monkeypatch: pytest.MonkeyPatch, fast_path: bool,
+                                                    value: str | None, on: bool) -> None:
+    if value is None:
+        monkeypatch.delenv(warm.TASKS_IN_PROCESS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(warm.TASKS_IN_PROCESS_ENV, value)
+    assert warm.WarmExecutor(fast_path=fast_path).tasks_in_process is on
