@@ -161,9 +161,11 @@ def worker_task_context(worker: Any) -> contextlib.AbstractContextManager[Any]:
 
     context = _task.TaskContext
     if not hasattr(context, "create"):
-        return context(worker._task)
+        entered: contextlib.AbstractContextManager[Any] = context(worker._task)
+        return entered
     # 2.21: the task vars and the host name too, and an inventory RPC client (add_host, group_by)
-    created = context.create(task=worker._task, task_vars=worker._task_vars, host_name=worker._host.name)
+    created: contextlib.AbstractContextManager[Any] = context.create(
+        task=worker._task, task_vars=worker._task_vars, host_name=worker._host.name)
     if "inventory_rpc_client" in vars(context):
         vars(created)["inventory_rpc_client"] = _InventoryCallsInStrategyThread()
     return created

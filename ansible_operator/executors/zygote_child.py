@@ -487,6 +487,10 @@ def _run(spec: RunSpec, sink: EventSink) -> None:
         zygote_tasks.install()
     if ansible_compat.payload_store_supported():
         zygote_payloads.install(os.path.join(zygote_tmp, zygote_payloads.STORE_DIRNAME))
+    if spec.get("fast_path", True):
+        from ansible_operator.executors import zygote_templates
+
+        zygote_templates.install(os.path.join(zygote_tmp, zygote_templates.STORE_DIRNAME))
     color.ANSIBLE_COLOR = bool(C.ANSIBLE_FORCE_COLOR or not C.ANSIBLE_NOCOLOR)
     # CLI.run() calls init_plugin_loader() again; the zygote already did, and Python would print a warning.
     warnings.filterwarnings("ignore", message="AnsibleCollectionFinder has already been configured")

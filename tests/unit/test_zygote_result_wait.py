@@ -121,8 +121,8 @@ def test_fast_path_switch(monkeypatch: pytest.MonkeyPatch, value: str | None, on
     assert warm.WarmExecutor(fast_path=not on).fast_path is (not on)
 
 
-@pytest.mark.parametrize("fast_path, value, on", [(True, None, True), (True, "false", False), (True, "1", True),
-                                                 (False, None, False), (False, "1", False)])
+@pytest.mark.parametrize("fast_path, value, on", [
+    (True, None, True), (True, "false", False), (True, "1", True), (False, None, False), (False, "1", False)])
 def test_tasks_in_process_switch_needs_the_fast_path(monkeypatch: pytest.MonkeyPatch, fast_path: bool,
                                                     value: str | None, on: bool) -> None:
     if value is None:
