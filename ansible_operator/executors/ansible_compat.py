@@ -194,7 +194,7 @@ def send_worker_failure(worker: Any, exc: BaseException) -> None:
         import traceback
 
         queue.send_task_result(worker._host.name, worker._task._uuid,
-                               {"failed": True, "msg": f"{type(exc).__name__}: {exc}",
+                               {"failed": True, "msg": str(exc),
                                 "exception": "".join(traceback.format_exception(exc))}, task_fields={})
         return
     from ansible._internal import _task

@@ -68,12 +68,16 @@ def run_in_process(worker: Any) -> None:
         clone._save_stdin()
         stdin = clone._new_stdin
     try:
-        with _display_stays_local(), ansible_compat.worker_task_context(clone):
-            clone._run()
-    except BaseException as exc:  # never unwind into the strategy: report, as a worker's death would
-        ansible_compat.send_worker_failure(clone, exc)
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise
+        with _display_stays_local(), ansible_compat.worker_task_context(clone):  # 2.21 builds results in it
+            try:
+                clone._run()
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # SystemExit too: a failed task, not the end of the run child
+                try:
+                    raise RuntimeError(f"the task's executor raised {type(exc).__name__}: {exc}") from exc
+                except RuntimeError as failure:
+                    ansible_compat.send_worker_failure(clone, failure)
     finally:
         if stdin is not None:
             stdin.close()

@@ -429,6 +429,38 @@ async def test_localhost_tasks_run_in_the_run_child_unless_switched_off(
     assert (first == second) is in_process
 
 
+async def test_an_action_plugin_exiting_fails_its_task_not_the_run(
+        warm: WarmExecutor, tmp_path: Path) -> None:
+    # run in the run child (zygote_tasks), a task whose action plugin calls sys.exit must become a failed
+    # task result: the play goes on to its rescue and the run child reports as usual
+    write(tmp_path / "action_plugins" / "exits.py", """
+import sys
+from ansible.plugins.action import ActionBase
+
+
+class ActionModule(ActionBase):
+    def run(self, tmp=None, task_vars=None):
+        sys.exit(3)
+""")
+    pb = write(tmp_path / "pb.yml", """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - block:
+        - name: exits
+          exits:
+      rescue:
+        - debug: msg="rescued"
+""")
+    events: list[dict[str, Any]] = []
+    outcome = await warm.run(request_for(tmp_path, playbook=pb), events.append)
+    assert (outcome.status, outcome.rc) == ("successful", 0)
+    (failed,) = [e for e in events if e["event"] == "runner_on_failed"]
+    assert failed["event_data"]["task"] == "exits"
+    assert "SystemExit" in json.dumps(failed["event_data"]["res"])
+    assert "rescued" in ok_messages(events)
+
+
 async def test_runs_share_one_zygote_without_leaking_state(warm: WarmExecutor, tmp_path: Path) -> None:
     """Per-run Ansible settings from the environment are re-applied in each child, not inherited."""
     pb = write(tmp_path / "pb.yml", """
