@@ -42,6 +42,17 @@ from harness import (  # noqa: E402
 RATE = 250
 IDLE = re.compile(r"^(_worker|select|poll|_do_waitpid|waitpid|_recv|recv_bytes|_recv_bytes|wait|sleep"
                   r"|acquire|read|_poll|get|epoll|accept|readinto|_wait_for_tstate_lock|join|recv|recv_into)\b")
+
+
+def _waitpid_frame() -> str:
+    """The frame py-spy shows while ``zygote_modules.run_forked`` waits for its module fork (``os.waitpid``
+    is a C call: the innermost Python frame is ``run_forked`` itself, at that line)."""
+    source = (REPO / "ansible_operator" / "executors" / "zygote_modules.py").read_text().splitlines()
+    (line,) = [n for n, text in enumerate(source, 1) if "os.waitpid(pid, 0)" in text]
+    return f"run_forked (ansible_operator/executors/zygote_modules.py:{line})"
+
+
+WAITPID_FRAME = _waitpid_frame()
 ZYGOTE_PHASES = [
     ("callback / event writing", r"send_callback|awx_display|OutputEventFilter|EventSink|PtyLikeStdout"
                                  r"|display\.py|ansible_runner/"),
@@ -70,7 +81,7 @@ def classify(path: Path, operator: bool) -> collections.Counter[str]:
     for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         n, frames = int(count), stack.split(";")
-        if IDLE.match(frames[-1].split(" (")[0].split(".")[-1]):
+        if IDLE.match(frames[-1].split(" (")[0].split(".")[-1]) or frames[-1] == WAITPID_FRAME:
             continue
         s = ";".join(frames[1:])
         for name, rx in rules:
