@@ -92,6 +92,12 @@ class LeaseRecord:
                                                             other.transitions)
 
 
+def _retrieve(future: "asyncio.Future[Any]") -> None:
+    """Mark an attempt's outcome as seen: nobody awaits an attempt a cancel or timeout left running."""
+    if not future.cancelled():
+        future.exception()
+
+
 def _log_task_failure(task: "asyncio.Future[Any]") -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("on_started_leading failed", exc_info=task.exception())
@@ -145,6 +151,8 @@ class LeaderElector:
         self._leading_task: asyncio.Task[Any] | None = None
         self._last_success = 0.0
         """Our clock at the *start* of the last successful acquire/renew attempt."""
+        self._attempt: asyncio.Future[bool] | None = None
+        """The latest acquire/renew attempt's worker-thread future (it outlives a cancelled await)."""
 
     # ---- public state -------------------------------------------------------------------------------
 
@@ -166,9 +174,10 @@ class LeaderElector:
             await self._become_leader()
             await self._renew_until_lost()
         except asyncio.CancelledError:
-            # Also release when an attempt succeeded in its worker thread just as we were cancelled.
-            if self._leading or (self._observed is not None and self._observed.holder == self.identity):
-                release = asyncio.ensure_future(self._release_and_stop())
+            # An attempt still running in its worker thread may yet make us the holder (the API server has
+            # written the Lease, the answer is on its way): settle it first, then release what we hold.
+            if self._leading or self._attempt_in_flight() or self._holds_observed():
+                release = asyncio.ensure_future(self._settle_and_release())
                 while not release.done():
                     try:
                         await asyncio.shield(release)
@@ -212,9 +221,14 @@ class LeaderElector:
                 await asyncio.sleep(max(0.0, min(self.retry_period, remaining)))
 
     async def _try_with_timeout(self, timeout: float) -> bool:
+        # The worker thread runs on when the await is cancelled or times out; keep its future (shielded, so
+        # a cancel does not mark it done early) for run() to wait on before deciding whether to release.
+        attempt = asyncio.get_running_loop().run_in_executor(None, self._try_acquire_or_renew)
+        attempt.add_done_callback(_retrieve)
+        self._attempt = attempt
         try:
             async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancel
-                return await asyncio.to_thread(self._try_acquire_or_renew)
+                return await asyncio.shield(attempt)
         except asyncio.TimeoutError:
             log.warning("lease %s/%s: API call timed out after %.1fs", self.namespace, self.name, timeout)
             return False
@@ -239,6 +253,18 @@ class LeaderElector:
         result = self._on_stopped()
         if inspect.isawaitable(result):
             await result
+
+    def _attempt_in_flight(self) -> bool:
+        return self._attempt is not None and not self._attempt.done()
+
+    def _holds_observed(self) -> bool:
+        return self._observed is not None and self._observed.holder == self.identity
+
+    async def _settle_and_release(self) -> None:
+        if self._attempt is not None and not self._attempt.done():
+            await asyncio.wait({self._attempt}, timeout=self.renew_deadline)
+        if self._leading or self._holds_observed():
+            await self._release_and_stop()
 
     async def _release_and_stop(self) -> None:
         try:

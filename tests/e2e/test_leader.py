@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
@@ -343,3 +344,34 @@ async def test_a_cancel_landing_as_a_renewal_returns_is_not_swallowed(candidates
 
     for hops in range(6):
         await lead_then_cancel(hops)
+
+
+async def test_a_cancel_while_the_first_acquire_is_in_flight_still_releases(candidates: Any,
+                                                                             kubeconfig: Path) -> None:
+    """SIGTERM right after start: the cancel lands while the first acquire's worker thread waits for the API
+    server's answer. The server has written the Lease with us as holder, the elector does not know yet: it
+    must wait for that attempt and release, not exit with the Lease held (seen beside CPU hogs in
+    test_idle_sigterm_to_the_process_group_exits_0_and_releases_the_lease: the successor waits a whole
+    lease duration)."""
+    c = candidates("early")
+    real_create = c.elector._api.create_namespaced_lease
+    written = threading.Event()
+    answer = threading.Event()
+
+    def create_with_a_slow_answer(*args: Any, **kwargs: Any) -> Any:
+        created = real_create(*args, **kwargs)  # the server has written the Lease ...
+        written.set()
+        answer.wait(10)  # ... and its answer reaches the elector only after the cancel
+        return created
+
+    c.elector._api.create_namespaced_lease = create_with_a_slow_answer
+    c.start()
+    assert await asyncio.to_thread(written.wait, 10)
+    assert read_lease(kubeconfig, candidates.lease)["spec"].get("holderIdentity") == "early"
+    assert c.task is not None
+    c.task.cancel()
+    await asyncio.sleep(0.2)  # the cancel has reached run() while the attempt is still in its thread
+    answer.set()
+    done, _ = await asyncio.wait({c.task}, timeout=10)
+    assert done and c.task.cancelled()
+    assert not read_lease(kubeconfig, candidates.lease)["spec"].get("holderIdentity")
