@@ -132,8 +132,11 @@ async def test_exactly_one_leads_and_handover_on_cancel(candidates: Any, kubecon
     assert MICRO_TIME.match(spec["renewTime"]) and MICRO_TIME.match(spec["acquireTime"])
 
     await first.cancel()  # releases the lease
-    assert [(who, what) for _, who, what in candidates.timeline] == [
-        (first.identity, "start"), (first.identity, "stop")]
+    # the stand-by may already have taken over by the time this test runs again (a starved test process):
+    # what matters is that it started only after the first one stopped
+    timeline = [(who, what) for _, who, what in candidates.timeline]
+    assert timeline[:2] == [(first.identity, "start"), (first.identity, "stop")]
+    assert timeline[2:] in ([], [(other.identity, "start")])
     released = read_lease(kubeconfig, candidates.lease)["spec"]
     assert released["holderIdentity"] in ("", None) or released["holderIdentity"] == other.identity
     await wait_until(lambda: other.elector.is_leader, LEASE_S + 4 * RETRY_S, "the standby to take over")
