@@ -32,6 +32,9 @@ from typing import Any
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import cpu_seconds  # noqa: E402
 
 from ansible_operator.executors.base import RunRequest  # noqa: E402
 from ansible_operator.executors.datadir import new_run_id  # noqa: E402
@@ -54,14 +57,7 @@ PLAYS = {
 
 
 def _family_cpu(executor_pid: int) -> float:
-    total = 0.0
-    for proc in psutil.Process(executor_pid).children(recursive=True):
-        try:
-            times = proc.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system + times.children_user + times.children_system
-    return total
+    return cpu_seconds(psutil.Process(executor_pid).children(recursive=True))
 
 
 async def _measure(play: Path, fast_path: bool, runs: int, warmup: int, workdir: Path) -> dict[str, float]:
