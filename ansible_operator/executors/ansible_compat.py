@@ -98,6 +98,83 @@ def become_module_side() -> None:
     _internal.import_controller_module = lambda _name: None
 
 
+_CONTROLLER_HOOKS = ("is_controller", "get_controller_serialize_map", "import_controller_module")
+
+
+def _module_side_hook(name: str) -> Any:
+    return {"is_controller": False, "get_controller_serialize_map": lambda: {},
+            "import_controller_module": lambda _name: None}[name]
+
+
+def module_side_per_thread() -> Any:
+    """2.19+: make module_utils' controller hooks answer per thread; a no-op before 2.19 (no split).
+
+    ``ansible.module_utils._internal`` gets a module type whose three hooks are properties: a thread
+    inside :func:`module_side_in_this_thread` sees the module side (what :func:`become_module_side`
+    sets in a fork), every other thread the controller's values, which stay in the module's dict (and
+    assignments still go there). module_utils reads the hooks through the module at each use ("the value
+    of is_controller can change after import"). Controller-side caches a module-side caller would fill
+    differently are filled first (:func:`_prime_controller_caches`). Returns the thread-local switch.
+    """
+    import threading
+    import types
+
+    if not data_tagging():
+        return None
+    from ansible.module_utils import _internal
+
+    if isinstance(getattr(type(_internal), "_module_side", None), type(threading.local())):
+        return type(_internal)._module_side
+    _prime_controller_caches()
+    local = threading.local()
+
+    def hook(name: str) -> property:
+        def get(module: types.ModuleType) -> Any:
+            if getattr(local, "on", False):
+                return _module_side_hook(name)
+            return module.__dict__[name]
+
+        def set_(module: types.ModuleType, value: Any) -> None:
+            module.__dict__[name] = value
+
+        return property(get, set_)
+
+    namespace: dict[str, Any] = {name: hook(name) for name in _CONTROLLER_HOOKS}
+    namespace["_module_side"] = local
+    _internal.__class__ = type("_PerThreadControllerHooks", (types.ModuleType,), namespace)
+    return local
+
+
+def _prime_controller_caches() -> None:
+    """Fill, on the controller side, what module_utils computes once from the hooks: the JSON profiles a
+    module and the controller share (their serialize maps take the controller's types at class creation)
+    and the cached encoding-check setting. Without this, a module imported or asked first would leave the
+    controller its module-side answers."""
+    import importlib
+
+    for name in ("module_legacy_c2m", "module_legacy_m2c", "module_modern_c2m", "module_modern_m2c"):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(f"ansible.module_utils._internal._json._profiles._{name}")
+    with contextlib.suppress(ImportError, AttributeError):
+        from ansible.module_utils._internal._json import _profiles
+
+        _profiles._string_encoding_check_enabled()
+
+
+@contextlib.contextmanager
+def module_side_in_this_thread(switch: Any) -> Iterator[None]:
+    """Within: this thread sees module_utils' module side (``switch`` from :func:`module_side_per_thread`)."""
+    if switch is None:
+        yield
+        return
+    before = getattr(switch, "on", False)
+    switch.on = True
+    try:
+        yield
+    finally:
+        switch.on = before
+
+
 def preload_module_side() -> None:
     """Import what every forked module needs before its own code (the AnsiballZ loader on 2.19)."""
     import ansible.module_utils.basic  # noqa: F401
@@ -138,19 +215,37 @@ def import_time_notices_dropped() -> Iterator[None]:
     Display printed them to the operator's stderr (awx_display already loaded, as bare event markers with no
     newline, which broke ``--log-format json``); on older versions the module side would have kept them in
     the list every forked module inherits and reports. A fresh ``ansible-playbook`` shows them per run.
+
+    Modules first imported meanwhile that bind the functions by name (``basic`` does
+    ``from ...warnings import warn``) get the real ones back afterwards: without that, every warm module's
+    ``module.warn()`` and ``module.deprecate()`` were dropped too.
     """
+    import sys
+
     from ansible.module_utils.common import warnings as module_warnings
 
-    saved = module_warnings.deprecate, module_warnings.warn
+    saved_deprecate, saved_warn = module_warnings.deprecate, module_warnings.warn
 
-    def drop(*_args: Any, **_kwargs: Any) -> None:
+    def drop_deprecate(*_args: Any, **_kwargs: Any) -> None:
         return None
 
-    module_warnings.deprecate, module_warnings.warn = drop, drop
+    def drop_warn(*_args: Any, **_kwargs: Any) -> None:
+        return None
+
+    module_warnings.deprecate, module_warnings.warn = drop_deprecate, drop_warn
     try:
         yield
     finally:
-        module_warnings.deprecate, module_warnings.warn = saved
+        module_warnings.deprecate, module_warnings.warn = saved_deprecate, saved_warn
+        for module in list(sys.modules.values()):
+            namespace = getattr(module, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            for name, value in list(namespace.items()):
+                if value is drop_deprecate:
+                    namespace[name] = saved_deprecate
+                elif value is drop_warn:
+                    namespace[name] = saved_warn
 
 
 def worker_task_context(worker: Any) -> contextlib.AbstractContextManager[Any]:

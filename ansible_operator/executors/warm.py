@@ -44,6 +44,7 @@ _LINE_LIMIT = 256 * 1024 * 1024  # one event line may carry a large module resul
 EXECUTOR_RESTARTED = "executor restarted"
 FAST_PATH_ENV = "ANSIBLE_OPERATOR_WARM_FAST_PATH"
 TASKS_IN_PROCESS_ENV = "ANSIBLE_OPERATOR_WARM_TASKS_IN_PROCESS"
+MODULES_IN_PROCESS_ENV = "ANSIBLE_OPERATOR_WARM_MODULES_IN_PROCESS"
 
 
 def _switch(env: str) -> bool:
@@ -97,7 +98,8 @@ class WarmExecutor:
     def __init__(self, *, max_workers: int = 8, python: str = sys.executable,
                  fast_modules: Sequence[str] = DEFAULT_FAST_MODULE_PREFIXES,
                  idle_timeout: float | None = None, ansible_args: Sequence[str] = (),
-                 fast_path: bool | None = None, tasks_in_process: bool | None = None) -> None:
+                 fast_path: bool | None = None, tasks_in_process: bool | None = None,
+                 modules_in_process: bool | None = None) -> None:
         """``ansible_args``: extra ansible-playbook arguments for every run (``--ansible-args``).
 
         ``fast_modules``: module FQCN prefixes (default ``kubernetes.core.``) whose tasks run in a fork
@@ -113,6 +115,10 @@ class WarmExecutor:
         ``tasks_in_process``: run localhost tasks in the run child instead of a forked Ansible worker
         (``zygote_tasks``; part of the fast path, never on without it); None (default) reads
         ``ANSIBLE_OPERATOR_WARM_TASKS_IN_PROCESS`` the same way.
+
+        ``modules_in_process``: run the ``fast_modules`` in the process that runs their task instead of a
+        fork of it (``zygote_module_inline``; part of the fast path); None (default) reads
+        ``ANSIBLE_OPERATOR_WARM_MODULES_IN_PROCESS`` the same way.
         """
         if max_workers < 1:
             raise ValueError(f"max_workers must be at least 1 (got {max_workers})")
@@ -132,6 +138,9 @@ class WarmExecutor:
         if tasks_in_process is None:
             tasks_in_process = _switch(TASKS_IN_PROCESS_ENV)
         self.tasks_in_process = fast_path and tasks_in_process
+        if modules_in_process is None:
+            modules_in_process = _switch(MODULES_IN_PROCESS_ENV)
+        self.modules_in_process = fast_path and modules_in_process
         self._slots = asyncio.Semaphore(max_workers)
         self._zygote: _Zygote | None = None
         self._spawn_lock = asyncio.Lock()
@@ -374,6 +383,7 @@ class WarmExecutor:
             "ansible_args": self._ansible_args,
             "fast_path": self.fast_path,
             "tasks_in_process": self.tasks_in_process,
+            "modules_in_process": self.modules_in_process,
         }
         async with self._slots:
             try:

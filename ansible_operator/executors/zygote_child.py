@@ -477,7 +477,8 @@ def _run(spec: RunSpec, sink: EventSink) -> None:
         _wait_on_results()
     from ansible_operator.executors import zygote_modules, zygote_payloads
 
-    zygote_modules.install(spec.get("fast_modules") or ())
+    modules_in_process = bool(spec.get("fast_path", True) and spec.get("modules_in_process", True))
+    zygote_modules.install(spec.get("fast_modules") or (), in_process=modules_in_process)
     if spec.get("fast_path", True):
         zygote_modules.pipeline(spec.get("fast_modules") or ())
         zygote_modules.tmp_helpers_in_process()

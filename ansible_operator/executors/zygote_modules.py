@@ -20,6 +20,7 @@ module outside the prefixes, a non-local connection) runs the normal way.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shlex
@@ -163,6 +164,7 @@ def _grandchild(plan: ForkPlan, cwd: str | None, out_fd: int, err_fd: int) -> No
             os.chdir(cwd)
         os.environ.update(plan.env)
         _become_module_side()
+        atexit._clear()  # the parent's exit handlers are not this module's to run
         code = _execute(plan)
     except BaseException:
         try:
@@ -171,6 +173,7 @@ def _grandchild(plan: ForkPlan, cwd: str | None, out_fd: int, err_fd: int) -> No
             pass
     finally:
         try:
+            atexit._run_exitfuncs()  # the module's own (AnsibleModule.tmpdir's removal), as at its exit
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
@@ -217,10 +220,17 @@ def _print_script_traceback(exc: BaseException, script: str) -> None:
     traceback.print_exception(type(exc), exc, tb if tb is not None else exc.__traceback__, file=sys.stderr)
 
 
-def install(module_prefixes: Sequence[str]) -> None:
-    """Route allowed module commands of the ``local`` connection through :func:`run_forked`."""
+def install(module_prefixes: Sequence[str], in_process: bool = False) -> None:
+    """Route allowed module commands of the ``local`` connection through :func:`run_forked`, or with
+    ``in_process`` through ``zygote_module_inline.run_inline`` (no fork; the fork when it declines)."""
     if not module_prefixes:
         return
+    run_inline = None
+    if in_process:
+        from ansible_operator.executors import zygote_module_inline
+
+        zygote_module_inline.prepare()
+        run_inline = zygote_module_inline.run_inline
     from ansible import constants as C
     from ansible.module_utils.common.text.converters import to_text
     from ansible.plugins.connection import ConnectionBase
@@ -240,6 +250,10 @@ def install(module_prefixes: Sequence[str]) -> None:
             return result
         ConnectionBase.exec_command(self, cmd, in_data=in_data, sudoable=sudoable)
         display.vvv("EXEC {0}".format(to_text(cmd)), host=self._play_context.remote_addr)
+        if run_inline is not None:
+            done = run_inline(plan, self.cwd, _execute)
+            if done is not None:
+                return done
         return run_forked(plan, self.cwd)
 
     Connection.exec_command = exec_command

@@ -54,6 +54,9 @@ class RunSpec(TypedDict):
     tasks_in_process: bool
     """Localhost tasks run in the run child, not in a forked Ansible worker (``zygote_tasks``). Off with
     ``ANSIBLE_OPERATOR_WARM_TASKS_IN_PROCESS=false`` or without the fast path."""
+    modules_in_process: bool
+    """Fast modules run in the process that runs their task, not in a fork of it (``zygote_module_inline``).
+    Off with ``ANSIBLE_OPERATOR_WARM_MODULES_IN_PROCESS=false`` or without the fast path."""
 
 
 def encode(message: dict[str, Any]) -> bytes:

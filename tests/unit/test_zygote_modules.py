@@ -103,9 +103,11 @@ VOLATILE = {"creationTimestamp", "resourceVersion", "uid", "managedFields", "dur
             "delta", "time"}
 
 
-@pytest.fixture
-async def fast() -> AsyncIterator[WarmExecutor]:
-    async with started(WarmExecutor(max_workers=2, fast_modules=("testns.fast.", "kubernetes.core."))) as ex:
+@pytest.fixture(params=[True, False], ids=["inline", "forked"])
+async def fast(request: pytest.FixtureRequest) -> AsyncIterator[WarmExecutor]:
+    """The fast module path both ways: in the task's process (the default) and in a fork of it."""
+    async with started(WarmExecutor(max_workers=2, fast_modules=("testns.fast.", "kubernetes.core."),
+                                    modules_in_process=request.param)) as ex:
         yield ex
 
 

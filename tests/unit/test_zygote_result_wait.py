@@ -123,10 +123,13 @@ def test_fast_path_switch(monkeypatch: pytest.MonkeyPatch, value: str | None, on
 
 @pytest.mark.parametrize("fast_path, value, on", [
     (True, None, True), (True, "false", False), (True, "1", True), (False, None, False), (False, "1", False)])
-def test_tasks_in_process_switch_needs_the_fast_path(monkeypatch: pytest.MonkeyPatch, fast_path: bool,
-                                                    value: str | None, on: bool) -> None:
+@pytest.mark.parametrize("env, attribute", [(warm.TASKS_IN_PROCESS_ENV, "tasks_in_process"),
+                                             (warm.MODULES_IN_PROCESS_ENV, "modules_in_process")])
+def test_in_process_switches_need_the_fast_path(monkeypatch: pytest.MonkeyPatch, fast_path: bool,
+                                                value: str | None, on: bool, env: str,
+                                                attribute: str) -> None:
     if value is None:
-        monkeypatch.delenv(warm.TASKS_IN_PROCESS_ENV, raising=False)
+        monkeypatch.delenv(env, raising=False)
     else:
-        monkeypatch.setenv(warm.TASKS_IN_PROCESS_ENV, value)
-    assert warm.WarmExecutor(fast_path=fast_path).tasks_in_process is on
+        monkeypatch.setenv(env, value)
+    assert getattr(warm.WarmExecutor(fast_path=fast_path), attribute) is on
