@@ -87,6 +87,72 @@ def ansiballz_module_fqn(source: bytes) -> str | None:
     return (found.group("fqn") or found.group("old")).decode("ascii")
 
 
+_WRAPPER_CALL = b'\n\nif __name__ == "__main__":\n    _ansiballz_main(\n'
+_WRAPPER_KEYS = frozenset({"ansible_module", "module_fqn", "profile", "date_time", "rlimit_nofile", "params",
+                           "extensions", "zip_data"})
+
+
+def ansiballz_direct_call(source: bytes) -> dict[str, Any] | None:
+    """2.19+: the arguments of the AnsiballZ wrapper's ``_ansiballz_main(...)`` call, for running the module
+    without the wrapper (:func:`run_module_directly`); None for any other shape, or for a call that needs the
+    wrapper itself (an extension such as a debugger or coverage, an open-files limit to set).
+
+    ``module_common`` writes that call as the script's last lines, one ``key=repr(value),`` per line; the
+    huge ``zip_data`` and the ``date_time`` (for the zip's ``sitecustomize``) are not read.
+    """
+    import ast
+
+    if not data_tagging():
+        return None
+    start = source.rfind(_WRAPPER_CALL)
+    if start < 0 or not source.endswith(b"\n)\n"):
+        return None
+    values: dict[str, Any] = {}
+    seen = set()
+    for line in source[start + len(_WRAPPER_CALL):-3].split(b"\n"):
+        key, sep, value = line.partition(b"=")
+        name = key.decode("ascii", "replace")
+        if not sep or not value.endswith(b",") or name not in _WRAPPER_KEYS or name in seen:
+            return None
+        seen.add(name)
+        if name in ("zip_data", "date_time"):
+            continue
+        try:
+            values[name] = ast.literal_eval(value[:-1].decode("utf-8"))
+        except (ValueError, SyntaxError, UnicodeDecodeError):
+            return None
+    if seen != _WRAPPER_KEYS or values["extensions"] != {} or values["rlimit_nofile"] != 0:
+        return None
+    if not all(isinstance(values[k], str) for k in ("ansible_module", "module_fqn", "profile", "params")):
+        return None
+    return values
+
+
+NO_PAYLOAD_ZIP = "<the module ran in-process: no payload zip>"
+"""The ``_modlib_path`` a directly run module sees (only ``respawn_module`` reads it; no fast module does)."""
+
+
+def run_module_directly(call: dict[str, Any]) -> None:
+    """What the 2.19+ AnsiballZ wrapper does once its zip is written, minus the zip (the modules and
+    module_utils it holds are the installed files this process imported): a working directory, no cwd on
+    ``sys.path``, and ``_loader.run_module``, which runs the module as ``__main__`` and turns an exception
+    into the module's failed result. Ends with the module's ``SystemExit``, as the wrapper does."""
+    import sys
+
+    from ansible.module_utils._internal._ansiballz import _loader
+
+    try:
+        os.getcwd()
+    except OSError:
+        try:
+            os.chdir(os.path.expanduser("~"))
+        except OSError:
+            os.chdir("/")
+    sys.path = [p for p in sys.path if p not in {"", "."}]
+    _loader.run_module(json_params=call["params"].encode(), profile=call["profile"],
+                       module_fqn=call["module_fqn"], modlib_path=NO_PAYLOAD_ZIP, extensions={})
+
+
 def become_module_side() -> None:
     """In a forked module process: undo controller-only hooks module_utils got at import (2.19+ only)."""
     if not data_tagging():

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from executor_helpers import started, write
 
+from ansible_operator.executors import ansible_compat
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.warm import WarmExecutor
@@ -34,7 +35,7 @@ def main():
                                               exit_code=dict(type="int"), marker=dict(type="str")))
     seen = dict(pid=os.getpid(), leaked_env=os.environ.get("INLINE_LEAK"),
                 task_env=os.environ.get("TASK_ENV"), leaked_path="/inline-leak" in sys.path,
-                cwd=os.getcwd())
+                cwd=os.getcwd(), modlib=globals().get("_modlib_path"))
     if module.params["exit_code"] is not None:
         print("plain words, no JSON")
         sys.stderr.write("and a complaint\\n")
@@ -127,6 +128,11 @@ async def test_module_state_does_not_outlive_the_module(mode: str, tmp_path: Pat
     assert seen["warnings"] == ["warning from first", "warning from second"]
     # the process the module ran in: the run child itself, or a new fork per module
     assert (first["pid"] == second["pid"]) is (mode == "inline")
+    # in-process on 2.19+: the wrapper's last step without its zip; otherwise the AnsiballZ script itself
+    if mode == "inline" and ansible_compat.data_tagging():
+        assert first["modlib"] == ansible_compat.NO_PAYLOAD_ZIP
+    else:
+        assert first["modlib"].endswith("_payload.zip")
 
 
 async def test_exits_and_timeouts_read_the_same_both_ways(tmp_path: Path) -> None:
@@ -141,3 +147,35 @@ async def test_exits_and_timeouts_read_the_same_both_ways(tmp_path: Path) -> Non
     assert "plain words, no JSON" in exits[0]["module_stdout"] and "a complaint" in exits[0]["module_stderr"]
     # and the run went on in the same state: the module after them saw nothing of theirs
     assert [seen["results"]["second"]["task_env"] for seen in both] == [None, None]
+
+
+def _wrapper(**overrides: Any) -> bytes:
+    """A script of the shape 2.19+'s module_common writes: the wrapper code, then one call, a line per
+    argument (``key=repr(value),``)."""
+    import datetime
+
+    args: dict[str, Any] = dict(ansible_module="testns.inline.state",
+                                module_fqn="ansible_collections.testns.inline.plugins.modules.state",
+                                profile="legacy", date_time=datetime.datetime(2026, 1, 1),
+                                rlimit_nofile=0, params='{"ANSIBLE_MODULE_ARGS": {"a": "x=1,\\n"}}',
+                                extensions={}, zip_data="UEsDBA" * 1000)
+    args.update(overrides)
+    lines = "\n".join(f"{key}={value!r}," for key, value in args.items() if value is not None)
+    code = "def _ansiballz_main(**kw):\n    pass\n"
+    return f'{code}\n\nif __name__ == "__main__":\n    _ansiballz_main(\n{lines}\n)\n'.encode()
+
+
+def test_the_direct_call_reads_only_the_exact_wrapper_shape() -> None:
+    call = ansible_compat.ansiballz_direct_call(_wrapper())
+    if not ansible_compat.data_tagging():  # 2.16 - 2.18 always run the script
+        assert call is None
+        return
+    assert call is not None
+    assert call["module_fqn"] == "ansible_collections.testns.inline.plugins.modules.state"
+    assert call["profile"] == "legacy"
+    assert call["params"] == '{"ANSIBLE_MODULE_ARGS": {"a": "x=1,\\n"}}'
+    # anything the wrapper itself would have to do, or any other shape: the script runs instead
+    for refused in (_wrapper(extensions={"debugpy": {}}), _wrapper(rlimit_nofile=1024),
+                    _wrapper(profile=None), _wrapper(surprise=1), _wrapper()[:-2],
+                    _wrapper().replace(b"profile='legacy',", b"profile=legacy,")):
+        assert ansible_compat.ansiballz_direct_call(refused) is None
