@@ -16,6 +16,10 @@ from the same installation (``zygote_child`` re-imports collections that a run's
 
 Anything that does not match the expected shape exactly (become, async wrapper, another interpreter, a
 module outside the prefixes, a non-local connection) runs the normal way.
+
+With the fast path's in-process modules (the default), the planned script runs in the calling process
+instead of a fork (``zygote_module_inline``, through :func:`_execute_in_process`); the fork remains for a
+thread that finds another module running, and when that part is switched off.
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ strategy, the callbacks and the events see exactly what a worker would have sent
 What differs from a worker: a task's ``timeout`` alarm and any prompt run in the run child (its stdin is
 ``/dev/null`` as a worker's is); an action plugin's stray ``print`` reaches the run's stdout (a 2.19
 worker captures it and warns); an exception escaping the task executor becomes a failed task result
-instead of a dead worker. Modules still run in processes of their own (``zygote_modules`` forks the run
-child for fast modules; others are executed by the connection as usual).
+instead of a dead worker. Fast modules then run in the run child too (``zygote_module_inline``; in a fork
+of it with ``ANSIBLE_OPERATOR_WARM_MODULES_IN_PROCESS=false``); other modules are executed by the connection
+as usual, in processes of their own.
 """
 
 from __future__ import annotations
