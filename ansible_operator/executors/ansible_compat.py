@@ -153,23 +153,23 @@ def run_module_directly(call: dict[str, Any]) -> None:
                        module_fqn=call["module_fqn"], modlib_path=NO_PAYLOAD_ZIP, extensions={})
 
 
+_CONTROLLER_HOOKS = ("is_controller", "get_controller_serialize_map", "import_controller_module")
+
+
+def _module_side_hook(name: str) -> Any:
+    """The module side's value of one controller hook (what a module process without the controller has)."""
+    return {"is_controller": False, "get_controller_serialize_map": lambda: {},
+            "import_controller_module": lambda _name: None}[name]
+
+
 def become_module_side() -> None:
     """In a forked module process: undo controller-only hooks module_utils got at import (2.19+ only)."""
     if not data_tagging():
         return
     from ansible.module_utils import _internal
 
-    _internal.is_controller = False
-    _internal.get_controller_serialize_map = lambda: {}
-    _internal.import_controller_module = lambda _name: None
-
-
-_CONTROLLER_HOOKS = ("is_controller", "get_controller_serialize_map", "import_controller_module")
-
-
-def _module_side_hook(name: str) -> Any:
-    return {"is_controller": False, "get_controller_serialize_map": lambda: {},
-            "import_controller_module": lambda _name: None}[name]
+    for name in _CONTROLLER_HOOKS:
+        setattr(_internal, name, _module_side_hook(name))
 
 
 def module_side_per_thread() -> Any:

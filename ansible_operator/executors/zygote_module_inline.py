@@ -88,7 +88,6 @@ class _Saved:
         self.path = sys.path
         self.path_items = list(sys.path)
         self.importer_cache = set(sys.path_importer_cache)
-        self.modules = set(sys.modules)
         self.environ = dict(os.environ)
         self.cwd = os.getcwd()
         self.locale = locale.setlocale(locale.LC_ALL)
@@ -102,7 +101,7 @@ class _Saved:
         sys.path[:] = self.path_items
         for key in set(sys.path_importer_cache) - self.importer_cache:
             sys.path_importer_cache.pop(key, None)
-        _drop_modules_from(added_paths, set(sys.modules) - self.modules)
+        _drop_modules_from(added_paths)
         _restore_environ(self.environ)
         try:
             os.chdir(self.cwd)
@@ -136,12 +135,12 @@ def _set_nofile(limits: tuple[int, int] | None) -> None:
         pass
 
 
-def _drop_modules_from(paths: list[str], names: set[str]) -> None:
-    """Forget modules the payload's zip provided: the zip is gone once the module returns."""
+def _drop_modules_from(paths: list[str]) -> None:
+    """Forget modules the payload's zip provided (only the module's run put the zip on ``sys.path``, so
+    they were imported during it): the zip is gone once the module returns."""
     if not paths:
         return
-    for name in names:
-        module = sys.modules.get(name)
+    for name, module in list(sys.modules.items()):
         origin = str(getattr(module, "__file__", None) or "")
         if any(origin.startswith(path) for path in paths):
             sys.modules.pop(name, None)
