@@ -137,7 +137,9 @@ def test_ansible_variables_in_spec_are_refused(cluster: Cluster, start_operator)
         cond = cluster.wait_condition(name, "Failure")
         assert cond["reason"] == "Refused" and variable in cond["message"], cond
         assert op.runs(name) == [] and cluster.configmap(f"{name}-out") is None
-        assert any(e.reason == "Refused" for e in cluster.events_for(name))
+        # the Event is recorded after the status write: the condition can be seen before it exists
+        assert wait_for(lambda: any(e.reason == "Refused" for e in cluster.events_for(name)), 20,
+                        what=f"a Refused Event for {name}")
 
 
 def test_failing_finalizer_keeps_object_until_it_succeeds(cluster: Cluster, start_operator) -> None:
