@@ -6,6 +6,7 @@ executor (plain ansible-runner and the warm forking one): the observable behavio
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -123,6 +124,10 @@ def test_cr_values_are_inert_to_jinja(cluster: Cluster, start_operator) -> None:
     assert out is not None and out["template_text"] == payload
 
 
+def _has_refused_event(cluster: Cluster, name: str) -> bool:
+    return any(e.reason == "Refused" for e in cluster.events_for(name))
+
+
 def test_ansible_variables_in_spec_are_refused(cluster: Cluster, start_operator) -> None:
     op = start_operator()
     cluster.create_widget("sneaky", {"ansiblePythonInterpreter": "/tmp/evil"})
@@ -138,7 +143,7 @@ def test_ansible_variables_in_spec_are_refused(cluster: Cluster, start_operator)
         assert cond["reason"] == "Refused" and variable in cond["message"], cond
         assert op.runs(name) == [] and cluster.configmap(f"{name}-out") is None
         # the Event is recorded after the status write: the condition can be seen before it exists
-        assert wait_for(lambda: any(e.reason == "Refused" for e in cluster.events_for(name)), 20,
+        assert wait_for(functools.partial(_has_refused_event, cluster, name), 20,
                         what=f"a Refused Event for {name}")
 
 
