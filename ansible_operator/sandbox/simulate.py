@@ -8,7 +8,8 @@ containers exist here, so these controllers write the status a healthy cluster c
   replicas ready (Deployment: ``Available`` and ``Progressing`` conditions); scaling to 0 works. With the fail
   annotation (below) a Deployment/StatefulSet never gets ready (Deployment: ``Available=False``,
   ``ProgressDeadlineExceeded``), like a crash-looping rollout. A StatefulSet's
-  ``volumeClaimTemplates`` produce PVCs ``<template>-<statefulset>-<ordinal>`` as the real controller does.
+  ``volumeClaimTemplates`` produce PVCs ``<template>-<statefulset>-<ordinal>`` as the real controller does;
+  a replica counts as ready only once its claims are ``Bound`` (a Pod with an unbound claim is unschedulable).
   Deployments keep ReplicaSets with revisions, StatefulSets/DaemonSets ControllerRevisions (:mod:`rollout`);
   the workloads create their Pods (:mod:`pods`); a template naming a missing ServiceAccount stalls the
   rollout as admission would.
@@ -332,10 +333,13 @@ class Simulator:
         spec = obj.get("spec") or {}
         replicas = int(spec.get("replicas", 1))
         meta = obj["metadata"]
-        self._claims(obj, replicas)
+        bound = self._claims(obj, replicas)
         revision = self._history.sync(obj, "StatefulSet")["metadata"]["name"]
         self._pods.stateful(obj, replicas, revision)
-        ready = 0 if _fails(obj) else replicas
+        # a Pod whose claims are not Bound cannot be scheduled, so it is not ready yet: look again shortly
+        ready = 0 if _fails(obj) else bound
+        if not _fails(obj) and bound < replicas:
+            self._schedule(("apps/statefulsets", meta["namespace"], meta["name"]))
         status = {"observedGeneration": meta.get("generation", 1), "replicas": replicas,
                   "availableReplicas": ready,
                   **_omit_zero({"readyReplicas": ready, "currentReplicas": replicas,
@@ -343,21 +347,27 @@ class Simulator:
                   "currentRevision": revision, "updateRevision": revision, "collisionCount": 0}
         self._write_status(rtype, obj, status)
 
-    def _claims(self, sts: dict[str, Any], replicas: int) -> None:
-        """PVCs for volumeClaimTemplates, named like the StatefulSet controller names them."""
+    def _claims(self, sts: dict[str, Any], replicas: int) -> int:
+        """PVCs for volumeClaimTemplates, named like the StatefulSet controller names them; returns how many
+        ordinals have all their claims ``Bound``."""
         pvc_type = self.registry.get("", "v1", "persistentvolumeclaims")
         assert pvc_type is not None
         meta = sts["metadata"]
         spec = sts.get("spec") or {}
         labels = ((spec.get("selector") or {}).get("matchLabels") or {})
+        unbound: set[int] = set()
         for tmpl in spec.get("volumeClaimTemplates") or []:
             tname = (tmpl.get("metadata") or {}).get("name")
             if not tname:
                 continue
             for i in range(replicas):
                 name = f"{tname}-{meta['name']}-{i}"
-                if self.store.peek(("/persistentvolumeclaims", meta["namespace"], name)) is not None:
+                existing = self.store.peek(("/persistentvolumeclaims", meta["namespace"], name))
+                if existing is not None:
+                    if (existing.get("status") or {}).get("phase") != "Bound":
+                        unbound.add(i)
                     continue
+                unbound.add(i)
                 tmeta = tmpl.get("metadata") or {}
                 body = {
                     "apiVersion": "v1",
@@ -371,6 +381,7 @@ class Simulator:
                     "spec": copy.deepcopy(tmpl.get("spec") or {}),
                 }
                 self.api.create(pvc_type, meta["namespace"], body)
+        return replicas - len(unbound)
 
     def _replicaset(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
         replicas = int((obj.get("spec") or {}).get("replicas", 1))

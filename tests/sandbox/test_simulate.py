@@ -49,10 +49,10 @@ def test_statefulset_ready_and_claims(api):
     )
     assert sts.status.observed_generation == sts.metadata.generation
     assert sts.status.current_revision == sts.status.update_revision
-    pvcs = wait_for(lambda: [p for p in core.list_namespaced_persistent_volume_claim("default").items
-                             if p.status.phase == "Bound"] if len(
-        core.list_namespaced_persistent_volume_claim("default").items) == 2 else None)
+    # a replica is ready only once its claim is Bound (its Pod could not be scheduled before)
+    pvcs = core.list_namespaced_persistent_volume_claim("default").items
     assert sorted(p.metadata.name for p in pvcs) == ["data-db-0", "data-db-1"]
+    assert [p.status.phase for p in pvcs] == ["Bound", "Bound"]
     assert pvcs[0].status.capacity == {"storage": "2Gi"}
 
 
