@@ -135,12 +135,50 @@ def decode_body(raw: bytes, content_type: str = "application/json") -> Any:
     if "cbor" in ct:
         raise unsupported_media_type(ct)
     try:
-        body = yaml.safe_load(raw) if "yaml" in ct else json.loads(raw)
+        body = _load_yaml(raw) if "yaml" in ct else json.loads(raw)
     except (ValueError, yaml.YAMLError, RecursionError) as e:
         raise bad_request(f"the body of the request could not be decoded: {e}") from None
     if _depth_exceeds(body, MAX_DEPTH):
         raise bad_request(f"the body of the request could not be decoded: exceeded max depth ({MAX_DEPTH})")
     return body
+
+
+#: libyaml's loader where PyYAML has it (the pure-Python one takes seconds on hostile nesting)
+_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: the most nodes a YAML body may expand to through its aliases (go-yaml refuses "excessive aliasing" too)
+MAX_YAML_NODES = 1_000_000
+
+
+def _load_yaml(raw: bytes) -> Any:
+    """A YAML body, checked on its event stream before any object is built: nesting deeper than
+    ``MAX_DEPTH`` and aliases expanding past ``MAX_YAML_NODES`` (a "billion laughs") are refused at the cost
+    of one scan, instead of building and walking the expanded object."""
+    sizes: dict[str, int] = {}  # anchor -> nodes its value expands to
+    stack: list[tuple[str | None, int]] = [(None, 0)]  # (anchor, nodes so far) per open collection
+    total = 0  # nodes of the document with every alias expanded
+    for event in yaml.parse(raw, Loader=_YAML_LOADER):
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            if len(stack) > MAX_DEPTH:
+                raise ValueError(f"exceeded max depth ({MAX_DEPTH})")
+            stack.append((event.anchor, 1))
+            total += 1
+            continue
+        if isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            anchor, nodes = stack.pop()
+        elif isinstance(event, yaml.ScalarEvent):
+            anchor, nodes = event.anchor, 1
+            total += 1
+        elif isinstance(event, yaml.AliasEvent):
+            anchor, nodes = None, sizes.get(event.anchor or "", 1)
+            total += nodes
+        else:
+            continue
+        if anchor is not None:
+            sizes[anchor] = nodes
+        stack[-1] = (stack[-1][0], stack[-1][1] + nodes)
+        if total > MAX_YAML_NODES:
+            raise ValueError(f"the document contains excessive aliasing (more than {MAX_YAML_NODES} nodes)")
+    return yaml.load(raw, Loader=_YAML_LOADER)
 
 
 def _depth_exceeds(value: Any, limit: int) -> bool:

@@ -163,3 +163,24 @@ def test_malformed_crds_are_rejected_not_crashing(sandbox: SandboxHandle):
         assert status in (400, 422), (path, status, body[:300])
     status, _ = _request(url, "POST", json.dumps(CRD).encode(), "application/json")
     assert status == 201
+
+
+def test_hostile_yaml_is_refused_before_it_is_built(sandbox: SandboxHandle):
+    """A "billion laughs" (nine levels of ten aliases: 10^9 nodes once expanded) and deep flow nesting are
+    refused with a 400 from the YAML event stream; building and walking them took minutes (aliases) or
+    seconds (5,000 nested brackets, the pure-Python loader). The server answers the next request."""
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    for prev, name in zip("abcdefgh", "bcdefghi"):
+        laughs += f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 10) + "]\n"
+    url = sandbox.url + "/api/v1/namespaces/default/configmaps/x?fieldManager=m"
+    for body, message in ((laughs.encode(), "excessive aliasing"),
+                          (b"[" * 5000 + b"]" * 5000, "exceeded max depth")):
+        status, answer = _request(url, "PATCH", body, "application/apply-patch+yaml")
+        doc = json.loads(answer)
+        assert (status, doc["code"], doc["reason"]) == (400, 400, "BadRequest")
+        assert message in doc["message"]
+    # aliases that expand to a small document are YAML like any other
+    status, answer = _request(url, "PATCH", b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"
+                                            b"data: &d {k: v}\n", "application/apply-patch+yaml")
+    assert status == 201, answer[:300]
+    assert json.loads(answer)["data"] == {"k": "v"}
