@@ -70,6 +70,37 @@ class RefusedVariable(ValueError):
         self.variable = variable
 
 
+#: The deepest ``spec`` nesting a run is started for. ansible-core's own variable handling is recursive and
+#: gives up ("Unexpected Exception ... maximum recursion depth exceeded") just past 315 levels on 2.19 and
+#: ~490 on 2.16/2.21 (a ``debug`` of the variable), and the runner's own conversions recurse too. A deeper
+#: object is refused with a message naming where, instead of a run that dies of a RecursionError (or, past
+#: ~500 levels, a reconcile retried with a traceback forever). The sandbox refuses bodies deeper than 200
+#: levels; a real API server takes custom resources up to 10,000 deep.
+MAX_SPEC_DEPTH = 300
+
+
+def _nesting(value: Any, limit: int) -> str | None:
+    """The path of the first mapping/list nested more than ``limit`` levels below ``value``, else None
+    (iterative, and paths are only spelled out for the answer: no recursion or quadratic work on hostile
+    input)."""
+    steps: list[tuple[int, str]] = [(-1, "spec")]  # (parent step, key) per container seen
+    stack: list[tuple[Any, int, int]] = [(value, 0, 0)]  # (container, its step, its depth)
+    while stack:
+        item, step, depth = stack.pop()
+        if depth > limit:
+            keys: list[str] = []
+            while step >= 0:
+                step, name = steps[step]
+                keys.append(name)
+            return "".join(reversed(keys))
+        pairs: Any = item.items() if isinstance(item, Mapping) else enumerate(item)
+        for key, child in pairs:
+            if isinstance(child, (Mapping, list)):
+                steps.append((step, f".{key}" if isinstance(item, Mapping) else f"[{key}]"))
+                stack.append((child, len(steps) - 1, depth + 1))
+    return None
+
+
 # ---- Operator SDK paramconv (port of internal/ansible/paramconv/paramconv.go) ------------------------
 
 _NUMBER_SEQUENCE = re.compile(r"([a-zA-Z])(\d+)([a-zA-Z](\d+))")
@@ -282,6 +313,14 @@ def build_extra_vars(
     wrap = _mark_unsafe if mark_unsafe else (lambda v: v)
     raw_spec = obj.get("spec")
     spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+    too_deep = _nesting(spec, MAX_SPEC_DEPTH) if isinstance(spec, Mapping) else None
+    if too_deep is not None:
+        top = too_deep.split(".")[1].split("[")[0] if "." in too_deep else ""
+        raise RefusedVariable(
+            f"spec nests more than {MAX_SPEC_DEPTH} levels deep (at {too_deep[:200]}); Ansible cannot"
+            " handle variables that deep: flatten the field",
+            spec_key=f"spec.{top}" if top else "spec", variable=to_snake_case(top) if snake_case else top,
+        )
 
     params = snake_case_keys(spec) if snake_case else {k: v for k, v in spec.items()}
     reserved = reserved_names() if params else frozenset()

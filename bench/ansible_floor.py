@@ -12,7 +12,10 @@ same setting measured in the same invocation:
   callbacks, stats, artifacts, exit: what any run costs;
 * ``debug x4``: four templated ``debug`` tasks: the per-task machinery (strategy, task executor,
   templating, action plugin, callbacks, events) without any module process;
-* ``debug x4 + set_fact``: the same with a ``set_fact`` and a ``when`` (conditionals, registered facts).
+* ``debug x4 + set_fact``: the same with a ``set_fact`` and a ``when`` (conditionals, registered facts);
+* ``module x4``: four ``ansible_operator.util.requeue_after`` tasks, a module that makes no API call: the
+  Memcached role's shape (four module tasks) with every API call taken out, i.e. what Ansible itself costs
+  per reconcile of that role, however fast the API is.
 
 The CPU of one process is read from /proc in 10 ms clock ticks, so the figure is the total over all
 timed runs divided by their number, not a median of per-run differences.
@@ -36,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import cpu_seconds  # noqa: E402
 
+from ansible_operator.collections import COLLECTIONS_ROOT  # noqa: E402
 from ansible_operator.executors.base import RunRequest  # noqa: E402
 from ansible_operator.executors.datadir import new_run_id  # noqa: E402
 from ansible_operator.executors.warm import WarmExecutor  # noqa: E402
@@ -53,6 +57,8 @@ PLAYS = {
     "debug x4 + set_fact": _HEAD + _debugs("one", "two", "three")
     + "    - set_fact: {shout: \"{{ who | upper }}\"}\n"
     + "    - debug: msg=\"{{ shout }}\"\n      when: shout | length > 0\n",
+    "module x4": _HEAD + "".join(f"    - ansible_operator.util.requeue_after: {{time: {n}s}}\n"
+                                 for n in range(1, 5)),
 }
 
 
@@ -67,7 +73,8 @@ async def _measure(play: Path, fast_path: bool, runs: int, warmup: int, workdir:
         async def one() -> None:
             rid = new_run_id()
             request = RunRequest(run_id=rid, private_data_dir=workdir / rid, extra_vars={"who": "bench"},
-                                 playbook=play, envvars={"ANSIBLE_GATHERING": "explicit"})
+                                 playbook=play, envvars={"ANSIBLE_GATHERING": "explicit"},
+                                 collections_path=(COLLECTIONS_ROOT,))
             outcome = await executor.run(request, lambda _event: None)
             if outcome.status != "successful":
                 raise SystemExit(f"{play.name}: run ended {outcome.status}: {outcome.error}")

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -335,3 +336,26 @@ async def test_load_reserved_names_matches_the_blocking_one(monkeypatch: pytest.
     expected = ev.reserved_names()
     monkeypatch.setattr(ev, "_reserved", None)
     assert await ev.load_reserved_names() == expected
+
+
+def test_spec_nested_deeper_than_ansible_can_take_is_refused() -> None:
+    """A spec deeper than MAX_SPEC_DEPTH is refused with a message naming where: Ansible's variable handling
+    dies of a RecursionError just past it (2.19), and past ~500 levels the runner's own conversion raised
+    RecursionError (a failed reconcile retried forever, no status). Up to the limit, vars as usual."""
+    from ansible_operator.extravars import MAX_SPEC_DEPTH
+
+    def nested(levels: int) -> dict[str, Any]:
+        value: dict[str, Any] = {}
+        for _ in range(levels - 1):
+            value = {"innerKey": value}
+        return value
+
+    ok = build_extra_vars(cr({"deepField": nested(MAX_SPEC_DEPTH)}), watch_vars={}, snake_case=True,
+                          mark_unsafe=True, group="g.example.com", kind="K")
+    assert "inner_key" in ok["deep_field"]
+    for levels in (MAX_SPEC_DEPTH + 1, 5000):
+        with pytest.raises(RefusedVariable, match=f"more than {MAX_SPEC_DEPTH} levels") as exc:
+            build_extra_vars(cr({"size": 1, "deepField": nested(levels)}), watch_vars={}, snake_case=True,
+                             mark_unsafe=True, group="g.example.com", kind="K")
+        assert (exc.value.spec_key, exc.value.variable) == ("spec.deepField", "deep_field")
+        assert "spec.deepField.innerKey.innerKey" in str(exc.value)
