@@ -249,6 +249,21 @@ def preload_module_side() -> None:
         import ansible.module_utils._internal._ansiballz._loader  # noqa: F401
 
 
+def preload_json_profiles() -> None:
+    """2.19+ import a JSON profile module (``ansible.module_utils._internal._json._profiles._*``) the first
+    time a run encodes or decodes with it (module arguments, results, callbacks): four per run, even an
+    empty play's. Imported once in the zygote instead; nothing on 2.16 - 2.18, which have none."""
+    import importlib
+    import pkgutil
+
+    try:
+        package = importlib.import_module("ansible.module_utils._internal._json._profiles")
+    except ImportError:
+        return
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{info.name}")
+
+
 def worker_setsid_hook() -> tuple[Any, str] | None:
     """(class, method name) whose ``os.setsid`` call detaches Ansible's workers, or None (2.16 - 2.18).
 

@@ -84,6 +84,9 @@ def preload() -> None:
     from ansible.plugins.loader import init_plugin_loader
 
     init_plugin_loader([])
+    from ansible_operator.executors import zygote_plugin_docs
+
+    zygote_plugin_docs.install()  # before any plugin is loaded: see the module
     import ansible_runner.utils  # noqa: F401  (OutputEventFilter, used by every child)
     # Every run loads these lazily (TaskQueueManager walks all callbacks, the inventory manager every
     # enabled inventory plugin, ...); loading them here also parses each plugin's DOCUMENTATION once.
@@ -94,10 +97,15 @@ def preload() -> None:
         list(plugin_loader.all(class_only=True))
     for name in C.INVENTORY_ENABLED:
         loader.inventory_loader.get(name, class_only=True)
-    # vars plugin *instances* are cached with the options of the process that loaded them: import only.
-    import ansible.plugins.vars.host_group_vars  # noqa: F401
-    loader.cache_loader.get("ansible.builtin.jsonfile", class_only=True)
-    loader.cache_loader.get("ansible.builtin.memory", class_only=True)
+    # vars plugin *instances* are cached with the options of the process that loaded them (and even a
+    # class-only load records the plugin in the loader's load order): import only, and read the options
+    # from its documentation as a run's load does, under the name a run uses.
+    import ansible.plugins.vars.host_group_vars as host_group_vars
+
+    loader.vars_loader._load_config_defs("host_group_vars", host_group_vars, host_group_vars.__file__)
+    # by the names a run uses too: options are registered under the name the plugin was loaded by
+    for name in ("ansible.builtin.jsonfile", "ansible.builtin.memory", "jsonfile", "memory"):
+        loader.cache_loader.get(name, class_only=True)
     for name in ("ansible.builtin.normal", "ansible.builtin.debug", "ansible.builtin.set_fact",
                  "ansible.builtin.template", "ansible.builtin.include_role", "ansible.builtin.assert",
                  "ansible.builtin.command", "ansible.builtin.fail", "ansible.builtin.gather_facts",
@@ -115,7 +123,17 @@ def preload() -> None:
     import ansible.executor.process.worker  # noqa: F401  (re-pointed by every child)
     import ansible.modules  # noqa: F401
 
-    from ansible_operator.executors import zygote_child, zygote_modules, zygote_payloads  # noqa: F401
+    # the run child's own modules: imported per run they were compiled per run (no .pyc is written where
+    # PYTHONDONTWRITEBYTECODE is set, as in many images)
+    from ansible_operator.executors import (  # noqa: F401
+        zygote_child,
+        zygote_module_inline,
+        zygote_modules,
+        zygote_payloads,
+        zygote_tasks,
+        zygote_templates,
+    )
+    ansible_compat.preload_json_profiles()
     _preload_kubernetes(loader)
 
 

@@ -227,9 +227,11 @@ def _forget_moved_collections(search_paths: list[str]) -> None:
     """
     from ansible.plugins.loader import get_all_plugin_loaders
 
-    for name, module in list(sys.modules.items()):
+    # only collection packages (ansible_collections.<ns>.<name>); the zygote holds thousands of modules
+    for name, module in [(n, m) for n, m in sys.modules.items()
+                         if n.startswith("ansible_collections.") and n.count(".") == 2]:
         parts = name.split(".")
-        if len(parts) != 3 or parts[0] != "ansible_collections" or not getattr(module, "__path__", None):
+        if not getattr(module, "__path__", None):
             continue
         loaded_from = os.path.realpath(list(module.__path__)[0])
         wanted = next((os.path.join(p, *parts) for p in search_paths
@@ -475,6 +477,10 @@ def _run(spec: RunSpec, sink: EventSink) -> None:
     _keep_workers_in_the_run()
     if spec.get("fast_path", True):
         _wait_on_results()
+    else:
+        from ansible_operator.executors import zygote_plugin_docs
+
+        zygote_plugin_docs.disable()
     from ansible_operator.executors import zygote_modules, zygote_payloads
 
     modules_in_process = bool(spec.get("fast_path", True) and spec.get("modules_in_process", True))
