@@ -179,6 +179,38 @@ async def test_contract_collection_role_from_a_run_collection_path(
     assert ok_messages(events) == ["collection role says hi"]
 
 
+async def test_contract_adjacent_plugins_named_like_builtins_are_the_playbooks(
+    executor: Executor, tmp_path: Path
+) -> None:
+    """A playbook's own ``action_plugins/debug.py`` and ``filter_plugins/core.py`` (files named like
+    builtins the zygote has loaded) are the ones a run uses, as in a fresh ansible-playbook; the builtin
+    filters of ``core`` stay available. Two runs: the second is a child of a zygote that ran the first."""
+    write(tmp_path / "action_plugins" / "debug.py", """
+from ansible.plugins.action import ActionBase
+
+
+class ActionModule(ActionBase):
+    def run(self, tmp=None, task_vars=None):
+        return {"msg": "the playbook's debug: " + self._task.args["msg"], "changed": False}
+""")
+    write(tmp_path / "filter_plugins" / "core.py", """
+class FilterModule(object):
+    def filters(self):
+        return {"shout": lambda value: str(value).upper() + "!"}
+""")
+    pb = write(tmp_path / "pb.yml", """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - debug: msg="{{ 'hi' | shout }} {{ 'a,b' | split(',') | join('+') }}"
+""")
+    for _ in range(2):
+        events: list[dict[str, Any]] = []
+        outcome = await executor.run(request_for(tmp_path, playbook=pb), events.append)
+        assert outcome.status == "successful", outcome
+        assert ok_messages(events) == ["the playbook's debug: HI! a+b"]
+
+
 async def test_contract_verbosity_is_per_run(executor: Executor, tmp_path: Path) -> None:
     pb = write(
         tmp_path / "pb.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=x\n"
