@@ -79,24 +79,24 @@ class RefusedVariable(ValueError):
 MAX_SPEC_DEPTH = 300
 
 
-def _nesting(value: Any, limit: int) -> str | None:
-    """The path of the first mapping/list nested more than ``limit`` levels below ``value``, else None
-    (iterative, and paths are only spelled out for the answer: no recursion or quadratic work on hostile
-    input)."""
-    steps: list[tuple[int, str]] = [(-1, "spec")]  # (parent step, key) per container seen
-    stack: list[tuple[Any, int, int]] = [(value, 0, 0)]  # (container, its step, its depth)
+def _too_deep(spec: Mapping[str, Any], limit: int) -> list[Any] | None:
+    """The keys/indexes from ``spec`` down to the first mapping/list nested more than ``limit`` levels
+    below it, else None (iterative, and the path is only spelled out for the answer: no recursion or
+    quadratic work on hostile input)."""
+    steps: list[tuple[int, Any]] = []  # (parent step or -1, key/index) per container seen
+    stack: list[tuple[Any, int, int]] = [(spec, -1, 0)]  # (container, its step, its depth)
     while stack:
         item, step, depth = stack.pop()
         if depth > limit:
-            keys: list[str] = []
+            keys: list[Any] = []
             while step >= 0:
-                step, name = steps[step]
-                keys.append(name)
-            return "".join(reversed(keys))
+                step, key = steps[step]
+                keys.append(key)
+            return keys[::-1]
         pairs: Any = item.items() if isinstance(item, Mapping) else enumerate(item)
         for key, child in pairs:
             if isinstance(child, (Mapping, list)):
-                steps.append((step, f".{key}" if isinstance(item, Mapping) else f"[{key}]"))
+                steps.append((step, key))
                 stack.append((child, len(steps) - 1, depth + 1))
     return None
 
@@ -313,13 +313,14 @@ def build_extra_vars(
     wrap = _mark_unsafe if mark_unsafe else (lambda v: v)
     raw_spec = obj.get("spec")
     spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
-    too_deep = _nesting(spec, MAX_SPEC_DEPTH) if isinstance(spec, Mapping) else None
+    too_deep = _too_deep(spec, MAX_SPEC_DEPTH)
     if too_deep is not None:
-        top = too_deep.split(".")[1].split("[")[0] if "." in too_deep else ""
+        top = str(too_deep[0])
+        where = "spec" + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in too_deep)
         raise RefusedVariable(
-            f"spec nests more than {MAX_SPEC_DEPTH} levels deep (at {too_deep[:200]}); Ansible cannot"
+            f"spec nests more than {MAX_SPEC_DEPTH} levels deep (at {where[:200]}); Ansible cannot"
             " handle variables that deep: flatten the field",
-            spec_key=f"spec.{top}" if top else "spec", variable=to_snake_case(top) if snake_case else top,
+            spec_key=f"spec.{top}", variable=to_snake_case(top) if snake_case else top,
         )
 
     params = snake_case_keys(spec) if snake_case else {k: v for k, v in spec.items()}

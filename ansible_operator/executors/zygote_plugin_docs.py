@@ -52,7 +52,3 @@ def disable() -> None:
     global _enabled
     _enabled = False
 
-
-def remembered() -> frozenset[tuple[str, str, str]]:
-    """(plugin class, name, file) of the documents found to define no options (for tests)."""
-    return frozenset(_WITHOUT_OPTIONS)
