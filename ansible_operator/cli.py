@@ -430,6 +430,23 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--log-level", type=log_level, default="INFO",
                     help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL")
 
+    # ---- cluster ---------------------------------------------------------------------------------
+    cl = sub.add_parser("cluster", help="build or run a real Kubernetes control plane on loopback (etcd,"
+                                        " kube-apiserver, controller-manager, scheduler, kwok)")
+    cl.set_defaults(module="ansible_operator.controlplane.cli")
+    cl_sub = cl.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    cl_sub.required = True
+    cl_sub.add_parser("build", help="find or build the binaries (KUBEBUILDER_ASSETS, the cache, or go build)"
+                                    " and print their versions")
+    up = cl_sub.add_parser("up", help="start the control plane and serve until SIGINT/SIGTERM")
+    up.add_argument("--dir", default=None, help="where its data, certificates and logs go (default: a temp"
+                                                " dir removed at exit)")
+    up.add_argument("--keep", action="store_true", help="keep the temp dir at exit")
+    up.add_argument("--kubeconfig", default=None, help="also write the admin kubeconfig here")
+    up.add_argument("--crds", action="append", default=[], metavar="DIR_OR_FILE",
+                    help="CustomResourceDefinition YAML files or directories to install (repeatable)")
+    up.add_argument("--nodes", type=positive_int, default=1, help="fake (kwok) nodes (default 1)")
+
     # ---- runs ------------------------------------------------------------------------------------
     runs = sub.add_parser("runs", help="list recent runs per custom resource, or show one run's tasks")
     runs.set_defaults(module="ansible_operator.runs")

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from ansible_operator.sandbox.testing import SandboxHandle, SandboxProcess, start_in_thread, start_process
+from tests import kube
 
 TESTS = Path(__file__).parent
 # Every test under these directories runs Ansible (operators, roles, molecule, the benchmark): all of them
@@ -50,6 +51,30 @@ VERSION_INDEPENDENT = {
         "test_apiserver_kill", "test_edit_burst", "test_hostile_content", "test_leader_kill",
         "test_network_cut", "test_watch_gap")},
 }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The shared real control plane (tests/kube.py), started once, before any xdist worker."""
+    kube.configure(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    kube.unconfigure(config)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    kube.summary(terminalreporter)
+
+
+@pytest.fixture
+def shared_cluster() -> Iterator[kube.SharedCluster]:
+    """The session's real control plane with namespaces of this test's own (deleted afterwards); skips
+    nothing: on the sandbox backend it is an error to ask for it."""
+    cluster = kube.shared()
+    try:
+        yield cluster
+    finally:
+        cluster.cleanup()
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects

@@ -105,9 +105,12 @@ def widget_sandbox(kubeconfig: Path) -> SandboxHandle:
 
 def spawn_operator(workdir: Path, watches: list[dict[str, Any]], kubeconfig: Path, executor: str,
                    *flags: str, artifacts: Path | None = None, env: dict[str, str] | None = None,
-                   append_log: bool = False) -> tuple[subprocess.Popen[bytes], Path, Path, Path]:
+                   append_log: bool = False, namespace: str | None = None,
+                   ) -> tuple[subprocess.Popen[bytes], Path, Path, Path]:
     """``python -m ansible_operator run`` in ``workdir`` (created) with ``watches``, in a session of its own
     (so ``SIGKILL`` of it is a crash, not a clean shutdown); stdout and stderr to ``operator.log``.
+    ``namespace``: the operator watches only it (``WATCH_NAMESPACE``, as the SDK reads it) unless the
+    flags or ``env`` say otherwise: the real control plane is shared by every test of the run.
     Returns (process, watches file, artifacts dir, log path)."""
     workdir.mkdir(parents=True, exist_ok=True)
     watches_file = workdir / "watches.yaml"
@@ -118,7 +121,10 @@ def spawn_operator(workdir: Path, watches: list[dict[str, Any]], kubeconfig: Pat
             "--kubeconfig", str(kubeconfig), "--artifacts-dir", str(artifacts), "--executor", executor,
             "--metrics-bind-address", "0", "--health-probe-bind-address", "0", *flags]
     # The test roles use no facts: skip gathering them (~1 s per run), as the runner image does.
-    proc_env = {**os.environ, "PYTHONUNBUFFERED": "1", "ANSIBLE_GATHERING": "explicit", **(env or {})}
+    proc_env = {**os.environ, "PYTHONUNBUFFERED": "1", "ANSIBLE_GATHERING": "explicit"}
+    if namespace and not any(f.startswith("--watch-namespace") for f in flags):
+        proc_env["WATCH_NAMESPACE"] = namespace
+    proc_env.update(env or {})
     proc_env.pop("KUBECONFIG", None)
     with open(log_path, "ab" if append_log else "wb") as log_file:
         proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, cwd=workdir, env=proc_env,

@@ -1,6 +1,8 @@
-"""End-to-end harness: a sandbox API server, the test CRD, and the operator as a real subprocess.
+"""End-to-end harness: an API server (the session's real control plane, or a sandbox per test with
+``ANSIBLE_OPERATOR_TEST_API=sandbox``: tests/kube.py), the test CRD, and the operator as a real subprocess.
 
-The operator runs exactly as a user runs it (``python -m ansible_operator run --kubeconfig ...``); tests
+The operator runs exactly as a user runs it (``python -m ansible_operator run --kubeconfig ...``), watching
+only the test's own namespace (``cluster.ns``: the control plane is shared by every test of the run); tests
 talk to the API server only through the ``kubernetes`` client, like kubectl would.
 """
 
@@ -17,6 +19,7 @@ import kubernetes
 import pytest
 
 from ansible_operator.sandbox import Sandbox
+from tests import kube
 from tests.harness import (
     GROUP,
     KIND,
@@ -38,28 +41,29 @@ __all__ = ["GROUP", "KIND", "PLURAL", "VERSION", "wait_for"]
 
 @dataclass
 class Cluster(Widgets):
-    sandbox: Sandbox
+    sandbox: Sandbox | None  # None on the real control plane
     kubeconfig: Path
     api: kubernetes.client.ApiClient
+    ns: str = NAMESPACE  # this test's namespace (unique on the shared real control plane)
 
     def __post_init__(self) -> None:
         self._clients(self.api)
 
     # widgets
-    def create_widget(self, name: str, spec: dict[str, Any], namespace: str = NAMESPACE,
+    def create_widget(self, name: str, spec: dict[str, Any], namespace: str | None = None,
                       **meta: Any) -> dict[str, Any]:
-        return self.create(namespace, name, spec, **meta)
+        return self.create(namespace or self.ns, name, spec, **meta)
 
-    def get_widget(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:
-        return self.get(namespace, name)
+    def get_widget(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        return self.get(namespace or self.ns, name)
 
-    def patch_widget(self, name: str, patch: dict[str, Any], namespace: str = NAMESPACE) -> dict[str, Any]:
-        return self.patch(namespace, name, patch)
+    def patch_widget(self, name: str, patch: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        return self.patch(namespace or self.ns, name, patch)
 
-    def delete_widget(self, name: str, namespace: str = NAMESPACE) -> None:
-        self.delete(namespace, name)
+    def delete_widget(self, name: str, namespace: str | None = None) -> None:
+        self.delete(namespace or self.ns, name)
 
-    def condition(self, name: str, ctype: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:
+    def condition(self, name: str, ctype: str, namespace: str | None = None) -> dict[str, Any] | None:
         obj = self.get_widget(name, namespace) or {}
         for cond in (obj.get("status") or {}).get("conditions") or []:
             if cond.get("type") == ctype:
@@ -67,7 +71,8 @@ class Cluster(Widgets):
         return None
 
     def wait_condition(self, name: str, ctype: str, status: str = "True", timeout: float = 60.0,
-                       namespace: str = NAMESPACE, generation: int | None = None) -> dict[str, Any]:
+                       namespace: str | None = None, generation: int | None = None) -> dict[str, Any]:
+        namespace = namespace or self.ns
         def check() -> dict[str, Any] | None:
             cond = self.condition(name, ctype, namespace)
             if not cond or cond.get("status") != status:
@@ -77,16 +82,26 @@ class Cluster(Widgets):
             return cond
         return wait_for(check, timeout, what=f"{ctype}={status} on {namespace}/{name}")
 
-    def configmap(self, name: str, namespace: str = NAMESPACE) -> dict[str, str] | None:  # type: ignore[override]
-        return super().configmap(namespace, name)
+    def configmap(self, name: str, namespace: str | None = None) -> dict[str, str] | None:  # type: ignore[override]
+        return super().configmap(namespace or self.ns, name)
 
-    def events_for(self, name: str, namespace: str = NAMESPACE) -> list[Any]:
-        items = self.core.list_namespaced_event(namespace).items
+    def events_for(self, name: str, namespace: str | None = None) -> list[Any]:
+        items = self.core.list_namespaced_event(namespace or self.ns).items
         return [e for e in items if e.involved_object and e.involved_object.name == name]
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    if kube.real():
+        shared = kube.shared()
+        ns = shared.namespace("e2e")
+        api = shared.api_client()
+        try:
+            yield Cluster(None, shared.kubeconfig, api, ns)
+        finally:
+            api.close()
+            shared.cleanup()
+        return
     handle = widget_sandbox(tmp_path / "kubeconfig")
     try:
         api = handle.api_client()
@@ -109,9 +124,11 @@ class OperatorProcess:
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def runs(self, name: str, phase: str | None = None, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    namespace: str = NAMESPACE
+
+    def runs(self, name: str, phase: str | None = None, namespace: str | None = None) -> list[dict[str, Any]]:
         """run.json summaries of one widget, oldest first."""
-        return read_runs(self.artifacts, namespace, name, phase)
+        return read_runs(self.artifacts, namespace or self.namespace, name, phase)
 
     def stop(self, timeout: float = 30.0) -> int:
         return stop_process(self.proc, timeout)
@@ -145,8 +162,8 @@ def start_operator(
         workdir.mkdir()
         proc, watches_file, artifacts, log_path = spawn_operator(
             workdir, watches if watches is not None else [default_watch()], cluster.kubeconfig, executor,
-            *extra, env=env)
-        op = OperatorProcess(proc, log_path, artifacts, watches_file)
+            *extra, env=env, namespace=cluster.ns)
+        op = OperatorProcess(proc, log_path, artifacts, watches_file, cluster.ns)
         started.append(op)
         return op
 

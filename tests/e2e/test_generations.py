@@ -14,7 +14,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from .conftest import EXECUTORS, GROUP, HERE, NAMESPACE, PLURAL, VERSION, Cluster, default_watch, wait_for
+from .conftest import EXECUTORS, GROUP, HERE, PLURAL, VERSION, Cluster, default_watch, wait_for
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def _successful_generations(cluster: Cluster, name: str, seen: list[tuple[int | 
     """Each distinct (status.observedGeneration, metadata.generation) of Successful=True, in order."""
     w = kubernetes.watch.Watch()
     ready.set()
-    for event in w.stream(cluster.custom.list_namespaced_custom_object, GROUP, VERSION, NAMESPACE, PLURAL,
+    for event in w.stream(cluster.custom.list_namespaced_custom_object, GROUP, VERSION, PLURAL,
                           field_selector=f"metadata.name={name}", timeout_seconds=120):
         obj: dict[str, Any] = event["object"]
         status = obj.get("status") or {}

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import GROUP, KIND, NAMESPACE, VERSION, Cluster, wait_for
+from .conftest import GROUP, KIND, VERSION, Cluster, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ansible_versions]  # on the lowest ansible-core too
 
@@ -53,14 +53,14 @@ def _write_roles(base: Path) -> tuple[Path, Path]:
 def test_finalizer_updating_users_configmaps_does_not_get_them_deleted(
         cluster: Cluster, start_operator, tmp_path: Path) -> None:
     for name in USER_OBJECTS:
-        cluster.core.create_namespaced_config_map(NAMESPACE, {"metadata": {"name": name},
+        cluster.core.create_namespaced_config_map(cluster.ns, {"metadata": {"name": name},
                                                               "data": {"owner": "the-user"}})
     role, finalizer = _write_roles(tmp_path)
     op = start_operator([{"group": GROUP, "version": VERSION, "kind": KIND, "role": str(role),
                           "finalizer": {"name": f"{GROUP}/finalizer", "role": str(finalizer)}}])
     created = cluster.create_widget("adopter", {})
     cluster.wait_condition("adopter", "Successful", timeout=120)
-    owned = cluster.core.read_namespaced_config_map("adopter-owned", NAMESPACE)
+    owned = cluster.core.read_namespaced_config_map("adopter-owned")
     assert [r.uid for r in owned.metadata.owner_references] == [created["metadata"]["uid"]]
 
     cluster.delete_widget("adopter")
@@ -69,7 +69,7 @@ def test_finalizer_updating_users_configmaps_does_not_get_them_deleted(
         lambda: cluster.configmap("adopter-owned") is None, 60, what="the role's own ConfigMap collected"
     )
     for name in USER_OBJECTS:
-        obj = cluster.core.read_namespaced_config_map(name, NAMESPACE)  # 404 here = the data loss of issue 10
+        obj = cluster.core.read_namespaced_config_map(name)  # 404 here = the data loss of issue 10
         # PUT replaces the data; apply and patch merge into it
         expected = (
             {"cleanup": "done"} if name == "user-settings" else {"owner": "the-user", "cleanup": "done"}

@@ -17,7 +17,7 @@ import urllib.request
 import kubernetes
 import pytest
 
-from .conftest import EXECUTORS, GROUP, HERE, KIND, NAMESPACE, VERSION, Cluster, default_watch, wait_for
+from .conftest import EXECUTORS, GROUP, HERE, KIND, VERSION, Cluster, default_watch, wait_for
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.parametrize("executor", ["warm" if "warm" in EXECUTORS else EXECUTORS[0]],
@@ -55,7 +55,7 @@ def test_owned_objects_and_self_healing(cluster: Cluster, start_operator) -> Non
     widget = cluster.create_widget("own", {"replicas": 2})
     cluster.wait_condition("own", "Successful")
 
-    deployment = apps(cluster).read_namespaced_deployment("own-app", NAMESPACE)
+    deployment = apps(cluster).read_namespaced_deployment("own-app")
     refs = deployment.metadata.owner_references or []
     assert [(r.kind, r.name, r.uid) for r in refs] == [("Widget", "own", widget["metadata"]["uid"])]
 
@@ -69,8 +69,8 @@ def test_owned_objects_and_self_healing(cluster: Cluster, start_operator) -> Non
 
     # delete the Deployment by hand: the dependent watch re-queues the widget and the run re-creates it
     runs_before = len(op.runs("own"))
-    apps(cluster).delete_namespaced_deployment("own-app", NAMESPACE)
-    recreated = wait_for(lambda: read_or_none(apps(cluster).read_namespaced_deployment, "own-app", NAMESPACE),
+    apps(cluster).delete_namespaced_deployment("own-app")
+    recreated = wait_for(lambda: read_or_none(apps(cluster).read_namespaced_deployment, "own-app"),
                          60, what="deployment re-created")
     assert recreated.metadata.uid != deployment.metadata.uid
     # a new run did it (the Deployment controller's status writes may re-queue the widget once more, as on a
@@ -90,9 +90,9 @@ def test_cluster_scoped_dependent_gets_annotations_and_requeues(cluster: Cluster
     op = start_operator([OWNED_WATCH])
     cluster.create_widget("cs", {})
     cluster.wait_condition("cs", "Successful")
-    name = f"{NAMESPACE}-cs-reader"
+    name = f"{cluster.ns}-cs-reader"
     role = rbac(cluster).read_cluster_role(name)
-    assert role.metadata.annotations["operator-sdk/primary-resource"] == f"{NAMESPACE}/cs"
+    assert role.metadata.annotations["operator-sdk/primary-resource"] == f"{cluster.ns}/cs"
     assert role.metadata.annotations["operator-sdk/primary-resource-type"] == f"Widget.{GROUP}"
     assert not role.metadata.owner_references
 
@@ -219,7 +219,7 @@ def test_runs_command_shows_the_failed_task(cluster: Cluster, start_operator) ->
             "--artifacts-dir",
             str(op.artifacts),
             "--namespace",
-            NAMESPACE,
+            cluster.ns,
             "Widget/oops",
         ],
         capture_output=True,

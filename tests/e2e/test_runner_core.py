@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import HERE, NAMESPACE, Cluster, OperatorProcess, default_watch, wait_for
+from .conftest import HERE, Cluster, OperatorProcess, default_watch, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +52,7 @@ def test_create_edit_delete_lifecycle(cluster: Cluster, start_operator) -> None:
     # delete: the finalizer role runs first, then the object goes
     cluster.delete_widget("w1")
     wait_for(lambda: cluster.get_widget("w1") is None, 60, what="widget deleted")
-    assert cluster.configmap(f"{NAMESPACE}-w1-tombstone", namespace="default") == {"deleted": "true"}
+    assert cluster.configmap(f"{cluster.ns}-w1-tombstone", namespace="default") == {"deleted": "true"}
     assert len(re.findall(r"finalize run \S+ succeeded", op.logs())) == 1, op.logs()[-3000:]
     # the object is gone, and so are its run artifacts (issue 11 defect 5)
     wait_for(lambda: op.runs("w1") == [], 30, what="w1's artifacts removed")
@@ -160,7 +160,7 @@ def test_failing_finalizer_keeps_object_until_it_succeeds(cluster: Cluster, star
     # fix it: the next (backed-off) finalizer run succeeds and releases the object
     cluster.patch_widget("sticky", {"spec": {"finalizerFail": False}})
     wait_for(lambda: cluster.get_widget("sticky") is None, 60, what="sticky released")
-    assert cluster.configmap(f"{NAMESPACE}-sticky-tombstone", namespace="default") == {"deleted": "true"}
+    assert cluster.configmap(f"{cluster.ns}-sticky-tombstone", namespace="default") == {"deleted": "true"}
 
 
 @pytest.mark.parametrize("executor", ["runner"], indirect=True)

@@ -1,0 +1,202 @@
+"""The API server the suite runs against: the real control plane by default, the sandbox on request.
+
+* ``ANSIBLE_OPERATOR_TEST_API=real`` (default): one real control plane (etcd, kube-apiserver,
+  kube-controller-manager, kube-scheduler, kwok: :mod:`ansible_operator.controlplane`) per test run, started
+  by the pytest process that runs the session (the xdist controller) before any worker exists and shared by
+  all workers through ``ANSIBLE_OPERATOR_TEST_KUBECONFIG``; each test gets namespaces of its own
+  (:meth:`SharedCluster.namespace`). Tests that kill or restart the API server or etcd start a private one
+  (:func:`private_control_plane`). Where no binaries can be had (no Go, no ``KUBEBUILDER_ASSETS``, nothing
+  cached) the run says so loudly and falls back to the sandbox; ``ANSIBLE_OPERATOR_TEST_REQUIRE_REAL=1`` (CI)
+  makes that an error instead.
+* ``ANSIBLE_OPERATOR_TEST_API=sandbox``: every such test starts its own sandbox, as before.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+
+from ansible_operator.controlplane import BinariesUnavailable, ControlPlane, find, install_crds
+
+TESTS = Path(__file__).parent
+REPO = TESTS.parent
+BACKEND = "ANSIBLE_OPERATOR_TEST_API"
+KUBECONFIG = "ANSIBLE_OPERATOR_TEST_KUBECONFIG"
+DIRECTORY = "ANSIBLE_OPERATOR_TEST_CONTROL_PLANE"
+REQUIRE_REAL = "ANSIBLE_OPERATOR_TEST_REQUIRE_REAL"
+# CRDs every shared-cluster test may use, installed once at the start (cluster-scoped: tests never delete
+# them, so parallel tests cannot pull them from under each other).
+SHARED_CRDS = (TESTS / "e2e" / "crds", REPO / "crds")
+
+
+def backend() -> str:
+    value = os.environ.get(BACKEND, "real")
+    if value not in ("real", "sandbox"):
+        raise pytest.UsageError(f"{BACKEND}={value!r}: expected 'real' or 'sandbox'")
+    return value
+
+
+def real() -> bool:
+    return backend() == "real"
+
+
+# ------------------------------------------------------------------------------------ session (controller)
+
+
+@dataclass
+class _Session:
+    plane: ControlPlane | None = None
+    directory: Path | None = None
+    rest: dict[str, int] = field(default_factory=dict)
+    peak: dict[str, int] = field(default_factory=dict)
+    started_in: float = 0.0
+    fallback: str | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def sample(self) -> None:
+        while not self._stop.wait(5):
+            if self.plane is None:
+                return
+            for name, rss in self.plane.memory().items():
+                self.peak[name] = max(self.peak.get(name, 0), rss)
+
+
+SESSION = _Session()
+
+
+def _say(message: str) -> None:
+    print(f"[control plane] {message}", file=sys.stderr, flush=True)
+
+
+def configure(config: pytest.Config) -> None:
+    """Start the shared control plane (in the process that owns the session, once)."""
+    if hasattr(config, "workerinput") or not real() or os.environ.get(KUBECONFIG):
+        return
+    if config.option.collectonly if hasattr(config.option, "collectonly") else False:
+        return
+    try:
+        binaries = find(progress=_say)
+    except BinariesUnavailable as exc:
+        if os.environ.get(REQUIRE_REAL) == "1":
+            raise pytest.UsageError(f"the real control plane is required ({REQUIRE_REAL}=1): {exc}") from exc
+        SESSION.fallback = str(exc)
+        banner = "=" * 100
+        _say(f"\n{banner}\nNO REAL CONTROL PLANE: {exc}\nThe suite runs against the SANDBOX instead."
+             f"\n{banner}")
+        os.environ[BACKEND] = "sandbox"
+        return
+    directory = Path(tempfile.mkdtemp(prefix="ansible-operator-test-cluster-"))
+    started = time.monotonic()
+    plane = ControlPlane(directory / "cluster", binaries, progress=_say).start()
+    install_crds(plane, SHARED_CRDS)
+    SESSION.plane, SESSION.directory = plane, directory
+    SESSION.started_in = time.monotonic() - started
+    time.sleep(1)
+    SESSION.rest = plane.memory()
+    SESSION.peak = dict(SESSION.rest)
+    threading.Thread(target=SESSION.sample, name="control-plane-memory", daemon=True).start()
+    os.environ[KUBECONFIG] = str(plane.kubeconfig)
+    os.environ[DIRECTORY] = str(plane.directory)
+
+
+def unconfigure(config: pytest.Config) -> None:
+    if SESSION.plane is None:
+        return
+    SESSION._stop.set()
+    SESSION.plane.stop()
+    if SESSION.directory is not None and os.environ.get("ANSIBLE_OPERATOR_TEST_KEEP_CLUSTER") != "1":
+        shutil.rmtree(SESSION.directory, ignore_errors=True)
+    SESSION.plane = None
+
+
+def summary(terminalreporter: Any) -> None:
+    if SESSION.fallback:
+        terminalreporter.write_sep("!", f"NO REAL CONTROL PLANE: ran on the sandbox ({SESSION.fallback})")
+    if not SESSION.rest:
+        return
+    mib = lambda d: ", ".join(f"{k} {v / 2**20:.0f}" for k, v in sorted(d.items()))  # noqa: E731
+    terminalreporter.write_line(
+        f"control plane: started in {SESSION.started_in:.1f} s; RSS MiB at rest: {mib(SESSION.rest)} "
+        f"(total {sum(SESSION.rest.values()) / 2**20:.0f}); peak during the run: {mib(SESSION.peak)} "
+        f"(sum of peaks {sum(SESSION.peak.values()) / 2**20:.0f})")
+
+
+# --------------------------------------------------------------------------------------------- in tests
+
+
+def api_client_for(kubeconfig: Path) -> kubernetes.client.ApiClient:
+    cfg = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    return kubernetes.client.ApiClient(cfg)
+
+
+@dataclass
+class SharedCluster:
+    """The session's control plane as one test sees it: its admin kubeconfig and namespaces of its own."""
+
+    kubeconfig: Path
+    directory: Path
+    created: list[str] = field(default_factory=list)
+
+    def api_client(self) -> kubernetes.client.ApiClient:
+        return api_client_for(self.kubeconfig)
+
+    def kubectl_env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+    def namespace(self, prefix: str = "t") -> str:
+        """A new namespace ``<prefix>-<random>`` with its ``default`` ServiceAccount (pods need it)."""
+        name = f"{prefix[:40].rstrip('-')}-{uuid.uuid4().hex[:6]}"
+        with self.api_client() as api:
+            core = kubernetes.client.CoreV1Api(api)
+            core.create_namespace({"metadata": {"name": name, "labels": {"ansible-operator.dev/test": "1"}}})
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    core.read_namespaced_service_account("default", name)
+                    break
+                except kubernetes.client.ApiException as exc:
+                    if exc.status != 404 or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+        self.created.append(name)
+        return name
+
+    def cleanup(self) -> None:
+        """Delete this test's namespaces (not waited for: the namespace controller finishes it)."""
+        with self.api_client() as api:
+            core = kubernetes.client.CoreV1Api(api)
+            for name in self.created:
+                try:
+                    core.delete_namespace(name, propagation_policy="Background")
+                except kubernetes.client.ApiException:
+                    pass
+        self.created.clear()
+
+
+def shared() -> SharedCluster:
+    kubeconfig = os.environ.get(KUBECONFIG)
+    if not kubeconfig:
+        raise RuntimeError("no shared control plane in this run (ANSIBLE_OPERATOR_TEST_API=sandbox?)")
+    return SharedCluster(Path(kubeconfig), Path(os.environ[DIRECTORY]))
+
+
+def private_control_plane(directory: Path, crds: tuple[Path, ...] = SHARED_CRDS,
+                          **kwargs: Any) -> ControlPlane:
+    """A control plane of the test's own (for tests that kill or restart the API server or etcd); the
+    caller stops it. Needs the real backend."""
+    plane = ControlPlane(directory, find(build=False), progress=_say, **kwargs).start()
+    if crds:
+        install_crds(plane, crds)
+    return plane
