@@ -79,11 +79,31 @@ def _say(message: str) -> None:
     print(f"[control plane] {message}", file=sys.stderr, flush=True)
 
 
+# Test directories none of whose tests use an API server of the suite's: a run of only these starts none.
+NO_API_SERVER = ("unit", "sandbox")
+
+
+def _needs_api_server(config: pytest.Config) -> bool:
+    """False when every path given on the command line is under :data:`NO_API_SERVER` (no path: the whole
+    suite, which needs one)."""
+    paths = [a.split("::", 1)[0] for a in config.args if not a.startswith("-")]
+    if not paths:
+        return True
+    for arg in paths:
+        try:
+            rel = (Path(config.invocation_params.dir) / arg).resolve().relative_to(TESTS)
+        except ValueError:
+            return True
+        if not rel.parts or rel.parts[0] not in NO_API_SERVER:
+            return True
+    return False
+
+
 def configure(config: pytest.Config) -> None:
     """Start the shared control plane (in the process that owns the session, once)."""
     if hasattr(config, "workerinput") or not real() or os.environ.get(KUBECONFIG):
         return
-    if config.option.collectonly if hasattr(config.option, "collectonly") else False:
+    if getattr(config.option, "collectonly", False) or not _needs_api_server(config):
         return
     try:
         binaries = find(progress=_say)

@@ -13,6 +13,7 @@ output goes to ``<dir>/logs/<name>.log``.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -31,7 +32,6 @@ import yaml
 from ansible_operator.controlplane import binaries as binaries_mod
 from ansible_operator.controlplane import kwok, provisioner
 from ansible_operator.controlplane.pki import PKI
-from ansible_operator.executors.lifetime import PR_SET_PDEATHSIG, prctl
 
 SERVICE_CIDR = "10.0.0.0/24"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -50,8 +50,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def _die_with_parent() -> None:
+    """In the child between fork and exec: SIGKILL when the thread that started it dies (Linux
+    ``PR_SET_PDEATHSIG``; elsewhere nothing, and :meth:`ControlPlane.stop` is the only cleanup)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 @dataclass
