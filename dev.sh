@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The two set-up commands of this project (see README):
 #   ./dev.sh demo   install everything into .venv, start the sandbox API server and the demo operator
+#                   (--real: on the real control plane instead, built from tools/kube the first time)
 #   ./dev.sh test   install everything into .venv and run the whole test suite
 #   ./dev.sh test-ansible-low   every test that runs Ansible (marker `ansible_versions`, chosen in
 #                   tests/conftest.py: e2e, examples, faults, bench, executor unit tests) again, on the lowest
