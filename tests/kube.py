@@ -205,6 +205,11 @@ class SharedCluster:
         self.created.clear()
 
 
+def has_shared() -> bool:
+    """Whether this run has a shared real control plane (tests that can use either API server prefer it)."""
+    return real() and bool(os.environ.get(KUBECONFIG))
+
+
 def shared() -> SharedCluster:
     kubeconfig = os.environ.get(KUBECONFIG)
     if not kubeconfig:

@@ -1,7 +1,8 @@
-"""ansible_operator.util modules run by real ansible-playbook against the sandbox API server.
+"""ansible_operator.util modules run by real ansible-playbook against an API server: the run's real control
+plane when it has one (tests/kube.py; a namespace of this module's own), else a sandbox of its own.
 
 Each test runs one small playbook (localhost, the venv's interpreter, K8S_AUTH_KUBECONFIG pointing at
-the sandbox, ANSIBLE_COLLECTIONS_PATH from ansible_operator.collections.paths()) and checks both the
+the API server, ANSIBLE_COLLECTIONS_PATH from ansible_operator.collections.paths()) and checks both the
 registered task results and the object as stored.
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import uuid
 import subprocess
 import sys
 from pathlib import Path
@@ -20,9 +23,12 @@ import yaml
 
 from ansible_operator import collections as aocollections
 from ansible_operator.sandbox import Sandbox
+from tests import kube
 
 GROUP, VERSION, PLURAL, KIND = "status.ansible-operator.dev", "v1", "gizmos", "Gizmo"
-NS = "coll"
+SHARED = kube.has_shared()
+# the real control plane is shared by every test of the run: a namespace of this module's own
+NS = f"coll-{uuid.uuid4().hex[:6]}" if SHARED else "coll"
 CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
@@ -101,9 +107,36 @@ class Env:
         return json.loads(out.read_text())
 
 
+def _established(ext: kubernetes.client.ApiextensionsV1Api, name: str) -> None:
+    deadline = time.monotonic() + 60
+    while not any(c.type == "Established" and c.status == "True"
+                  for c in ext.read_custom_resource_definition(name).status.conditions or []):
+        assert time.monotonic() < deadline, f"CRD {name} not Established"
+        time.sleep(0.1)
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tmp = tmp_path_factory.mktemp("collection")
+    if SHARED:
+        shared = kube.shared()
+        api = shared.api_client()
+        ext = kubernetes.client.ApiextensionsV1Api(api)
+        for crd in (CRD, PLAIN):  # cluster-scoped, shared by the workers: created once, never deleted
+            try:
+                ext.create_custom_resource_definition(crd)
+            except kubernetes.client.ApiException as exc:
+                if exc.status != 409:
+                    raise
+            _established(ext, crd["metadata"]["name"])
+        kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
+        try:
+            yield Env(shared.kubeconfig, api, tmp)
+        finally:
+            shared.created.append(NS)
+            shared.cleanup()
+            api.close()
+        return
     sb = Sandbox(simulate=False)
     sb.start_in_thread()
     try:
