@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import time
-import uuid
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
