@@ -58,6 +58,10 @@ def pytest_configure(config: pytest.Config) -> None:
     kube.configure(config)
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    kube.sessionfinish(session, exitstatus)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     kube.unconfigure(config)
 

@@ -131,13 +131,23 @@ def configure(config: pytest.Config) -> None:
 
 
 def unconfigure(config: pytest.Config) -> None:
+    """Stop the shared control plane; its directory (component logs under cluster/logs) is kept when the run
+    failed or ``ANSIBLE_OPERATOR_TEST_KEEP_CLUSTER=1``, and named."""
     if SESSION.plane is None:
         return
     SESSION._stop.set()
     SESSION.plane.stop()
-    if SESSION.directory is not None and os.environ.get("ANSIBLE_OPERATOR_TEST_KEEP_CLUSTER") != "1":
-        shutil.rmtree(SESSION.directory, ignore_errors=True)
+    failed = getattr(config, "_ansible_operator_exitstatus", 0) not in (0, 5)
+    if SESSION.directory is not None:
+        if failed or os.environ.get("ANSIBLE_OPERATOR_TEST_KEEP_CLUSTER") == "1":
+            _say(f"control plane logs kept: {SESSION.directory / 'cluster' / 'logs'}")
+        else:
+            shutil.rmtree(SESSION.directory, ignore_errors=True)
     SESSION.plane = None
+
+
+def sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config._ansible_operator_exitstatus = int(exitstatus)  # type: ignore[attr-defined]
 
 
 def summary(terminalreporter: Any) -> None:
@@ -203,6 +213,30 @@ class SharedCluster:
                 except kubernetes.client.ApiException:
                     pass
         self.created.clear()
+
+
+def create_crds(api: kubernetes.client.ApiClient, paths: Any) -> list[str]:
+    """Create the CRDs in these YAML files/directories unless they exist (cluster-scoped and shared by every
+    test of the run: created once, never deleted) and wait until each is Established."""
+    from ansible_operator.controlplane.objects import crd_documents
+
+    ext = kubernetes.client.ApiextensionsV1Api(api)
+    names = []
+    for doc in crd_documents(paths):
+        try:
+            ext.create_custom_resource_definition(doc)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 409:
+                raise
+        names.append(doc["metadata"]["name"])
+    deadline = time.monotonic() + 60
+    for name in names:
+        while not any(c.type == "Established" and c.status == "True"
+                      for c in ext.read_custom_resource_definition(name).status.conditions or []):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"CRD {name} not Established after 60 s")
+            time.sleep(0.1)
+    return names
 
 
 def has_shared() -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -141,12 +142,23 @@ class ControlPlane:
     # ------------------------------------------------------------------------------------------ lifecycle
 
     def start(self) -> ControlPlane:
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        """Start every component and wait until each is ready. A port taken by another process between
+        choosing it and binding it (several control planes starting at once) is retried with new ports."""
+        for attempt in range(1, 4):
+            try:
+                self._start()
+                return self
+            except ControlPlaneError as exc:
+                self.stop()
+                if "address already in use" not in str(exc) or attempt == 3:
+                    raise
+                (self.progress or (lambda _m: None))(f"a port was taken meanwhile, starting again: {exc}")
+                self.parts.clear()
+                shutil.rmtree(self.directory / "etcd", ignore_errors=True)
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")
 
     def _start(self) -> None:
         say = self.progress or (lambda _m: None)

@@ -36,6 +36,7 @@ import kubernetes
 import pytest
 
 from ansible_operator.sandbox.testing import start_in_thread, wait_for
+from tests import kube
 
 from .imagefs import Builder, ImageConfig, tree_size
 
@@ -294,16 +295,27 @@ def test_sdk_project_built_from_the_image_runs_its_entrypoint(image: Image, coll
 
 
 def _run_entrypoint(project: Builder, image: Image, scratch: Path) -> None:
-    handle = start_in_thread(scratch / "admin.kubeconfig", crds=[PROJECT / "config/crd/bases"])
+    shared = kube.shared() if kube.real() else None
+    if shared is not None:  # the run's real control plane: a namespace of its own, the operator watches it
+        shutil.copyfile(shared.kubeconfig, scratch / "admin.kubeconfig")
+        handle = None
+        api = shared.api_client()
+        kube.create_crds(api, [PROJECT / "config/crd/bases"])
+        ns = shared.namespace(NS)
+    else:
+        handle = start_in_thread(scratch / "admin.kubeconfig", crds=[PROJECT / "config/crd/bases"])
+        api = handle.api_client()
+        ns = NS
     os.chmod(scratch / "admin.kubeconfig", 0o644)
-    api = handle.api_client()
     custom = kubernetes.client.CustomObjectsApi(api)
     core = kubernetes.client.CoreV1Api(api)
     proc: subprocess.Popen[bytes] | None = None
     log_path = scratch / "operator.log"
     try:
-        core.create_namespace({"metadata": {"name": NS}})
-        env = {**project.runtime_env(), "KUBECONFIG": str(scratch / "admin.kubeconfig")}
+        if shared is None:
+            core.create_namespace({"metadata": {"name": ns}})
+        env = {**project.runtime_env(), "KUBECONFIG": str(scratch / "admin.kubeconfig"),
+               "WATCH_NAMESPACE": ns}
         # Kubernetes' `args:` after the ENTRYPOINT: ports that cannot clash with parallel tests
         command = project.command() + ["--metrics-bind-address", "0", "--health-probe-bind-address", "0"]
         ids = project.uid_gid()
@@ -314,14 +326,14 @@ def _run_entrypoint(project: Builder, image: Image, scratch: Path) -> None:
         with open(log_path, "wb") as log_file:
             proc = subprocess.Popen(command, cwd=project.host_path(project.workdir), env=env, stdout=log_file,
                                     stderr=subprocess.STDOUT, start_new_session=True)
-        custom.create_namespaced_custom_object("image.example.com", "v1alpha1", NS, "greeters", {
+        custom.create_namespaced_custom_object("image.example.com", "v1alpha1", ns, "greeters", {
             "apiVersion": "image.example.com/v1alpha1", "kind": "Greeter",
-            "metadata": {"name": "hello", "namespace": NS}, "spec": {"message": "hello from the image"}})
+            "metadata": {"name": "hello", "namespace": ns}, "spec": {"message": "hello from the image"}})
 
         def successful() -> dict[str, Any] | None:
             assert proc is not None and proc.poll() is None, log_path.read_text()[-4000:]
             obj = custom.get_namespaced_custom_object(
-                "image.example.com", "v1alpha1", NS, "greeters", "hello"
+                "image.example.com", "v1alpha1", ns, "greeters", "hello"
             )
             conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
             if conds.get("Failure", {}).get("status") == "True":
@@ -330,7 +342,7 @@ def _run_entrypoint(project: Builder, image: Image, scratch: Path) -> None:
 
         obj = wait_for(successful, timeout=240, interval=0.5, what="Greeter hello Successful")
         assert obj["status"]["greeting"] == "HELLO FROM THE IMAGE!"
-        cm = core.read_namespaced_config_map("hello-greeting", NS)
+        cm = core.read_namespaced_config_map("hello-greeting", ns)
         assert cm.data == {"greeting": "HELLO FROM THE IMAGE!"}
         if ids is not None:
             init = _children(proc.pid)
@@ -354,4 +366,7 @@ def _run_entrypoint(project: Builder, image: Image, scratch: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
         api.close()
-        handle.sandbox.stop_thread()
+        if handle is not None:
+            handle.sandbox.stop_thread()
+        if shared is not None:
+            shared.cleanup()
