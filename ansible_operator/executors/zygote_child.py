@@ -438,6 +438,10 @@ def run_child(spec: RunSpec, event_fd: int) -> None:
         except OSError:
             pass
         sink.send(CHILD_TAG_ERROR, {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500]})
+    finally:
+        inline = sys.modules.get("ansible_operator.executors.zygote_module_inline")
+        if inline is not None:  # exit handlers in-process modules left for the end of the run
+            inline.run_deferred()
 
 
 def _run(spec: RunSpec, sink: EventSink) -> None:

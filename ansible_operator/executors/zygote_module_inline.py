@@ -24,7 +24,12 @@ runs, which the caller hands in) in the calling thread, and isolates what the fo
   variable assignments, which carry the task's ``environment:``), the working directory, the locale and
   the open-files limit are saved before and restored after.
 * **Exit handlers.** What the module registers with ``atexit`` (``AnsibleModule.tmpdir``'s removal) runs
-  when the module returns, as it would at its process's exit.
+  when the module returns, as it would at its process's exit. Except the handlers of libraries whose
+  state the run's modules share on purpose (below): they clean up after that state, so they run when the
+  run child ends (:func:`run_deferred`). kubernetes' kubeconfig loader writes a kubeconfig's embedded
+  certificates and key (``certificate-authority-data``, ``client-*-data``) to temporary files and removes
+  them at exit; the client kubernetes.core pools for the run's next tasks loads them on each new
+  connection.
 
 Shared on purpose, as the fork shared them with its parent: imported modules, and module-level caches
 such as kubernetes.core's API client pool, so the tasks of one run reuse one client and its connection
@@ -51,6 +56,9 @@ from ansible_operator.executors import ansible_compat
 
 _LOCK = threading.Lock()
 _module_side: Any = None
+# Top-level packages whose exit handlers wait for the end of the run child (see "Exit handlers" above).
+SHARED_STATE_PACKAGES = ("kubernetes",)
+_deferred: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = []
 
 
 class _ThreadRouted:
@@ -205,7 +213,11 @@ class _ExitHandlers:
     def register(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
         if threading.get_ident() != self.owner:
             return self.original(func, *args, **kwargs)
-        self.handlers.append((func, args, kwargs))
+        module = getattr(func, "__module__", None) or ""
+        if module.partition(".")[0] in SHARED_STATE_PACKAGES:
+            _deferred.append((func, args, kwargs))
+        else:
+            self.handlers.append((func, args, kwargs))
         return func
 
     def run(self) -> None:
@@ -215,6 +227,17 @@ class _ExitHandlers:
                 func(*args, **kwargs)
             except Exception:  # as at interpreter exit: a failing handler does not stop the others
                 pass
+
+
+def run_deferred() -> None:
+    """At the end of the run child (it leaves through ``os._exit``, so ``atexit`` never runs there): the
+    exit handlers modules registered for shared state, newest first, as at an interpreter's exit."""
+    while _deferred:
+        func, args, kwargs = _deferred.pop()
+        try:
+            func(*args, **kwargs)
+        except Exception:
+            pass
 
 
 def prepare() -> None:
