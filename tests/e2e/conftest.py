@@ -157,12 +157,14 @@ def start_operator(
     started: list[OperatorProcess] = []
 
     def start(watches: list[dict[str, Any]] | None = None, *extra: str, name: str = "op",
-              env: dict[str, str] | None = None) -> OperatorProcess:
+              env: dict[str, str] | None = None, kubeconfig: Path | None = None) -> OperatorProcess:
+        """The operator on ``cluster.kubeconfig`` (or ``kubeconfig``: a proxy's, say), watching
+        ``cluster.ns``."""
         workdir = tmp_path / name
         workdir.mkdir()
         proc, watches_file, artifacts, log_path = spawn_operator(
-            workdir, watches if watches is not None else [default_watch()], cluster.kubeconfig, executor,
-            *extra, env=env, namespace=cluster.ns)
+            workdir, watches if watches is not None else [default_watch()], kubeconfig or cluster.kubeconfig,
+            executor, *extra, env=env, namespace=cluster.ns)
         op = OperatorProcess(proc, log_path, artifacts, watches_file, cluster.ns)
         started.append(op)
         return op

@@ -27,7 +27,7 @@ def _successful_generations(cluster: Cluster, name: str, seen: list[tuple[int | 
     """Each distinct (status.observedGeneration, metadata.generation) of Successful=True, in order."""
     w = kubernetes.watch.Watch()
     ready.set()
-    for event in w.stream(cluster.custom.list_namespaced_custom_object, GROUP, VERSION, PLURAL,
+    for event in w.stream(cluster.custom.list_namespaced_custom_object, GROUP, VERSION, cluster.ns, PLURAL,
                           field_selector=f"metadata.name={name}", timeout_seconds=120):
         obj: dict[str, Any] = event["object"]
         status = obj.get("status") or {}

@@ -60,7 +60,7 @@ def test_finalizer_updating_users_configmaps_does_not_get_them_deleted(
                           "finalizer": {"name": f"{GROUP}/finalizer", "role": str(finalizer)}}])
     created = cluster.create_widget("adopter", {})
     cluster.wait_condition("adopter", "Successful", timeout=120)
-    owned = cluster.core.read_namespaced_config_map("adopter-owned")
+    owned = cluster.core.read_namespaced_config_map("adopter-owned", cluster.ns)
     assert [r.uid for r in owned.metadata.owner_references] == [created["metadata"]["uid"]]
 
     cluster.delete_widget("adopter")
@@ -69,7 +69,7 @@ def test_finalizer_updating_users_configmaps_does_not_get_them_deleted(
         lambda: cluster.configmap("adopter-owned") is None, 60, what="the role's own ConfigMap collected"
     )
     for name in USER_OBJECTS:
-        obj = cluster.core.read_namespaced_config_map(name)  # 404 here = the data loss of issue 10
+        obj = cluster.core.read_namespaced_config_map(name, cluster.ns)  # 404: the data loss of issue 10
         # PUT replaces the data; apply and patch merge into it
         expected = (
             {"cleanup": "done"} if name == "user-settings" else {"owner": "the-user", "cleanup": "done"}

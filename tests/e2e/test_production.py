@@ -55,7 +55,7 @@ def test_owned_objects_and_self_healing(cluster: Cluster, start_operator) -> Non
     widget = cluster.create_widget("own", {"replicas": 2})
     cluster.wait_condition("own", "Successful")
 
-    deployment = apps(cluster).read_namespaced_deployment("own-app")
+    deployment = apps(cluster).read_namespaced_deployment("own-app", cluster.ns)
     refs = deployment.metadata.owner_references or []
     assert [(r.kind, r.name, r.uid) for r in refs] == [("Widget", "own", widget["metadata"]["uid"])]
 
@@ -69,9 +69,10 @@ def test_owned_objects_and_self_healing(cluster: Cluster, start_operator) -> Non
 
     # delete the Deployment by hand: the dependent watch re-queues the widget and the run re-creates it
     runs_before = len(op.runs("own"))
-    apps(cluster).delete_namespaced_deployment("own-app")
-    recreated = wait_for(lambda: read_or_none(apps(cluster).read_namespaced_deployment, "own-app"),
-                         60, what="deployment re-created")
+    apps(cluster).delete_namespaced_deployment("own-app", cluster.ns)
+    recreated = wait_for(
+        lambda: read_or_none(apps(cluster).read_namespaced_deployment, "own-app", cluster.ns), 60,
+        what="deployment re-created")
     assert recreated.metadata.uid != deployment.metadata.uid
     # a new run did it (the Deployment controller's status writes may re-queue the widget once more, as on a
     # real cluster, so count runs that finished, not the runs at the moment the Deployment reappears)
@@ -138,21 +139,29 @@ def test_metrics_count_success_and_failure(cluster: Cluster, start_operator) -> 
     def scrape() -> str:
         return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
 
-    def failure_counted() -> str | None:
-        text = scrape()
-        return text if _metric(text, "ansible_operator_runs_total", result="failed") >= 1 else None
+    # controller-runtime's series, as on the SDK's /metrics, under the SDK's controller name
+    controller = f"{KIND.lower()}-{VERSION.lower()}-controller"
 
-    text = wait_for(failure_counted, 30, what="failure counted")
+    def done(text: str) -> float:  # a success asks for the reconcile period's resync
+        return sum(_metric(text, "controller_runtime_reconcile_total", controller=controller, result=result)
+                   for result in ("success", "requeue_after"))
+
+    def both_counted() -> str | None:
+        # A reconcile is counted when it returns, after its status write and its Event: the conditions
+        # can be seen before (on a real API server, by a whole Event write).
+        text = scrape()
+        return text if (_metric(text, "ansible_operator_runs_total", result="failed") >= 1
+                        and _metric(text, "controller_runtime_reconcile_total", controller=controller,
+                                    result="error") >= 1
+                        and done(text) >= 1) else None
+
+    text = wait_for(both_counted, 30, what="the failure and the success counted")
     assert _metric(text, "ansible_operator_runs_total", result="successful") == 1
     assert _metric(text, "ansible_operator_runs_total", result="failed") >= 1
     assert _metric(text, "ansible_operator_runs_started_total") >= 2
     assert _metric(text, "ansible_operator_run_duration_seconds_count") >= 2
-    # controller-runtime's series, as on the SDK's /metrics, under the SDK's controller name
-    controller = f"{KIND.lower()}-{VERSION.lower()}-controller"
     assert _metric(text, "controller_runtime_reconcile_total", controller=controller, result="error") >= 1
-    done = [_metric(text, "controller_runtime_reconcile_total", controller=controller, result=result)
-            for result in ("success", "requeue_after")]  # a success asks for the reconcile period's resync
-    assert sum(done) >= 1
+    assert done(text) >= 1
     assert _metric(text, "controller_runtime_reconcile_errors_total", controller=controller) >= 1
     assert _metric(text, "controller_runtime_reconcile_time_seconds_count", controller=controller) >= 2
     assert _metric(text, "controller_runtime_max_concurrent_reconciles", controller=controller) >= 1
@@ -167,7 +176,7 @@ def test_leader_election_one_acts_and_the_other_takes_over(cluster: Cluster, sta
         "--leader-election-id",
         "widgets-lock",
         "--leader-election-namespace",
-        "default",
+        cluster.ns,
         "--leader-elect-lease-duration",
         "4s",
         "--leader-elect-renew-deadline",
@@ -179,10 +188,10 @@ def test_leader_election_one_acts_and_the_other_takes_over(cluster: Cluster, sta
     a = start_operator(watch, *flags, name="a")
     b = start_operator(watch, *flags, name="b")
     coordination = kubernetes.client.CoordinationV1Api(cluster.api)
-    lease = wait_for(lambda: read_or_none(coordination.read_namespaced_lease, "widgets-lock", "default"), 60,
+    lease = wait_for(lambda: read_or_none(coordination.read_namespaced_lease, "widgets-lock", cluster.ns), 60,
                      what="lease")
     holder = wait_for(
-        lambda: coordination.read_namespaced_lease("widgets-lock", "default").spec.holder_identity,
+        lambda: coordination.read_namespaced_lease("widgets-lock", cluster.ns).spec.holder_identity,
         30,
         what="a holder",
     )

@@ -5,19 +5,27 @@ of --ansible-args is in tests/unit/test_ansible_args.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import ssl
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import kubernetes
 import pytest
+import yaml
+
+from tests import kube
 
 from .conftest import EXECUTORS, HERE, Cluster, default_watch, wait_for
+from .proxy import TLSCutProxy
 
 pytestmark = [
     pytest.mark.e2e,
@@ -54,7 +62,7 @@ def test_scaffold_args_and_osdk_metric(cluster: Cluster, start_operator) -> None
         f"--metrics-bind-address=127.0.0.1:{metrics}",
         "--leader-elect",
         "--leader-election-id=widget-operator",
-        "--leader-election-namespace=e2e",
+        f"--leader-election-namespace={cluster.ns}",
         f"--health-probe-bind-address=127.0.0.1:{health}",
         "--zap-log-level=info",
         "--reconcile-period=10h",
@@ -109,13 +117,13 @@ def test_idle_sigterm_to_the_process_group_exits_0_and_releases_the_lease(
         [default_watch(finalizer=None)],
         "--leader-elect",
         "--leader-election-id=idle-operator",
-        "--leader-election-namespace=e2e",
+        f"--leader-election-namespace={cluster.ns}",
     )
     coordination = kubernetes.client.CoordinationV1Api(cluster.api)
 
     def holder() -> str:
         try:
-            lease = coordination.read_namespaced_lease("idle-operator", "e2e")
+            lease = coordination.read_namespaced_lease("idle-operator", cluster.ns)
         except kubernetes.client.ApiException:
             return ""
         return str(lease.spec.holder_identity or "")
@@ -126,7 +134,7 @@ def test_idle_sigterm_to_the_process_group_exits_0_and_releases_the_lease(
     assert op.proc.wait(30) == 0
     assert holder() == "", op.logs()[-3000:]
     logs = op.logs()
-    assert "released lease e2e/idle-operator" in logs
+    assert f"released lease {cluster.ns}/idle-operator" in logs
     assert "restarting" not in logs and "Traceback" not in logs
 
 
@@ -144,48 +152,80 @@ def test_graceful_shutdown_timeout_stops_the_run(cluster: Cluster, start_operato
     assert not (markers / "finished").exists()
 
 
-def test_readyz_fails_when_the_api_server_is_gone_healthz_stays(cluster: Cluster, start_operator) -> None:
+def test_readyz_fails_when_the_api_server_is_gone_healthz_stays(cluster: Cluster, start_operator,
+                                                                tmp_path: Path) -> None:
     health, metrics = free_port(), free_port()
-    start_operator(
-        [default_watch(finalizer=None)],
-        f"--health-probe-bind-address=127.0.0.1:{health}",
-        "--api-unreachable-timeout=2s",
-        # the scaffold's metrics args: without a bearer token /metrics is refused
-        f"--metrics-bind-address=127.0.0.1:{metrics}",
-        "--metrics-secure",
-        "--metrics-require-rbac",
-    )
-    wait_for(lambda: get(f"http://127.0.0.1:{health}/readyz")[0] == 200, 60, what="ready")
-    status, text = get(f"https://127.0.0.1:{metrics}/metrics")
-    assert status == 401 and "bearer token" in text
-    cluster.sandbox.stop_thread()
+    proxy = None
+    kubeconfig = None
+    if cluster.sandbox is None:
+        # The shared control plane stays up for the other tests: the operator reaches it through a proxy,
+        # and the proxy going away (its port closed: connection refused) is the API server gone.
+        proxy = TLSCutProxy.in_front_of(cluster.kubeconfig, kube.shared().directory / "pki").start()
+        kubeconfig = proxy.write_kubeconfig(cluster.kubeconfig, tmp_path / "via-proxy.kubeconfig")
+    try:
+        start_operator(
+            [default_watch(finalizer=None)],
+            f"--health-probe-bind-address=127.0.0.1:{health}",
+            "--api-unreachable-timeout=2s",
+            # the scaffold's metrics args: without a bearer token /metrics is refused
+            f"--metrics-bind-address=127.0.0.1:{metrics}",
+            "--metrics-secure",
+            "--metrics-require-rbac",
+            kubeconfig=kubeconfig,
+        )
+        wait_for(lambda: get(f"http://127.0.0.1:{health}/readyz")[0] == 200, 60, what="ready")
+        status, text = get(f"https://127.0.0.1:{metrics}/metrics")
+        assert status == 401 and "bearer token" in text
+        if proxy is not None:
+            proxy.close()
+        else:
+            assert cluster.sandbox is not None
+            cluster.sandbox.stop_thread()
 
-    def not_ready() -> str | None:
-        status, text = get(f"http://127.0.0.1:{health}/readyz")
-        return text if status == 500 else None
+        def not_ready() -> str | None:
+            status, text = get(f"http://127.0.0.1:{health}/readyz")
+            return text if status == 500 else None
 
-    text = wait_for(not_ready, 60, what="/readyz failing")
-    assert "API server unreachable" in text
-    assert get(f"http://127.0.0.1:{health}/healthz") == (200, "ok")
+        text = wait_for(not_ready, 60, what="/readyz failing")
+        assert "API server unreachable" in text
+        assert get(f"http://127.0.0.1:{health}/healthz") == (200, "ok")
+    finally:
+        if proxy is not None:
+            proxy.close()
 
 
-def test_metrics_require_rbac_against_a_secure_api_server(tmp_path: Path, executor: str) -> None:
-    """--metrics-secure --metrics-require-rbac with a real TokenReview/SubjectAccessReview (the secure
-    sandbox enforces RBAC): no token 401, a token RBAC does not allow 403, the scaffold's metrics-reader
-    200."""
-    import os
-    import subprocess
-    import sys
-
-    import yaml
-
+@contextlib.contextmanager
+def secure_api_server(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], str]]:
+    """(admin kubeconfig, kubectl's environment, a namespace of this test's) of an API server that enforces
+    RBAC: the shared real control plane, or a secure sandbox of the test's own."""
+    if kube.real():
+        shared = kube.shared()
+        try:
+            yield shared.kubeconfig, shared.kubectl_env(), shared.namespace("metrics")
+        finally:
+            shared.cleanup()
+        return
     from ansible_operator.sandbox.testing import start_in_thread
 
     handle = start_in_thread(tmp_path / "admin.kubeconfig", crds=[HERE / "crds"], simulate=False, secure=True)
+    try:
+        yield handle.kubeconfig, handle.kubectl_env(), "default"
+    finally:
+        handle.sandbox.stop_thread()
+
+
+def test_metrics_require_rbac_against_a_secure_api_server(tmp_path: Path, executor: str) -> None:
+    """--metrics-secure --metrics-require-rbac with a real TokenReview/SubjectAccessReview (an API server
+    that enforces RBAC): no token 401, a token RBAC does not allow 403, the scaffold's metrics-reader
+    200."""
+    with secure_api_server(tmp_path) as (kubeconfig, env, ns):
+        _metrics_require_rbac(tmp_path, executor, kubeconfig, env, ns)
+
+
+def _metrics_require_rbac(tmp_path: Path, executor: str, kubeconfig: Path, env: dict[str, str],
+                          ns: str) -> None:
     proc = None
     try:
-        env = handle.kubectl_env()
-
         def kubectl(*args: str) -> str:
             r = subprocess.run(
                 ["kubectl", *args], env=env, capture_output=True, text=True, timeout=60, check=False
@@ -194,23 +234,26 @@ def test_metrics_require_rbac_against_a_secure_api_server(tmp_path: Path, execut
             return r.stdout.strip()
 
         # config/rbac/metrics_reader_role.yaml of the scaffold, bound to the scraper's ServiceAccount
-        kubectl("create", "clusterrole", "metrics-reader", "--verb=get", "--non-resource-url=/metrics")
-        kubectl("create", "serviceaccount", "prometheus", "-n", "default")
-        kubectl("create", "serviceaccount", "nobody", "-n", "default")
+        # (cluster-scoped names carry the namespace: the real control plane is shared by the whole run)
+        reader_role = f"metrics-reader-{ns}"
+        kubectl("create", "clusterrole", reader_role, "--verb=get", "--non-resource-url=/metrics")
+        kubectl("create", "serviceaccount", "prometheus", "-n", ns)
+        kubectl("create", "serviceaccount", "nobody", "-n", ns)
         kubectl(
             "create",
             "clusterrolebinding",
-            "metrics-reader",
-            "--clusterrole=metrics-reader",
-            "--serviceaccount=default:prometheus",
+            reader_role,
+            f"--clusterrole={reader_role}",
+            f"--serviceaccount={ns}:prometheus",
         )
-        reader = kubectl("create", "token", "prometheus", "-n", "default")
-        nobody = kubectl("create", "token", "nobody", "-n", "default")
+        reader = kubectl("create", "token", "prometheus", "-n", ns)
+        nobody = kubectl("create", "token", "nobody", "-n", ns)
 
         watches = tmp_path / "watches.yaml"
         watches.write_text(yaml.safe_dump([default_watch(finalizer=None)]))
         metrics = free_port()
-        proc_env = {**os.environ, "HOME": str(tmp_path), "ANSIBLE_GATHERING": "explicit"}
+        proc_env = {**os.environ, "HOME": str(tmp_path), "ANSIBLE_GATHERING": "explicit",
+                    "WATCH_NAMESPACE": ns}
         proc_env.pop("KUBECONFIG", None)
         with open(tmp_path / "operator.log", "wb") as log:
             proc = subprocess.Popen(
@@ -222,7 +265,7 @@ def test_metrics_require_rbac_against_a_secure_api_server(tmp_path: Path, execut
                     "--watches-file",
                     str(watches),
                     "--kubeconfig",
-                    str(handle.kubeconfig),
+                    str(kubeconfig),
                     "--artifacts-dir",
                     str(tmp_path / "artifacts"),
                     "--executor",
@@ -259,7 +302,7 @@ def test_metrics_require_rbac_against_a_secure_api_server(tmp_path: Path, execut
         wait_for(lambda: scrape(None)[0] == 401, 60, what="metrics listener refusing anonymous scrapes")
         assert scrape(reader[:-4] + "AAAA")[0] == 401
         status, text = scrape(nobody)
-        assert status == 403 and "system:serviceaccount:default:nobody" in text
+        assert status == 403 and f"system:serviceaccount:{ns}:nobody" in text
         status, text = scrape(reader)
         assert status == 200 and "ansible_operator_build_info" in text
     finally:
@@ -270,4 +313,3 @@ def test_metrics_require_rbac_against_a_secure_api_server(tmp_path: Path, execut
             finally:
                 if proc.poll() is None:
                     proc.kill()
-        handle.sandbox.stop_thread()
