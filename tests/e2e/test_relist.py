@@ -1,10 +1,17 @@
 """A watch gap that ends in 410 Gone and a relist (issue 11, defect 1), against the real operator.
 
-The sandbox restarts on the same data directory with its watch history compacted, so the operator's
-watch, resuming from its last resourceVersion, gets 410 Gone and kopf lists again. While the operator
-could not see anything (a second sandbox on the same data, on another port), one CR was deleted and
-re-created under the same name (same generation 1, new uid) and another was deleted. Before the fix the
-re-created CR was never reconciled (its generation looked handled) and the deleted one stayed cached.
+While the operator cannot see anything, one CR is deleted and re-created under the same name (same
+generation 1, new uid) and another is deleted; then the watch history is compacted, so the operator's watch,
+resuming from its last resourceVersion, gets 410 Gone and kopf lists again. Before the fix the re-created CR
+was never reconciled (its generation looked handled) and the deleted one stayed cached.
+
+* Real control plane (a private one: compaction must not disturb the other tests): kube-apiserver without
+  its watch cache (``--watch-cache=false``: watches are served by etcd, so a compaction really answers an
+  old resourceVersion with 410), the operator behind a TLS proxy that is cut for the gap; the changes go to
+  the API server directly, then etcd is compacted and the proxy restored. The proxy sees the 410 and the
+  relist.
+* Sandbox: it restarts on the same data directory with its watch history compacted; the changes are made
+  by a second sandbox on the same data, on another port, while the operator's is down.
 """
 
 from __future__ import annotations
@@ -14,9 +21,14 @@ from typing import Any, Iterator
 
 import pytest
 
+from ansible_operator.controlplane import ControlPlane
 from ansible_operator.sandbox.testing import start_in_thread
+from tests import kube
 
 from .conftest import EXECUTORS, HERE, NAMESPACE, Cluster, OperatorProcess, default_watch, wait_for
+from .proxy import TLSCutProxy
+
+GROUP_PATH = "/apis/test.ansible-operator.dev/v1/"  # the widgets' collections, in the proxy's counts
 
 
 @pytest.fixture
@@ -25,26 +37,56 @@ def executor() -> str:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+def plane(tmp_path: Path) -> Iterator[ControlPlane | None]:
+    if not kube.real():
+        yield None
+        return
+    # kube-controller-manager for the garbage collector (the deleted CRs' ConfigMaps); no pods here
+    plane = kube.private_control_plane(tmp_path / "cp", crds=(HERE / "crds",),
+                                       apiserver_args=["--watch-cache=false"],
+                                       components=["etcd", "kube-apiserver", "kube-controller-manager"])
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def proxy(plane: ControlPlane | None) -> Iterator[TLSCutProxy | None]:
+    if plane is None:
+        yield None
+        return
+    p = TLSCutProxy(plane.url, plane.directory / "pki").start()
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, plane: ControlPlane | None) -> Iterator[Cluster]:
+    if plane is not None:
+        api = kube.api_client_for(plane.kubeconfig)
+        c = Cluster(None, plane.kubeconfig, api)
+        c.core.create_namespace({"metadata": {"name": NAMESPACE}})
+        wait_for(lambda: c.served(NAMESPACE), 30, what="Widget CRD served")
+        try:
+            yield c
+        finally:
+            api.close()
+        return
     data_dir = tmp_path / "etcd"
     handle = start_in_thread(tmp_path / "kubeconfig", crds=[HERE / "crds"], data_dir=data_dir)
     api = handle.api_client()
     c = Cluster(handle.sandbox, handle.kubeconfig, api)
     c.core.create_namespace({"metadata": {"name": NAMESPACE}})
-    wait_for(lambda: _served(c), 10, what="Widget CRD served")
+    wait_for(lambda: c.served(NAMESPACE), 10, what="Widget CRD served")
     try:
         yield c
     finally:
         api.close()
-        c.sandbox.stop_thread()
-
-
-def _served(c: Cluster) -> bool:
-    try:
-        c.custom.list_namespaced_custom_object("test.ansible-operator.dev", "v1", NAMESPACE, "widgets")
-        return True
-    except Exception:
-        return False
+        if c.sandbox is not None:
+            c.sandbox.stop_thread()
 
 
 def _delete_for_good(c: Cluster, name: str) -> None:
@@ -54,11 +96,25 @@ def _delete_for_good(c: Cluster, name: str) -> None:
     wait_for(lambda: c.get_widget(name) is None, 10, what=f"{name} gone")
 
 
+def _changes(c: Cluster) -> None:
+    """What happens while the operator cannot see: 'again' and 'gone' deleted, 'again' re-created."""
+    _delete_for_good(c, "again")
+    _delete_for_good(c, "gone")
+    c.create_widget("again", {"color": "green"})
+    recreated = c.get_widget("again")
+    assert recreated is not None and recreated["metadata"]["generation"] == 1
+
+
 def test_relist_after_410_runs_recreated_objects_and_forgets_deleted_ones(
-        cluster: Cluster, start_operator: Any, tmp_path: Path) -> None:
+        cluster: Cluster, plane: ControlPlane | None, proxy: TLSCutProxy | None, start_operator: Any,
+        tmp_path: Path) -> None:
     # Dependent watches off: the garbage collection of the old object's ConfigMap would re-queue the name
     # and hide the defect; only the intake's own decision counts here.
-    op: OperatorProcess = start_operator([default_watch(watchDependentResources=False)])
+    kubeconfig = None
+    if proxy is not None:
+        kubeconfig = proxy.write_kubeconfig(cluster.kubeconfig, tmp_path / "via-proxy.kubeconfig")
+    op: OperatorProcess = start_operator([default_watch(watchDependentResources=False)],
+                                         kubeconfig=kubeconfig)
     cluster.create_widget("again", {"color": "blue"})
     cluster.create_widget("gone", {"color": "blue"})
     cluster.wait_condition("again", "Successful", generation=1)
@@ -68,23 +124,36 @@ def test_relist_after_410_runs_recreated_objects_and_forgets_deleted_ones(
     old_uid = again["metadata"]["uid"]
     assert op.runs("gone")
 
-    # The gap: the operator's API server goes away; meanwhile, on the same data, the changes happen.
-    port, data_dir = cluster.sandbox.port, cluster.sandbox.data_dir
-    cluster.sandbox.stop_thread()
-    side = start_in_thread(tmp_path / "side.kubeconfig", crds=[HERE / "crds"], data_dir=data_dir)
-    try:
-        other = Cluster(side.sandbox, side.kubeconfig, side.api_client())
-        _delete_for_good(other, "again")
-        _delete_for_good(other, "gone")
-        other.create_widget("again", {"color": "green"})
-        recreated = other.get_widget("again")
+    if plane is not None and proxy is not None:
+        lists_before, expired_before = proxy.relists(GROUP_PATH), proxy.expired
+        proxy.cut()
+        # The old objects' ConfigMaps go with them (the garbage collector): wait, so that the re-created
+        # object's run makes its own instead of updating one the collector is about to delete.
+        _delete_for_good(cluster, "again")
+        _delete_for_good(cluster, "gone")
+        wait_for(lambda: cluster.configmap("again-out") is None and cluster.configmap("gone-out") is None,
+                 30, what="the deleted widgets' ConfigMaps garbage-collected")
+        cluster.create_widget("again", {"color": "green"})
+        recreated = cluster.get_widget("again")
         assert recreated is not None and recreated["metadata"]["generation"] == 1
-        other.api.close()
-    finally:
-        side.sandbox.stop_thread()
-    # Back on the operator's address; history restarts compacted, so the resumed watch gets 410 Gone.
-    back = start_in_thread(tmp_path / "kubeconfig", crds=[HERE / "crds"], data_dir=data_dir, port=port)
-    cluster.sandbox = back.sandbox
+        compacted = plane.compact()
+        assert compacted >= int(recreated["metadata"]["resourceVersion"])
+        proxy.restore()
+    else:
+        # The gap: the operator's API server goes away; meanwhile, on the same data, the changes happen.
+        assert cluster.sandbox is not None
+        port, data_dir = cluster.sandbox.port, cluster.sandbox.data_dir
+        cluster.sandbox.stop_thread()
+        side = start_in_thread(tmp_path / "side.kubeconfig", crds=[HERE / "crds"], data_dir=data_dir)
+        try:
+            other = Cluster(side.sandbox, side.kubeconfig, side.api_client())
+            _changes(other)
+            other.api.close()
+        finally:
+            side.sandbox.stop_thread()
+        # Back on the operator's address; history restarts compacted, so the resumed watch gets 410 Gone.
+        back = start_in_thread(tmp_path / "kubeconfig", crds=[HERE / "crds"], data_dir=data_dir, port=port)
+        cluster.sandbox = back.sandbox
 
     done = cluster.wait_condition("again", "Successful", generation=1, timeout=90)
     assert done["ansibleResult"]["failures"] == 0
@@ -97,3 +166,8 @@ def test_relist_after_410_runs_recreated_objects_and_forgets_deleted_ones(
     assert "deleted during the watch gap" in logs, logs[-3000:]
     assert "someone else removed it" in logs  # the finalizer of both was removed by hand
     assert op.proc.poll() is None, logs[-3000:]
+    if proxy is not None:
+        # the resumed watch really got 410 Gone from the API server, and the operator listed again
+        assert proxy.expired > expired_before, "the watch gap did not end in 410 Gone"
+        assert proxy.relists(GROUP_PATH) > lists_before, "the operator did not list the widgets again"
+
