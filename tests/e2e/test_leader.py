@@ -1,5 +1,6 @@
-"""Lease leader election against the sandbox API server, with short durations (lease 3 s, renew 2 s,
-retry 0.25 s) so hand-overs take a couple of seconds."""
+"""Lease leader election against the API server (the shared real control plane, in a namespace of this
+module's; or a sandbox), with short durations (lease 3 s, renew 2 s, retry 0.25 s) so hand-overs take a
+couple of seconds."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from kubernetes.client.rest import ApiException
 
 from ansible_operator.leader import LeaderElector, format_micro_time
 from ansible_operator.sandbox import Sandbox
+from tests import kube
 
-LEASE, NS = "op-lock", "default"
+LEASE = "op-lock"
 LEASE_S, RENEW_S, RETRY_S = 3.0, 2.0, 0.25
 pytestmark = pytest.mark.e2e
 
@@ -26,13 +28,31 @@ MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
 
 @pytest.fixture(scope="module")
-def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """(kubeconfig, namespace of the Leases)."""
+    if kube.real():
+        shared = kube.shared()
+        try:
+            yield shared.kubeconfig, shared.namespace("leader")
+        finally:
+            shared.cleanup()
+        return
     sandbox = Sandbox(host="127.0.0.1", port=0, simulate=False)
     sandbox.start_in_thread()
     try:
-        yield sandbox.write_kubeconfig(tmp_path_factory.mktemp("leader") / "kubeconfig")
+        yield sandbox.write_kubeconfig(tmp_path_factory.mktemp("leader") / "kubeconfig"), "default"
     finally:
         sandbox.stop_thread()
+
+
+@pytest.fixture
+def kubeconfig(server: tuple[Path, str]) -> Path:
+    return server[0]
+
+
+@pytest.fixture
+def ns(server: tuple[Path, str]) -> str:
+    return server[1]
 
 
 def _client(kubeconfig: Path) -> kubernetes.client.ApiClient:
@@ -44,13 +64,13 @@ def _client(kubeconfig: Path) -> kubernetes.client.ApiClient:
 class Candidate:
     """One LeaderElector with its own ApiClient, recording start/stop times on a shared timeline."""
 
-    def __init__(self, kubeconfig: Path, identity: str, timeline: list[tuple[float, str, str]],
+    def __init__(self, kubeconfig: Path, ns: str, identity: str, timeline: list[tuple[float, str, str]],
                  lease: str) -> None:
         self.identity = identity
         self.client = _client(kubeconfig)
         self.timeline = timeline
         self.elector = LeaderElector(
-            self.client, name=lease, namespace=NS, identity=identity, lease_duration=LEASE_S,
+            self.client, name=lease, namespace=ns, identity=identity, lease_duration=LEASE_S,
             renew_deadline=RENEW_S, retry_period=RETRY_S,
             on_started_leading=lambda: self._mark("start"), on_stopped_leading=self._stopped)
         self.task: asyncio.Task[None] | None = None
@@ -77,13 +97,13 @@ class Candidate:
 
 
 @pytest.fixture
-async def candidates(kubeconfig: Path, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+async def candidates(kubeconfig: Path, ns: str, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
     timeline: list[tuple[float, str, str]] = []
     made: list[Candidate] = []
     lease = f"{LEASE}-{request.node.name.replace('_', '-')[:40]}"
 
     def make(identity: str) -> Candidate:
-        c = Candidate(kubeconfig, identity, timeline, lease)
+        c = Candidate(kubeconfig, ns, identity, timeline, lease)
         made.append(c)
         return c
 
@@ -95,10 +115,10 @@ async def candidates(kubeconfig: Path, request: pytest.FixtureRequest) -> AsyncI
         c.close()
 
 
-def read_lease(kubeconfig: Path, name: str) -> dict[str, Any]:
+def read_lease(kubeconfig: Path, ns: str, name: str) -> dict[str, Any]:
     client = _client(kubeconfig)
     try:
-        resp = kubernetes.client.CoordinationV1Api(client).read_namespaced_lease(name, NS,
+        resp = kubernetes.client.CoordinationV1Api(client).read_namespaced_lease(name, ns,
                                                                                  _preload_content=False)
         return json.loads(resp.data)  # raw, so MicroTime strings are checked as the server stores them
     finally:
@@ -114,7 +134,7 @@ async def wait_until(predicate: Any, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-async def test_exactly_one_leads_and_handover_on_cancel(candidates: Any, kubeconfig: Path) -> None:
+async def test_exactly_one_leads_and_handover_on_cancel(candidates: Any, kubeconfig: Path, ns: str) -> None:
     a, b = candidates("a"), candidates("b")
     a.start()
     b.start()
@@ -125,7 +145,7 @@ async def test_exactly_one_leads_and_handover_on_cancel(candidates: Any, kubecon
     for _ in range(20):
         assert first.elector.is_leader and not other.elector.is_leader
         await asyncio.sleep(RETRY_S / 2)
-    lease = read_lease(kubeconfig, candidates.lease)
+    lease = read_lease(kubeconfig, ns, candidates.lease)
     spec = lease["spec"]
     assert spec["holderIdentity"] == first.identity
     assert spec["leaseDurationSeconds"] == 3 and spec["leaseTransitions"] == 0
@@ -137,15 +157,16 @@ async def test_exactly_one_leads_and_handover_on_cancel(candidates: Any, kubecon
     timeline = [(who, what) for _, who, what in candidates.timeline]
     assert timeline[:2] == [(first.identity, "start"), (first.identity, "stop")]
     assert timeline[2:] in ([], [(other.identity, "start")])
-    released = read_lease(kubeconfig, candidates.lease)["spec"]
+    released = read_lease(kubeconfig, ns, candidates.lease)["spec"]
     assert released["holderIdentity"] in ("", None) or released["holderIdentity"] == other.identity
     await wait_until(lambda: other.elector.is_leader, LEASE_S + 4 * RETRY_S, "the standby to take over")
-    spec = read_lease(kubeconfig, candidates.lease)["spec"]
+    spec = read_lease(kubeconfig, ns, candidates.lease)["spec"]
     assert spec["holderIdentity"] == other.identity
     assert spec["leaseTransitions"] == 1
 
 
-async def test_takeover_after_leader_vanishes_without_release(candidates: Any, kubeconfig: Path) -> None:
+async def test_takeover_after_leader_vanishes_without_release(candidates: Any, kubeconfig: Path,
+                                                               ns: str) -> None:
     """A leader that dies silently (no release) is replaced once the lease expires on the standby's clock."""
     a = candidates("a")
     a.start()
@@ -159,12 +180,12 @@ async def test_takeover_after_leader_vanishes_without_release(candidates: Any, k
     await wait_until(lambda: b.elector.is_leader, LEASE_S + 2.0, "b to take over an expired lease")
     # b first saw a's last renewal when it started, so it must have waited about a lease duration.
     assert time.monotonic() - t0 >= LEASE_S - RETRY_S
-    spec = read_lease(kubeconfig, candidates.lease)["spec"]
+    spec = read_lease(kubeconfig, ns, candidates.lease)["spec"]
     assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
 
 
 async def test_leader_that_cannot_renew_stops_before_other_acquires(
-    candidates: Any, kubeconfig: Path
+    candidates: Any, kubeconfig: Path, ns: str
 ) -> None:
     a = candidates("a")
     a.start()
@@ -189,10 +210,10 @@ async def test_leader_that_cannot_renew_stops_before_other_acquires(
     (t_stop,) = [t for t, who, what in candidates.timeline if (who, what) == ("a", "stop")]
     (t_start,) = [t for t, who, what in candidates.timeline if (who, what) == ("b", "start")]
     assert t_stop < t_start
-    assert read_lease(kubeconfig, candidates.lease)["spec"]["leaseTransitions"] == 1
+    assert read_lease(kubeconfig, ns, candidates.lease)["spec"]["leaseTransitions"] == 1
 
 
-async def test_conflicting_writes_are_retried(candidates: Any, kubeconfig: Path) -> None:
+async def test_conflicting_writes_are_retried(candidates: Any, kubeconfig: Path, ns: str) -> None:
     """Someone else rewrites the lease (new resourceVersion) between our read and write: we get 409,
     do not crash, and keep leading after re-reading."""
     a = candidates("a")
@@ -211,17 +232,18 @@ async def test_conflicting_writes_are_retried(candidates: Any, kubeconfig: Path)
 
     api.replace_namespaced_lease = replace_with_conflict  # type: ignore[method-assign]
     await wait_until(lambda: conflicts == 2, 5, "two conflicts")
-    renewed_before = read_lease(kubeconfig, candidates.lease)["spec"]["renewTime"]
-    await wait_until(lambda: read_lease(kubeconfig, candidates.lease)["spec"]["renewTime"] != renewed_before,
-                     5, "a renewal after the conflicts")
+    renewed_before = read_lease(kubeconfig, ns, candidates.lease)["spec"]["renewTime"]
+    await wait_until(
+        lambda: read_lease(kubeconfig, ns, candidates.lease)["spec"]["renewTime"] != renewed_before,
+        5, "a renewal after the conflicts")
     assert a.elector.is_leader
 
 
-def test_invalid_timings_are_refused(kubeconfig: Path) -> None:
+def test_invalid_timings_are_refused(kubeconfig: Path, ns: str) -> None:
     client = _client(kubeconfig)
     try:
         with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
-            LeaderElector(client, name="x", namespace=NS, identity="i", lease_duration=5, renew_deadline=5,
+            LeaderElector(client, name="x", namespace=ns, identity="i", lease_duration=5, renew_deadline=5,
                           retry_period=1, on_started_leading=lambda: None, on_stopped_leading=lambda: None)
     finally:
         client.close()
@@ -232,7 +254,7 @@ def test_micro_time_format() -> None:
     assert format_micro_time(1.5) == "1970-01-01T00:00:01.500000Z"
 
 
-async def test_coroutine_work_runs_while_leading_and_is_cancelled(kubeconfig: Path) -> None:
+async def test_coroutine_work_runs_while_leading_and_is_cancelled(kubeconfig: Path, ns: str) -> None:
     """An async on_started_leading is the "work" body (client-go style): it runs as a task while we lead
     and is cancelled before on_stopped_leading runs."""
     order: list[str] = []
@@ -247,7 +269,7 @@ async def test_coroutine_work_runs_while_leading_and_is_cancelled(kubeconfig: Pa
             raise
 
     client = _client(kubeconfig)
-    elector = LeaderElector(client, name="coro-lock", namespace=NS, identity="c", lease_duration=LEASE_S,
+    elector = LeaderElector(client, name="coro-lock", namespace=ns, identity="c", lease_duration=LEASE_S,
                             renew_deadline=RENEW_S, retry_period=RETRY_S, on_started_leading=work,
                             on_stopped_leading=lambda: order.append("stopped"))
     task = asyncio.create_task(elector.run())
@@ -260,18 +282,18 @@ async def test_coroutine_work_runs_while_leading_and_is_cancelled(kubeconfig: Pa
             await task
         client.close()
     assert order == ["work cancelled", "stopped"]
-    assert read_lease(kubeconfig, "coro-lock")["spec"]["holderIdentity"] in ("", None)
+    assert read_lease(kubeconfig, ns, "coro-lock")["spec"]["holderIdentity"] in ("", None)
 
 
 async def test_release_retries_when_the_lease_changed_since_its_read(candidates: Any,
-                                                                     kubeconfig: Path) -> None:
+                                                                     kubeconfig: Path, ns: str) -> None:
     """A release whose read is stale (our own renewal landed in between, say) gets a 409; it reads again and
     releases, instead of leaving the lease held until it expires (a standby would wait a lease duration)."""
     a = candidates("a")
     a.start()
     await wait_until(lambda: a.elector.is_leader, 10, "a leader")
-    stale = read_lease(kubeconfig, candidates.lease)
-    await wait_until(lambda: read_lease(kubeconfig, candidates.lease)["metadata"]["resourceVersion"]
+    stale = read_lease(kubeconfig, ns, candidates.lease)
+    await wait_until(lambda: read_lease(kubeconfig, ns, candidates.lease)["metadata"]["resourceVersion"]
                      != stale["metadata"]["resourceVersion"], 10, "a renewal after the stale read")
     real_read = a.elector._read
     reads: list[int] = []
@@ -283,10 +305,10 @@ async def test_release_retries_when_the_lease_changed_since_its_read(candidates:
     a.elector._read = first_read_stale  # type: ignore[method-assign]
     await a.cancel()
     assert len(reads) >= 2
-    assert read_lease(kubeconfig, candidates.lease)["spec"].get("holderIdentity") in ("", None)
+    assert read_lease(kubeconfig, ns, candidates.lease)["spec"].get("holderIdentity") in ("", None)
 
 
-async def test_release_retries_a_slow_or_failed_request(candidates: Any, kubeconfig: Path) -> None:
+async def test_release_retries_a_slow_or_failed_request(candidates: Any, kubeconfig: Path, ns: str) -> None:
     """On a starved machine one answer can take longer than a renewal's timeout: the release tries again
     within renew_deadline instead of leaving the lease held until it expires."""
     import urllib3
@@ -306,11 +328,11 @@ async def test_release_retries_a_slow_or_failed_request(candidates: Any, kubecon
     a.elector._read = first_read_times_out  # type: ignore[method-assign]
     await a.cancel()
     assert len(reads) >= 2
-    assert read_lease(kubeconfig, candidates.lease)["spec"].get("holderIdentity") in ("", None)
+    assert read_lease(kubeconfig, ns, candidates.lease)["spec"].get("holderIdentity") in ("", None)
 
 
 async def test_a_cancel_landing_as_a_renewal_returns_is_not_swallowed(candidates: Any,
-                                                                     kubeconfig: Path) -> None:
+                                                                     kubeconfig: Path, ns: str) -> None:
     """The cancel (shutdown) arrives in the instant a renewal's worker thread has finished but the elector has
     not resumed yet. On Python 3.11, ``asyncio.wait_for`` returned the result then and dropped the cancel: the
     elector went on renewing and the shutdown awaiting it hung (seen under CPU contention as a 300 s teardown
@@ -343,14 +365,14 @@ async def test_a_cancel_landing_as_a_renewal_returns_is_not_swallowed(candidates
         done, _ = await asyncio.wait({c.task}, timeout=10)
         assert done, f"the elector swallowed a cancel landing {hops} callbacks late and is still renewing"
         assert c.task.cancelled()
-        assert not read_lease(kubeconfig, candidates.lease)["spec"].get("holderIdentity")  # it released
+        assert not read_lease(kubeconfig, ns, candidates.lease)["spec"].get("holderIdentity")  # it released
 
     for hops in range(6):
         await lead_then_cancel(hops)
 
 
-async def test_a_cancel_while_the_first_acquire_is_in_flight_still_releases(candidates: Any,
-                                                                             kubeconfig: Path) -> None:
+async def test_a_cancel_while_the_first_acquire_is_in_flight_still_releases(
+        candidates: Any, kubeconfig: Path, ns: str) -> None:
     """SIGTERM right after start: the cancel lands while the first acquire's worker thread waits for the API
     server's answer. The server has written the Lease with us as holder, the elector does not know yet: it
     must wait for that attempt and release, not exit with the Lease held (seen beside CPU hogs in
@@ -370,11 +392,11 @@ async def test_a_cancel_while_the_first_acquire_is_in_flight_still_releases(cand
     c.elector._api.create_namespaced_lease = create_with_a_slow_answer
     c.start()
     assert await asyncio.to_thread(written.wait, 10)
-    assert read_lease(kubeconfig, candidates.lease)["spec"].get("holderIdentity") == "early"
+    assert read_lease(kubeconfig, ns, candidates.lease)["spec"].get("holderIdentity") == "early"
     assert c.task is not None
     c.task.cancel()
     await asyncio.sleep(0.2)  # the cancel has reached run() while the attempt is still in its thread
     answer.set()
     done, _ = await asyncio.wait({c.task}, timeout=10)
     assert done and c.task.cancelled()
-    assert not read_lease(kubeconfig, candidates.lease)["spec"].get("holderIdentity")
+    assert not read_lease(kubeconfig, ns, candidates.lease)["spec"].get("holderIdentity")
