@@ -282,7 +282,8 @@ async def reconcile(api: Api, namespace: str, name: str) -> float | None:
     selector = f"app.kubernetes.io/name=memcached,app.kubernetes.io/instance={name}"
     pods = await api.call("GET", f"/api/v1/namespaces/{quote(namespace)}/pods",
                           params={"labelSelector": selector})
-    nodes = sorted(p["metadata"]["name"] for p in pods.get("items", []))
+    nodes = sorted(p["metadata"]["name"] for p in pods.get("items", [])
+                   if not p["metadata"].get("deletionTimestamp"))
     ready = int((deployment.get("status") or {}).get("readyReplicas", 0))
     done = rolled_out(deployment, size)
 
