@@ -3,7 +3,8 @@
 The operator's run for a custom resource is "the role, with extra vars built from the object, through an
 executor". These helpers do exactly that with the runner's own pieces: ``extravars.build_extra_vars`` (same
 names, snake_casing and ``!unsafe`` marking) and the warm executor (the operator's default: same private
-data dir, extra-vars file and events), against a sandbox, so a role's whole lifecycle can be tested before
+data dir, extra-vars file and events), against the test's API server (the real control plane or a
+sandbox: tests/examples/conftest.py), so a role's whole lifecycle can be tested before
 (and independently of) the watch loop.
 """
 
