@@ -1,14 +1,19 @@
-"""Fault-injection harness: a sandbox per module, operators as real subprocesses, a cuttable TCP proxy
-between them, and the suite's figures.
+"""Fault-injection harness: the API server (the session's shared real control plane, a real one of the
+test's own, or a sandbox), operators as real subprocesses, a cuttable proxy between them, and the suite's
+figures.
 
-* :class:`CutProxy` - an asyncio TCP proxy (its own thread and loop) the operator's kubeconfig points at.
-  ``cut()`` resets every open connection and every new one until ``restore()``; it also counts, from the
-  plain-HTTP request lines and watch streams going through it, the operator's list requests per resource
-  and the ``410 Expired`` answers it got.
-* :func:`start_operator` - ``python -m ansible_operator run`` exactly as a user starts it, in a session of
-  its own (so ``SIGKILL`` of it is a crash, not a clean shutdown).
+* ``cluster`` (per module) - the shared real control plane by default (tests/kube.py; each test makes
+  namespaces of its own with :meth:`Cluster.namespace`), or an in-thread sandbox with
+  ``ANSIBLE_OPERATOR_TEST_API=sandbox``. :func:`private_cluster` - a real control plane of the test's own,
+  for faults that would hurt the other tests (killing the API server or etcd, compaction, throttling).
+* :class:`CutProxy` - an asyncio proxy (its own thread and loop) the operator's kubeconfig points at; in
+  front of a real API server it terminates TLS on both sides (:class:`ProxyTLS`). ``cut()`` resets every
+  open connection and every new one until ``restore()``; it also counts, from the plaintext HTTP going
+  through it, the operator's list requests per resource, the ``410 Expired`` answers and the status codes.
+* ``operators`` - ``python -m ansible_operator run`` exactly as a user starts it, in a session of its own
+  (so ``SIGKILL`` of it is a crash, not a clean shutdown), watching one namespace.
 * ``figures`` - the numbers each test reports (kills, restarts, relists, stuck CRs, overlapping side
-  effects, secret occurrences); written as JSON when the session ends, to ``$FAULTS_SUMMARY`` or
+  effects, secret occurrences, 429s); written as JSON when the session ends, to ``$FAULTS_SUMMARY`` or
   ``<pytest basetemp>/faults-summary.json``. ``python tests/faults/summary.py FILE`` turns it into the
   table in docs/faults.md.
 """
@@ -16,33 +21,43 @@ between them, and the suite's figures.
 from __future__ import annotations
 
 import asyncio
+import base64
+import datetime
 import json
 import os
 import re
 import signal
+import ssl
 import subprocess
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes
 import psutil
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ansible_operator.controlplane import ControlPlane
 from ansible_operator.sandbox import kubeconfig_dict
 from ansible_operator.sandbox.testing import SandboxHandle
-from tests import harness
-from tests.harness import E2E, GROUP, KIND, PLURAL, VERSION, Widgets, spawn_operator, stop_process
+from tests import harness, kube
+from tests.harness import CRDS, E2E, GROUP, KIND, PLURAL, VERSION, Widgets, spawn_operator, stop_process
 
-__all__ = ["E2E", "GROUP", "KIND", "PLURAL", "VERSION"]
+__all__ = ["CRDS", "E2E", "GROUP", "KIND", "PLURAL", "VERSION"]
 HERE = Path(__file__).parent
 WIDGETS_PATH = f"/apis/{GROUP}/{VERSION}/"
 NAMESPACE = "faults"
-
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -66,16 +81,49 @@ def wait_for(
 
 
 REQUEST_LINE = re.compile(rb"(GET|POST|PUT|PATCH|DELETE) (\S+) HTTP/1\.[01]\r\n")
+STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
+
+
+@dataclass(frozen=True)
+class ProxyTLS:
+    """TLS on both sides of a :class:`CutProxy` in front of a real API server (which speaks TLS only): the
+    proxy serves ``serving`` (the API server's own pair: its SAN is 127.0.0.1, signed by ``ca``) and
+    presents ``client`` upstream. The proxy sees plaintext HTTP in between."""
+
+    ca: Path
+    serving: tuple[Path, Path]
+    client: tuple[Path, Path]
+
+    @classmethod
+    def of_plane(cls, pki: Path, client: tuple[Path, Path] | None = None) -> ProxyTLS:
+        """From a control plane's ``pki`` directory; upstream as ``client`` (default: the admin, who is in
+        ``system:masters``)."""
+        return cls(pki / "ca.crt", (pki / "apiserver.crt", pki / "apiserver.key"),
+                   client or (pki / "admin.crt", pki / "admin.key"))
+
+    def server_context(self) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(self.serving[0]), str(self.serving[1]))
+        return ctx
+
+    def client_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.ca))
+        ctx.load_cert_chain(str(self.client[0]), str(self.client[1]))
+        ctx.set_alpn_protocols(["http/1.1"])  # what the proxy parses (never h2)
+        return ctx
 
 
 class CutProxy:
-    """A TCP proxy on 127.0.0.1 in front of ``upstream_port`` that can be cut and restored."""
+    """A TCP proxy on 127.0.0.1 in front of ``upstream_port`` that can be cut and restored; with ``tls`` it
+    terminates TLS on both sides (a real API server)."""
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, tls: ProxyTLS | None = None) -> None:
         self.upstream_port = upstream_port
+        self.tls = tls
         self.port = 0
         self.lists: Counter[str] = Counter()  # collection path -> plain (non-watch) GETs
         self.watches: Counter[str] = Counter()
+        self.statuses: Counter[int] = Counter()  # HTTP status codes of the answers
         self.expired = 0  # 410 Expired answers (ERROR events in watch streams or 410 responses)
         self.cuts = 0
         self.refused = 0  # connections reset because the proxy was cut
@@ -84,20 +132,33 @@ class CutProxy:
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="cut-proxy", daemon=True)
+        self._upstream_ssl = tls.client_context() if tls else None
 
     def start(self) -> CutProxy:
         self._thread.start()
+        ssl_ctx = self.tls.server_context() if self.tls else None
         self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._accept, "127.0.0.1", 0), self._loop).result(10)
+            asyncio.start_server(self._accept, "127.0.0.1", 0, ssl=ssl_ctx), self._loop).result(10)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def write_kubeconfig(self, path: Path) -> Path:
-        path.write_text(yaml.safe_dump(kubeconfig_dict(self.url)))
+        """A kubeconfig pointing at the proxy (with TLS: its CA, and the client pair the proxy presents
+        upstream, so the same file also works against the API server itself)."""
+        if self.tls is None:
+            config = kubeconfig_dict(self.url)
+        else:
+            def b64(p: Path) -> str:
+                return base64.b64encode(p.read_bytes()).decode()
+
+            config = kubeconfig_dict(self.url, ca_pem=self.tls.ca.read_text(), user={
+                "client-certificate-data": b64(self.tls.client[0]),
+                "client-key-data": b64(self.tls.client[1])})
+        path.write_text(yaml.safe_dump(config))
         return path
 
     def relists(self, path_part: str = "") -> int:
@@ -150,9 +211,16 @@ class CutProxy:
             writer.transport.abort()
             return
         try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        except OSError:
+            up_reader, up_writer = await asyncio.open_connection(
+                "127.0.0.1", self.upstream_port, ssl=self._upstream_ssl,
+                server_hostname="127.0.0.1" if self._upstream_ssl else None)
+        except OSError:  # ssl.SSLError included
             writer.transport.abort()
+            return
+        if self._cut:  # cut while connecting upstream
+            self.refused += 1
+            for w in (writer, up_writer):
+                w.transport.abort()
             return
         self._writers.update((writer, up_writer))
         try:
@@ -176,7 +244,7 @@ class CutProxy:
                 tail = data[-200:]
                 writer.write(data)
                 await writer.drain()
-        except (ConnectionError, OSError):
+        except (ConnectionError, OSError):  # ssl.SSLError included
             pass
         finally:
             writer.transport.abort()
@@ -195,7 +263,12 @@ class CutProxy:
                 self.lists[path] += 1
 
     def _responses(self, data: bytes, seen: int) -> None:
+        # Watch events and Status bodies are JSON whether or not the response is chunked (a chunk-size line
+        # falls between events, not inside one: the API server flushes each event as one chunk).
         self.expired += sum(1 for m in re.finditer(rb'"code":\s*410', data) if m.end() > seen)
+        for m in STATUS_LINE.finditer(data):
+            if m.end() > seen:
+                self.statuses[int(m.group(1))] += 1
 
 
 def _is_collection(path: str) -> bool:
@@ -212,26 +285,93 @@ def _is_collection(path: str) -> bool:
     return len(rest) == 1
 
 
+# ------------------------------------------------------------------------------------- real-server helpers
+
+
+def issue_client_cert(pki: Path, name: str, user: str, groups: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """A client certificate for ``user`` (in ``groups``) signed by a control plane's CA (``pki/ca.key``),
+    written as ``pki/<name>.crt``/``.key``: an identity that is not in ``system:masters`` (the API server
+    never throttles that group), authorized by whatever RBAC the caller binds to ``user``."""
+    ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey), type(ca_key)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
+                        + [x509.NameAttribute(NameOID.COMMON_NAME, user)])
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_cert.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    crt_path, key_path = pki / f"{name}.crt", pki / f"{name}.key"
+    crt_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_path.chmod(0o600)
+    return crt_path, key_path
+
+
 # ---------------------------------------------------------------------------------------------- cluster
 
 
 @dataclass
 class Cluster(Widgets):
-    handle: SandboxHandle
+    """The API server a fault test runs against: an in-thread sandbox (``handle``), a sandbox process, the
+    session's shared real control plane (``shared``) or a real control plane of the test's own
+    (``plane``). ``port`` is the API server's (for a :class:`CutProxy`), ``pki`` the real plane's TLS
+    material (None: plain HTTP, a sandbox)."""
+
+    kubeconfig: Path
     api: kubernetes.client.ApiClient
+    port: int
+    pki: Path | None = None
+    handle: SandboxHandle | None = None
+    plane: ControlPlane | None = None
+    shared: kube.SharedCluster | None = None
     core: kubernetes.client.CoreV1Api = field(init=False)
     custom: kubernetes.client.CustomObjectsApi = field(init=False)
 
     def __post_init__(self) -> None:
         self._clients(self.api)
 
+    @classmethod
+    def of_kubeconfig(cls, kubeconfig: Path, **kwargs: Any) -> Cluster:
+        server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        return cls(kubeconfig, kube.api_client_for(kubeconfig), int(urlsplit(server).port or 443), **kwargs)
+
     @property
-    def kubeconfig(self) -> Path:
-        return self.handle.kubeconfig
+    def real(self) -> bool:
+        return self.pki is not None
+
+    def reconnect(self, kubeconfig: Path | None = None) -> None:
+        """A new client (after the API server restarted: pooled connections are dead)."""
+        self.api.close()
+        self.kubeconfig = kubeconfig or self.kubeconfig
+        self.api = kube.api_client_for(self.kubeconfig)
+        self._clients(self.api)
+
+    def close(self) -> None:
+        if self.shared is not None:
+            self.shared.cleanup()
+        self.api.close()
 
     def namespace(self, name: str) -> str:
-        self.core.create_namespace({"metadata": {"name": name}})
-        return name
+        """A new namespace ``<name>-<random>`` (unique: parametrized tests, parallel workers and reruns on
+        the shared control plane never meet); its name."""
+        if self.shared is not None:
+            return self.shared.namespace(name)
+        unique = f"{name}-{uuid.uuid4().hex[:6]}"
+        self.core.create_namespace({"metadata": {"name": unique}})
+        return unique
+
+    def proxy(self, client: tuple[Path, Path] | None = None) -> CutProxy:
+        """A started :class:`CutProxy` in front of this API server (TLS on a real one; upstream as
+        ``client``, default the admin)."""
+        tls = ProxyTLS.of_plane(self.pki, client) if self.pki is not None else None
+        return CutProxy(self.port, tls).start()
 
     def read(self, ns: str, name: str) -> dict[str, Any]:
         """The object (it must exist)."""
@@ -264,24 +404,59 @@ class Cluster(Widgets):
                                  f"{[(self.get(ns, n) or {}).get('status') for n in stuck[:3]]}") from None
 
     def compact(self) -> int:
-        """The sandbox's test-only watch-history compaction (on its own loop): older watches get 410."""
-        sandbox = self.handle.sandbox
-        return int(sandbox.call(sandbox.server.store.compact))
+        """Compact the watch history now; the revision. Watches resumed from an older resourceVersion then
+        get 410. The sandbox: its test-only ``Store.compact()`` (on its own loop). A real control plane of
+        the test's own: etcd compaction (410 reaches a watch only if the API server runs with
+        ``--watch-cache=false``; its watch cache would serve the old resourceVersion otherwise)."""
+        if self.handle is not None:
+            sandbox = self.handle.sandbox
+            return int(sandbox.call(sandbox.server.store.compact))
+        if self.plane is not None:
+            return self.plane.compact()
+        raise RuntimeError("no compaction on the shared control plane (use a private one)")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """One in-thread sandbox with the Widget CRD per test module."""
+    """The session's real control plane (namespaces of the module's own, deleted at its end), or with
+    ``ANSIBLE_OPERATOR_TEST_API=sandbox`` one in-thread sandbox with the Widget CRD per test module."""
+    if kube.real():
+        shared = kube.shared()
+        c = Cluster.of_kubeconfig(shared.kubeconfig, pki=shared.directory / "pki", shared=shared)
+        try:
+            yield c
+        finally:
+            c.close()
+        return
     handle = harness.widget_sandbox(tmp_path_factory.mktemp("sandbox") / "kubeconfig")
-    api = handle.api_client()
     try:
-        c = Cluster(handle, api)
-        c.namespace(NAMESPACE)
-        wait_for(lambda: c.served(NAMESPACE), 30, what="Widget CRD served")
-        yield c
+        c = Cluster(handle.kubeconfig, handle.api_client(), handle.sandbox.port, handle=handle)
+        try:
+            ns = c.namespace(NAMESPACE)
+            wait_for(lambda: c.served(ns), 30, what="Widget CRD served")
+            yield c
+        finally:
+            c.close()
     finally:
-        api.close()
         handle.sandbox.stop_thread()
+
+
+@contextmanager
+def private_cluster(directory: Path, **plane_kwargs: Any) -> Iterator[Cluster]:
+    """A real control plane of the test's own (``ControlPlane`` kwargs, e.g. ``apiserver_args``), with the
+    Widget CRD: for tests that kill or restart the API server or etcd, compact etcd or throttle. etcd and
+    kube-apiserver only unless ``components`` says otherwise (the Widget tests need no pods, nodes or
+    controllers; fewer processes on a busy machine). Stopped at the end: stop operators before that."""
+    plane_kwargs.setdefault("components", ("etcd", "kube-apiserver"))
+    plane = kube.private_control_plane(directory, crds=(CRDS,), **plane_kwargs)
+    try:
+        c = Cluster.of_kubeconfig(plane.kubeconfig, pki=plane.directory / "pki", plane=plane)
+        try:
+            yield c
+        finally:
+            c.close()
+    finally:
+        plane.stop()
 
 
 # --------------------------------------------------------------------------------------------- operator
@@ -329,16 +504,19 @@ def widget_watch(role: str = "widget", **overrides: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def operators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Operator]]:
-    """start(kubeconfig, watches, *flags, executor="warm", name=..., env=...) -> Operator; all stopped at
-    the end of the module."""
+    """start(kubeconfig, watches, *flags, namespace=NS, executor="warm", name=..., env=...) -> Operator; all
+    stopped at the end of the module. ``namespace``: the one namespace it watches (``WATCH_NAMESPACE``):
+    on the shared control plane every test's operator must keep to its own."""
     started: list[Operator] = []
     base = tmp_path_factory.mktemp("operators")
 
-    def start(kubeconfig: Path, watches: list[dict[str, Any]], *flags: str, executor: str = "warm",
-              name: str = "op", env: dict[str, str] | None = None, artifacts: Path | None = None) -> Operator:
+    def start(kubeconfig: Path, watches: list[dict[str, Any]], *flags: str, namespace: str | None,
+              executor: str = "warm", name: str = "op", env: dict[str, str] | None = None,
+              artifacts: Path | None = None) -> Operator:
         workdir = base / f"{name}-{len(started)}"
         proc, _, artifacts, log_path = spawn_operator(workdir, watches, kubeconfig, executor, *flags,
-                                                      artifacts=artifacts, env=env, append_log=True)
+                                                      artifacts=artifacts, env=env, append_log=True,
+                                                      namespace=namespace)
         op = Operator(proc, workdir, log_path, artifacts)
         started.append(op)
         return op

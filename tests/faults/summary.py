@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 COLUMNS = [
-    ("kills", ("kills", "api_server_kills", "leader_kills")),
-    ("restarts / takeovers", ("restarts", "api_server_restarts", "lease_takeovers")),
+    ("kills", ("kills", "api_server_kills", "etcd_kills", "leader_kills")),
+    ("restarts / takeovers", ("restarts", "api_server_restarts", "etcd_restarts", "lease_takeovers")),
     ("network cuts", ("cuts",)),
     ("410 Expired", ("expired_410",)),
     ("re-lists", ("relists",)),
+    ("429 Too Many Requests", ("throttled_429",)),
     ("CRs", ("crs",)),
     ("stuck CRs", ("stuck_crs",)),
     ("orphan processes", ("orphan_processes",)),

@@ -18,7 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.faults.conftest import GROUP, PLURAL, VERSION, Cluster, wait_for, widget_watch
 
-NS = "burst"
+NS = "burst"  # a prefix: each test has a namespace of its own
 EDITS = 100
 CRS = ("burst-a", "burst-b")
 
@@ -26,8 +26,9 @@ CRS = ("burst-a", "burst-b")
 class StatusRecorder:
     """Every (name, observedGeneration) a Successful=True condition showed, from one watch stream."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, ns: str) -> None:
         self.cluster = cluster
+        self.ns = ns
         self.claims: set[tuple[str, int]] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="status-recorder")
@@ -39,7 +40,8 @@ class StatusRecorder:
             w = kubernetes.watch.Watch()
             try:
                 if not rv:
-                    listing = self.cluster.custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)
+                    listing = self.cluster.custom.list_namespaced_custom_object(
+                        GROUP, VERSION, self.ns, PLURAL)
                     for obj in listing["items"]:
                         self._record(obj)
                     rv = listing["metadata"]["resourceVersion"]
@@ -48,7 +50,7 @@ class StatusRecorder:
                     self.cluster.custom.list_namespaced_custom_object,
                     GROUP,
                     VERSION,
-                    NS,
+                    self.ns,
                     PLURAL,
                     resource_version=rv,
                     timeout_seconds=2,
@@ -84,16 +86,16 @@ class StatusRecorder:
 @pytest.mark.parametrize("executor", ["warm"])
 def test_bursts_of_edits_end_with_status_naming_the_applied_generation(
         cluster: Cluster, operators, executor: str, figures: dict) -> None:
-    cluster.namespace(NS)
-    op = operators(cluster.kubeconfig, [widget_watch()], "--namespace", NS, executor=executor, name="burst")
+    ns = cluster.namespace(f"{NS}-{executor}")
+    op = operators(cluster.kubeconfig, [widget_watch()], namespace=ns, executor=executor, name="burst")
     for name in CRS:
-        cluster.create(NS, name, {"size": 0})
-    cluster.wait_converged(NS, list(CRS))
-    with StatusRecorder(cluster) as recorder:
+        cluster.create(ns, name, {"size": 0})
+    cluster.wait_converged(ns, list(CRS))
+    with StatusRecorder(cluster, ns) as recorder:
         for i in range(1, EDITS + 1):
             for name in CRS:
-                cluster.patch(NS, name, {"spec": {"size": i}})
-        objs = cluster.wait_converged(NS, list(CRS), timeout=300)
+                cluster.patch(ns, name, {"spec": {"size": i}})
+        objs = cluster.wait_converged(ns, list(CRS), timeout=300)
         claims = set(recorder.claims)
     for obj in objs:
         name = obj["metadata"]["name"]
@@ -101,10 +103,10 @@ def test_bursts_of_edits_end_with_status_naming_the_applied_generation(
         out = f"{name}-out"
 
         def shows_last_edit(out: str = out) -> bool:
-            return (cluster.configmap(NS, out) or {}).get("size") == str(EDITS)
+            return (cluster.configmap(ns, out) or {}).get("size") == str(EDITS)
 
         wait_for(shows_last_edit, 30, what=f"{out} shows the last edit")
-        runs = op.runs(NS, name)
+        runs = op.runs(ns, name)
         applied = {r["generation"] for r in runs if r["result"] == "successful"}
         claimed = {g for n, g in claims if n == name}
         assert claimed <= applied | _pruned_below(runs), (
@@ -114,7 +116,7 @@ def test_bursts_of_edits_end_with_status_naming_the_applied_generation(
         overlaps = sum(1 for (_, end), (start, _) in itertools.pairwise(spans) if start < end)
         assert overlaps == 0
     figures.update(executor=executor, crs=len(CRS), edits_per_cr=EDITS, final_generation=EDITS + 1,
-                   runs=sum(len(op.runs(NS, n)) for n in CRS), false_status_claims=0,
+                   runs=sum(len(op.runs(ns, n)) for n in CRS), false_status_claims=0,
                    overlapping_side_effects=0, stuck_crs=0)
 
 

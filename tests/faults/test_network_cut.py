@@ -12,9 +12,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.faults.conftest import Cluster, CutProxy, wait_for, widget_watch
+from tests.faults.conftest import Cluster, wait_for, widget_watch
 
-NS = "netcut"
+NS = "netcut"  # a prefix: the test's namespace is netcut-<random>
 
 
 def free_port() -> int:
@@ -34,31 +34,31 @@ def probe(port: int, path: str) -> int:
 
 
 def test_network_cut_and_restore(cluster: Cluster, operators, tmp_path: Path, figures: dict) -> None:
-    cluster.namespace(NS)
-    proxy = CutProxy(cluster.handle.sandbox.port).start()
+    ns = cluster.namespace(NS)
+    proxy = cluster.proxy()
     try:
         health = free_port()
         op = operators(proxy.write_kubeconfig(tmp_path / "via-proxy.kubeconfig"), [widget_watch()],
-                       "--namespace", NS, "--health-probe-bind-address", f"127.0.0.1:{health}",
-                       "--api-unreachable-timeout", "2s", name="netcut")
-        cluster.create(NS, "steady", {"color": "one"})
-        cluster.wait_converged(NS, ["steady"])
+                       "--health-probe-bind-address", f"127.0.0.1:{health}",
+                       "--api-unreachable-timeout", "2s", namespace=ns, name="netcut")
+        cluster.create(ns, "steady", {"color": "one"})
+        cluster.wait_converged(ns, ["steady"])
         wait_for(lambda: probe(health, "/readyz") == 200, 60, what="/readyz 200 before the cut")
         lists_before = proxy.relists()
 
-        cluster.create(NS, "inflight", {"color": "two"})
+        cluster.create(ns, "inflight", {"color": "two"})
         proxy.cut()
-        cluster.patch(NS, "steady", {"spec": {"color": "edited"}})
-        cluster.create(NS, "during", {"color": "three"})
+        cluster.patch(ns, "steady", {"spec": {"color": "edited"}})
+        cluster.create(ns, "during", {"color": "three"})
         wait_for(lambda: proxy.refused >= 3, 120, what="the operator's reconnects refused")
         wait_for(lambda: probe(health, "/readyz") not in (0, 200), 60, what="/readyz failing during the cut")
         assert probe(health, "/healthz") == 200
         assert op.alive()
         proxy.restore()
 
-        objs = cluster.wait_converged(NS, ["steady", "inflight", "during"], timeout=300)
+        objs = cluster.wait_converged(ns, ["steady", "inflight", "during"], timeout=300)
         assert objs[0]["metadata"]["generation"] == 2
-        wait_for(lambda: (cluster.configmap(NS, "steady-out") or {}).get("color") == "edited", 60,
+        wait_for(lambda: (cluster.configmap(ns, "steady-out") or {}).get("color") == "edited", 60,
                  what="steady-out shows the edit made during the cut")
         wait_for(lambda: probe(health, "/readyz") == 200, 60, what="/readyz 200 after the restore")
         assert op.alive()

@@ -42,8 +42,7 @@ def test_sigkill_mid_run_leaves_no_orphan_and_converges_after_restart(
     name = f"crash-{executor}"
     ns = cluster.namespace(f"kill-{executor}")  # one per executor: the other test's operator never sees it
     gate, marker = tmp_path / "gate", tmp_path / "marker"
-    flags = ("--namespace", ns)
-    op = operators(cluster.kubeconfig, [widget_watch("gated_marker")], *flags, executor=executor,
+    op = operators(cluster.kubeconfig, [widget_watch("gated_marker")], namespace=ns, executor=executor,
                    name=f"kill-{executor}")
     cluster.create(ns, name, {"gate": str(gate), "marker": str(marker)})
     running = wait_for(lambda: processes_mentioning(str(marker)), 120, 0.1, what="the shell task running")
@@ -74,7 +73,7 @@ def test_sigkill_mid_run_leaves_no_orphan_and_converges_after_restart(
     assert len(killed_runs) == 1 and killed_runs[0]["result"] == "running"
 
     gate.touch()
-    again = operators(cluster.kubeconfig, [widget_watch("gated_marker")], *flags, executor=executor,
+    again = operators(cluster.kubeconfig, [widget_watch("gated_marker")], namespace=ns, executor=executor,
                       name=f"restart-{executor}", artifacts=op.artifacts)
     cluster.wait_converged(ns, [name])
     lines = marker.read_text().splitlines()

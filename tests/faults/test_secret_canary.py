@@ -89,10 +89,11 @@ def test_secret_values_never_leak(cluster: Cluster, operators, cap: str, figures
     needles = [v for s in (secret_value, password) for v in (s, base64.b64encode(s.encode()).decode())]
     cluster.core.create_namespaced_secret(ns, {"metadata": {"name": "shared"},
                                                "stringData": {"token": secret_value}})
-    flags = ["--namespace", ns] + ([] if cap == "default" else ["--max-annotation-verbosity", cap])
+    flags = [] if cap == "default" else ["--max-annotation-verbosity", cap]
     names = [f"v{v}" for v in VERBOSITIES]
     with CmdlineScanner(needles) as scanner:
-        op = operators(cluster.kubeconfig, [widget_watch("secret_user")], *flags, name=f"canary-{cap}")
+        op = operators(cluster.kubeconfig, [widget_watch("secret_user")], *flags, namespace=ns,
+                       name=f"canary-{cap}")
         for v, name in zip(VERBOSITIES, names):
             cluster.create(ns, name, {"secretName": "shared", "password": password},
                            annotations={ANNOTATION: str(v)})
