@@ -1,26 +1,24 @@
 """The deployable material of the examples: CRDs, watches.yaml, samples, kustomize layout, RBAC.
 
-Fast checks (no Ansible runs): everything renders, applies to a sandbox, and stays consistent with the
-roles - RBAC must cover every kind a role touches, or the operator fails with 403 in a real cluster.
+Fast checks (no Ansible runs): everything renders, applies to the test's API server (the session's real
+control plane, or a sandbox: tests/examples/conftest.py), and stays consistent with the roles - RBAC must
+cover every kind a role touches, or the operator fails with 403 in a real cluster.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import kubernetes
 import pytest
 import yaml
 
-from ansible_operator.sandbox.testing import SandboxHandle, start_in_thread
 from ansible_operator.watches import load_watches
+from tests.harness import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
-KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+from .conftest import KUBECTL, REPO, ExampleAPI
 
 
 def kustomize(path: str) -> list[dict[str, Any]]:
@@ -29,15 +27,6 @@ def kustomize(path: str) -> list[dict[str, Any]]:
     )
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
-
-
-@pytest.fixture
-def crd_sandbox(tmp_path: Path) -> Iterator[SandboxHandle]:
-    handle = start_in_thread(tmp_path / "kubeconfig", crds=[REPO / "crds"])
-    try:
-        yield handle
-    finally:
-        handle.sandbox.stop_thread()
 
 
 def test_watches_resolve_every_role_and_the_finalizer() -> None:
@@ -157,28 +146,51 @@ def test_manager_role_covers_every_kind_the_roles_touch_and_the_watched_kinds() 
         assert "update" in allowed[(w.group, f"{plural}/finalizers")]
 
 
-def test_default_render_applies_to_the_sandbox(crd_sandbox: SandboxHandle) -> None:
+def test_default_render_applies_and_the_manager_deployment_becomes_available(example_api: ExampleAPI) -> None:
+    """config/default as a user applies it. Its namespace and cluster-wide RBAC objects are the only ones of
+    these names on the (shared) API server; they are deleted afterwards, the CRDs (which every example
+    test uses) stay."""
     render = subprocess.run([KUBECTL, "kustomize", str(REPO / "config/default")], capture_output=True,
                             text=True, timeout=60, check=True).stdout
+    env = example_api.kubectl_env()
     proc = subprocess.run([KUBECTL, "apply", "-f", "-"], input=render, capture_output=True, text=True,
-                          timeout=60, env=crd_sandbox.kubectl_env())
-    assert proc.returncode == 0, proc.stderr
-    assert "deployment.apps/ansible-operator-controller-manager created" in proc.stdout
-    apps = kubernetes.client.AppsV1Api(crd_sandbox.api_client())
-    dep = apps.read_namespaced_deployment("ansible-operator-controller-manager", "ansible-operator-system")
-    assert dep.spec.template.spec.containers[0].args[0] == "--leader-elect"
+                          timeout=60, env=env)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        assert "deployment.apps/ansible-operator-controller-manager created" in proc.stdout
+        apps = kubernetes.client.AppsV1Api(example_api.api)
+        name, ns = "ansible-operator-controller-manager", "ansible-operator-system"
+        dep = apps.read_namespaced_deployment(name, ns)
+        assert dep.spec.template.spec.containers[0].args[0] == "--leader-elect"
+        # The manager's pod is created with its ServiceAccount, scheduled and started (kwok's node runs
+        # no image: it reports the pod Running and Ready), so the Deployment becomes Available.
+
+        def available() -> bool:
+            conditions = apps.read_namespaced_deployment(name, ns).status.conditions or []
+            return any(c.type == "Available" and c.status == "True" for c in conditions)
+
+        wait_for(available, timeout=120, what=f"Deployment {ns}/{name} Available")
+        pods = kubernetes.client.CoreV1Api(example_api.api).list_namespaced_pod(
+            ns, label_selector=",".join(f"{k}={v}" for k, v in dep.spec.selector.match_labels.items())).items
+        assert [p.spec.service_account_name for p in pods] == ["ansible-operator-controller-manager"]
+    finally:
+        if example_api.real:
+            kept = [d for d in yaml.safe_load_all(render) if d and d["kind"] != "CustomResourceDefinition"]
+            subprocess.run([KUBECTL, "delete", "--wait=false", "--ignore-not-found", "-f", "-"], env=env,
+                           input=yaml.safe_dump_all(kept), capture_output=True, text=True, timeout=60)
 
 
-def test_samples_apply_and_get_the_crd_defaults(crd_sandbox: SandboxHandle) -> None:
-    proc = subprocess.run([KUBECTL, "apply", "-k", str(REPO / "config/samples")], capture_output=True,
-                          text=True, timeout=60, env=crd_sandbox.kubectl_env())
+def test_samples_apply_and_get_the_crd_defaults(example_api: ExampleAPI) -> None:
+    ns = example_api.ns
+    proc = subprocess.run([KUBECTL, "apply", "-k", str(REPO / "config/samples"), "-n", ns],
+                          capture_output=True, text=True, timeout=60, env=example_api.kubectl_env())
     assert proc.returncode == 0, proc.stderr
-    api = kubernetes.client.CustomObjectsApi(crd_sandbox.api_client())
-    db = api.get_namespaced_custom_object("db.ansible-operator.dev", "v1alpha1", "default", "sampledbs",
+    api = kubernetes.client.CustomObjectsApi(example_api.api)
+    db = api.get_namespaced_custom_object("db.ansible-operator.dev", "v1alpha1", ns, "sampledbs",
                                           "sampledb-sample")
     assert db["spec"]["image"] == "postgres"  # defaulted by the schema
     assert db["spec"]["backup"] == {"schedule": "0 3 * * *", "storage": "1Gi", "keep": 3}
-    etcd = api.get_namespaced_custom_object("etcd.database.example.com", "v1beta2", "default", "etcdclusters",
+    etcd = api.get_namespaced_custom_object("etcd.database.example.com", "v1beta2", ns, "etcdclusters",
                                             "etcdcluster-sample")
     assert etcd["spec"] == {"size": 3, "version": "3.5.17"}
 
@@ -189,15 +201,14 @@ def test_samples_apply_and_get_the_crd_defaults(crd_sandbox: SandboxHandle) -> N
     ({"replicas": 3}, "spec.replicas"),
     ({"backup": {"keep": 0}}, "spec.backup.keep"),
 ])
-def test_sampledb_schema_rejects_bad_values(
-    crd_sandbox: SandboxHandle, spec: dict[str, Any], field: str
-) -> None:
-    api = kubernetes.client.CustomObjectsApi(crd_sandbox.api_client())
+def test_sampledb_schema_rejects_bad_values(example_api: ExampleAPI, spec: dict[str, Any],
+                                            field: str) -> None:
+    api = kubernetes.client.CustomObjectsApi(example_api.api)
     body = {"apiVersion": "db.ansible-operator.dev/v1alpha1", "kind": "SampleDB",
             "metadata": {"name": "bad"}, "spec": spec}
     with pytest.raises(kubernetes.client.ApiException) as err:
         api.create_namespaced_custom_object(
-            "db.ansible-operator.dev", "v1alpha1", "default", "sampledbs", body
+            "db.ansible-operator.dev", "v1alpha1", example_api.ns, "sampledbs", body
         )
     assert err.value.status == 422
     assert re.search(re.escape(field), err.value.body)
