@@ -1,4 +1,5 @@
-"""OwnerProxy in front of the sandbox: real kubernetes.core tasks through a per-run kubeconfig.
+"""OwnerProxy in front of the API server (the shared real control plane, or a sandbox): real kubernetes.core
+tasks through a per-run kubeconfig.
 
 Checks what a role author relies on: objects created in the CR's namespace get an ownerReference (and
 are garbage-collected with the CR), cluster-scoped ones get the primary-resource annotations, owners are
@@ -16,6 +17,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator
 
@@ -31,11 +33,16 @@ from ansible_operator.owners import (
     OwnerProxy,
 )
 from ansible_operator.sandbox import Sandbox
+from tests import kube
+
+from .proxy import TLSCutProxy
 
 pytestmark = pytest.mark.e2e
 
 GROUP, VERSION, PLURAL, KIND = "owners.ansible-operator.dev", "v1", "apps", "App"
-NS = "owners"
+# Unique per process: on the real backend the control plane is shared by the whole run (every xdist worker
+# running tests of this module makes a namespace of its own).
+NS = f"owners-{uuid.uuid4().hex[:6]}"
 CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
@@ -52,8 +59,8 @@ VENV_BIN = Path(sys.executable).parent
 
 
 class Cluster:
-    def __init__(self, sandbox: Sandbox, kubeconfig: Path) -> None:
-        self.sandbox = sandbox
+    def __init__(self, sandbox: Sandbox | None, kubeconfig: Path) -> None:
+        self.sandbox = sandbox  # None on a real control plane
         self.kubeconfig = kubeconfig
         self.api = kubernetes.config.new_client_from_config(str(kubeconfig))
         self.core = kubernetes.client.CoreV1Api(self.api)
@@ -70,16 +77,49 @@ class Cluster:
                 "metadata": {"name": name, "namespace": NS}, "spec": {}}
         return self.custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body)
 
+    def install(self) -> None:
+        """The App CRD (already there is fine: another worker's) and the namespace; waits until served."""
+        self.core.create_namespace({"metadata": {"name": NS}})
+        try:
+            kubernetes.client.ApiextensionsV1Api(self.api).create_custom_resource_definition(CRD)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+        def served() -> bool:
+            try:
+                self.custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)
+                return True
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                raise
+
+        deadline = time.monotonic() + 60
+        while not served():
+            assert time.monotonic() < deadline, "the App CRD is not served after 60 s"
+            time.sleep(0.2)
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    if kube.real():
+        shared = kube.shared()
+        c = Cluster(None, shared.kubeconfig)
+        shared.created.append(NS)  # deleted with the test's namespaces
+        try:
+            c.install()
+            yield c
+        finally:
+            c.api.close()
+            shared.cleanup()
+        return
     tmp = tmp_path_factory.mktemp("owners")
     sb = Sandbox(simulate=True)
     sb.start_in_thread()
     try:
         c = Cluster(sb, sb.write_kubeconfig(tmp / "admin.kubeconfig", namespace=NS))
-        c.core.create_namespace({"metadata": {"name": NS}})
-        kubernetes.client.ApiextensionsV1Api(c.api).create_custom_resource_definition(CRD)
+        c.install()
         yield c
         c.api.close()
     finally:
@@ -499,47 +539,98 @@ async def test_dependent_watcher_enqueues_owner_on_delete_and_real_changes(
     assert rec.calls == [key, key, key, key]
 
 
-async def test_dependent_watcher_annotations_and_relist_after_410(
-        cluster: Cluster, watcher: tuple[DependentWatcher, Recorder]) -> None:
-    w, rec = watcher
-    await asyncio.to_thread(cluster.create_owner, "dep2")
-    annotations = {"operator-sdk/primary-resource": f"{NS}/dep2",
-                   "operator-sdk/primary-resource-type": f"{KIND}.{GROUP}"}
-    for name in ("dep2-a", "dep2-b", "dep2-c"):
-        await asyncio.to_thread(cluster.rbac.create_cluster_role,
-                                {"metadata": {"name": name, "annotations": annotations}, "rules": []})
-    await w.ensure(CLUSTERROLES)
-    await asyncio.to_thread(cluster.rbac.delete_cluster_role, "dep2-a")
-    await rec.wait_for(1)
-    assert rec.calls == [(f"{GROUP}/{VERSION}", KIND, NS, "dep2")]
+async def test_dependent_watcher_annotations_and_relist_after_410(cluster: Cluster, tmp_path: Path) -> None:
+    """A watch gap that ends in 410 Gone: the dependent watch's stream is ended, dep2-b deleted and dep2-c
+    changed while nobody watches, and the history compacted. kopf's stream resumes from its last
+    resourceVersion, gets 410, lists again; the relist is compared with what the watch knew: the deletion
+    and the change re-queue the owner although no event told them.
 
-    # A watch gap that ends in 410 Gone: on the sandbox's loop (nothing interleaves), the dependent watch's
-    # stream is ended, dep2-b deleted and dep2-c changed while nobody watches, and the history compacted.
-    # kopf's stream resumes from its last resourceVersion, gets 410, lists again; the relist is compared
-    # with what the watch knew: the deletion and the change re-queue the owner although no event told them.
-    (kw,) = [v for k, v in w._watches.items() if k[2] == "clusterroles"]
-    assert kw.listings == 1
-    store = cluster.sandbox.server.store
-    uid_b = (await asyncio.to_thread(cluster.rbac.read_cluster_role, "dep2-b")).metadata.uid
-    uid_c = (await asyncio.to_thread(cluster.rbac.read_cluster_role, "dep2-c")).metadata.uid
+    Sandbox: all of it on the sandbox's loop (nothing interleaves). Real: a private control plane (the
+    compaction must not disturb other tests) whose kube-apiserver serves watches from etcd
+    (``--watch-cache=false``: a compacted resourceVersion really gets 410), the watcher behind a TLS proxy
+    that is cut for the gap; the proxy sees the 410."""
+    if cluster.sandbox is not None:
+        sandbox = cluster.sandbox
+        store = sandbox.server.store
 
-    def gap() -> None:
-        key_b, key_c = store.key_of_uid(uid_b), store.key_of_uid(uid_c)
-        store.close_watchers_of(key_b[0])
-        store.remove(key_b)
-        changed = copy.deepcopy(store.get(key_c))
-        changed["rules"] = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
-        store.put(key_c, changed)
-        store.compact()
+        def sandbox_gap(uid_b: str, uid_c: str) -> None:
+            def gap() -> None:
+                key_b, key_c = store.key_of_uid(uid_b), store.key_of_uid(uid_c)
+                store.close_watchers_of(key_b[0])
+                store.remove(key_b)
+                changed = copy.deepcopy(store.get(key_c))
+                changed["rules"] = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+                store.put(key_c, changed)
+                store.compact()
 
-    await asyncio.to_thread(cluster.sandbox.call, gap)
-    await rec.wait_for(3)
-    assert kw.listings == 2  # the first listing, then the relist after the 410
-    assert rec.calls[1:] == [(f"{GROUP}/{VERSION}", KIND, NS, "dep2")] * 2
-    # the watch goes on from the relist: a deletion seen live re-queues once more
-    await asyncio.to_thread(cluster.rbac.delete_cluster_role, "dep2-c")
-    await rec.wait_for(4)
-    assert rec.calls[3] == (f"{GROUP}/{VERSION}", KIND, NS, "dep2")
+            sandbox.call(gap)
+
+        await _relist_after_410(cluster, cluster, sandbox_gap)
+        return
+
+    plane = await asyncio.to_thread(kube.private_control_plane, tmp_path / "cp", crds=(),
+                                    apiserver_args=["--watch-cache=false"],
+                                    components=["etcd", "kube-apiserver"])
+    proxy = None
+    try:
+        proxy = TLSCutProxy(plane.url, plane.directory / "pki").start()
+        direct = Cluster(None, plane.kubeconfig)
+        via = Cluster(None, proxy.write_kubeconfig(plane.kubeconfig, tmp_path / "via-proxy.kubeconfig"))
+        await asyncio.to_thread(direct.install)
+        expired_before = proxy.expired
+
+        def real_gap(uid_b: str, uid_c: str) -> None:
+            assert proxy is not None
+            proxy.cut()
+            direct.rbac.delete_cluster_role("dep2-b")
+            direct.rbac.patch_cluster_role(
+                "dep2-c", {"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
+            plane.compact()
+            proxy.restore()
+
+        try:
+            await _relist_after_410(direct, via, real_gap)
+        finally:
+            direct.api.close()
+            via.api.close()
+        assert proxy.expired > expired_before, "the watch gap did not end in 410 Gone"
+    finally:
+        if proxy is not None:
+            proxy.close()
+        await asyncio.to_thread(plane.stop)
+
+
+async def _relist_after_410(direct: Cluster, via: Cluster, gap: Callable[[str, str], None]) -> None:
+    """The watcher on ``via``'s API server, the changes through ``direct``; ``gap(uid_b, uid_c)`` deletes
+    dep2-b and changes dep2-c while the watch cannot see, and compacts the history."""
+    rec = Recorder()
+    w = new_watcher(via, rec, {(GROUP, KIND)}, cluster_scoped=True)
+    try:
+        await asyncio.to_thread(direct.create_owner, "dep2")
+        annotations = {"operator-sdk/primary-resource": f"{NS}/dep2",
+                       "operator-sdk/primary-resource-type": f"{KIND}.{GROUP}"}
+        for name in ("dep2-a", "dep2-b", "dep2-c"):
+            await asyncio.to_thread(direct.rbac.create_cluster_role,
+                                    {"metadata": {"name": name, "annotations": annotations}, "rules": []})
+        await w.ensure(CLUSTERROLES)
+        await asyncio.to_thread(direct.rbac.delete_cluster_role, "dep2-a")
+        await rec.wait_for(1)
+        assert rec.calls == [(f"{GROUP}/{VERSION}", KIND, NS, "dep2")]
+
+        (kw,) = [v for k, v in w._watches.items() if k[2] == "clusterroles"]
+        assert kw.listings == 1
+        uid_b = (await asyncio.to_thread(direct.rbac.read_cluster_role, "dep2-b")).metadata.uid
+        uid_c = (await asyncio.to_thread(direct.rbac.read_cluster_role, "dep2-c")).metadata.uid
+        await asyncio.to_thread(gap, uid_b, uid_c)
+        await rec.wait_for(3)
+        assert kw.listings == 2  # the first listing, then the relist after the 410
+        assert rec.calls[1:] == [(f"{GROUP}/{VERSION}", KIND, NS, "dep2")] * 2
+        # the watch goes on from the relist: a deletion seen live re-queues once more
+        await asyncio.to_thread(direct.rbac.delete_cluster_role, "dep2-c")
+        await rec.wait_for(4)
+        assert rec.calls[3] == (f"{GROUP}/{VERSION}", KIND, NS, "dep2")
+    finally:
+        await w.close()
 
 
 async def test_dependent_watcher_ignores_without_owner_kinds(cluster: Cluster) -> None:
