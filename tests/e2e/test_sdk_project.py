@@ -14,7 +14,7 @@ the manager container in ``kubectl kustomize config/default`` -- the scaffold's 
 (``--metrics-require-rbac --metrics-secure --metrics-bind-address=:8443 --leader-elect ...``) and ours
 (``--ansible-args=--vault-password-file=...``). Two things stand in for the pod: the ports are moved to
 free ones (a pod has its own network namespace), and the Deployment's volume mounts (the vault password
-Secret) are provided at a temporary path. The rendered manifests are applied to the sandbox as well, and
+Secret) are provided at a temporary path. The rendered manifests are applied to the API server as well, and
 /metrics is scraped the way Prometheus would: with the token of a ServiceAccount bound to the project's
 metrics-reader ClusterRole, checked by the operator with a TokenReview and a SubjectAccessReview.
 """
@@ -31,8 +31,9 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import kubernetes
 import pytest
@@ -40,6 +41,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from ansible_operator.sandbox.testing import start_in_thread, wait_for
+from tests import kube
 
 # also on the lowest supported ansible-core (./dev.sh test-ansible-low): the project's role runs on both
 pytestmark = [pytest.mark.e2e, pytest.mark.ansible_versions]
@@ -105,17 +107,53 @@ def _container_env(manager: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+@dataclass
+class Server:
+    """The API server the project runs against, and the namespace its Website lives in."""
+
+    kubeconfig: Path
+    ns: str
+    kubectl_env: dict[str, str]
+    token: Callable[[str, str], str]  # (namespace, service account) -> a bearer token
+
+    def api_client(self) -> kubernetes.client.ApiClient:
+        return kube.api_client_for(self.kubeconfig)
+
+
 @pytest.fixture
-def sandbox(tmp_path: Path) -> Iterator[Any]:
+def server(tmp_path: Path) -> Iterator[Server]:
+    if kube.real():
+        shared = kube.shared()
+
+        def token(ns: str, name: str) -> str:
+            with shared.api_client() as api:
+                return str(kubernetes.client.CoreV1Api(api).create_namespaced_service_account_token(
+                    name, ns, {"spec": {}}).status.token)
+
+        # the rendered config/default's own namespace goes with the test's
+        shared.created.append(_manager_namespace())
+        try:
+            yield Server(shared.kubeconfig, shared.namespace("sites"), shared.kubectl_env(), token)
+        finally:
+            shared.cleanup()
+        return
     handle = start_in_thread(tmp_path / "admin.kubeconfig", crds=[PROJECT / "config" / "crd" / "bases"])
     try:
-        yield handle
+        with handle.api_client() as api:
+            kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
+        yield Server(handle.kubeconfig, NS, handle.kubectl_env(), handle.sandbox.create_token)
     finally:
         handle.sandbox.stop_thread()
 
 
-def test_sdk_scaffolded_project_runs_with_its_manager_args(sandbox: Any, tmp_path: Path) -> None:
-    api = sandbox.api_client()
+def _manager_namespace() -> str:
+    (manager,) = [d for d in _rendered() if d["kind"] == "Deployment"]
+    return str(manager["metadata"]["namespace"])
+
+
+def test_sdk_scaffolded_project_runs_with_its_manager_args(server: Server, tmp_path: Path) -> None:
+    ns = server.ns
+    api = server.api_client()
     core = kubernetes.client.CoreV1Api(api)
     custom = kubernetes.client.CustomObjectsApi(api)
     apps = kubernetes.client.AppsV1Api(api)
@@ -126,8 +164,19 @@ def test_sdk_scaffolded_project_runs_with_its_manager_args(sandbox: Any, tmp_pat
 
     # the whole rendered config/default is valid for the API server (the pod itself never starts here)
     applied = subprocess.run(["kubectl", "apply", "-f", "-"], input=yaml.safe_dump_all(rendered), text=True,
-                             capture_output=True, env=sandbox.kubectl_env())
+                             capture_output=True, env=server.kubectl_env)
     assert applied.returncode == 0, applied.stderr
+
+    def served() -> bool:  # the CRD came with config/default on the shared control plane: established?
+        try:
+            custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+    wait_for(served, timeout=60, interval=0.2, what="Websites served")
 
     # the pod's filesystem: the project under /opt/ansible, the website-vault Secret at its mount path
     home = tmp_path / "opt-ansible"
@@ -143,16 +192,15 @@ def test_sdk_scaffolded_project_runs_with_its_manager_args(sandbox: Any, tmp_pat
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "XDG_STATE_HOME", "XDG_CACHE_HOME")}
     env["HOME"] = str(home)
     env.update(_container_env(manager))
-    env["KUBECONFIG"] = str(sandbox.kubeconfig)
+    env["KUBECONFIG"] = str(server.kubeconfig)
     # the pod's service account directory: --leader-elect puts the Lease in its namespace (controller-runtime)
     service_account = tmp_path / "serviceaccount"
     service_account.mkdir()
     (service_account / "namespace").write_text(manager["metadata"]["namespace"])
     env["ANSIBLE_OPERATOR_SERVICE_ACCOUNT_DIR"] = str(service_account)
 
-    core.create_namespace({"metadata": {"name": NS}})
     # a ConfigMap of the namespace's users that the finalizer updates (force: true): it must outlive the CR
-    core.create_namespaced_config_map(NS, {"metadata": {"name": "website-audit", "labels": {"team": "web"}},
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "website-audit", "labels": {"team": "web"}},
                                            "data": {"created-by": "the-users"}})
     log_path = tmp_path / "operator.log"
     with open(log_path, "wb") as log_file:
@@ -164,12 +212,12 @@ def test_sdk_scaffolded_project_runs_with_its_manager_args(sandbox: Any, tmp_pat
 
     try:
         sample = yaml.safe_load((PROJECT / "config" / "samples" / "web_v1alpha1_website.yaml").read_text())
-        created = custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, sample)
+        created = custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, sample)
         name = created["metadata"]["name"]
 
         def rolled_out() -> dict[str, Any] | None:
             assert proc.poll() is None, logs()
-            obj = custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+            obj = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
             status = obj.get("status") or {}
             conds = {c["type"]: c for c in status.get("conditions") or []}
             if conds.get("Failure", {}).get("status") == "True":
@@ -185,30 +233,30 @@ def test_sdk_scaffolded_project_runs_with_its_manager_args(sandbox: Any, tmp_pat
             obj = wait_for(rolled_out, timeout=180, interval=0.5,
                            what="Website Successful, 2 ready replicas, checked twice")
         except AssertionError as exc:
-            current = custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+            current = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
             raise AssertionError(f"{exc}\nstatus: {current.get('status')}\n{logs()}") from None
-        assert obj["status"]["url"] == f"http://{name}.{NS}.svc"
-        deploy = apps.read_namespaced_deployment(f"{name}-web", NS)
+        assert obj["status"]["url"] == f"http://{name}.{ns}.svc"
+        deploy = apps.read_namespaced_deployment(f"{name}-web", ns)
         assert deploy.spec.replicas == 2
         assert [r.uid for r in deploy.metadata.owner_references] == [created["metadata"]["uid"]]
-        assert core.read_namespaced_config_map(f"{name}-content", NS).data == {
+        assert core.read_namespaced_config_map(f"{name}-content", ns).data == {
             "index.html": "<h1>Hello from an Operator SDK project</h1>"}
         # --ansible-args=--vault-password-file=...: the vault-encrypted variable was decrypted
-        secret = core.read_namespaced_secret(f"{name}-admin", NS)
+        secret = core.read_namespaced_secret(f"{name}-admin", ns)
         assert base64.b64decode(secret.data["token"]).decode() == ADMIN_TOKEN
 
         # osdk_metric on /metrics, over HTTPS, behind the TokenReview + SubjectAccessReview filter
         metrics = f"https://127.0.0.1:{ports['--metrics-bind-address']}/metrics"
         assert _get(metrics)[0] == 401  # no bearer token
         # Prometheus' way in: a ServiceAccount bound to the project's metrics-reader ClusterRole, its token
-        core.create_namespaced_service_account(NS, {"metadata": {"name": "prometheus"}})
+        core.create_namespaced_service_account(ns, {"metadata": {"name": "prometheus"}})
         (reader,) = [d["metadata"]["name"] for d in rendered
                      if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("metrics-reader")]
         kubernetes.client.RbacAuthorizationV1Api(api).create_cluster_role_binding({
             "metadata": {"name": "prometheus-website-metrics"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader},
-            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": NS}]})
-        token = sandbox.sandbox.create_token(NS, "prometheus")
+            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": ns}]})
+        token = server.token(ns, "prometheus")
         assert _get(metrics, "not-a-token")[0] == 401  # the TokenReview rejects it
 
         # The role writes status.readyReplicas (k8s_status) one task before it sets the gauge: the run that
@@ -224,11 +272,11 @@ def test_sdk_scaffolded_project_runs_with_its_manager_args(sandbox: Any, tmp_pat
         assert _get(f"{health}/readyz")[0] == 200
 
         # the finalizer (watches.yaml finalizer.vars.state=absent) force-updates the users' ConfigMap
-        custom.delete_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
 
         def gone() -> bool:
             try:
-                custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+                custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
                 return False
             except ApiException as exc:
                 return exc.status == 404
@@ -237,13 +285,13 @@ def test_sdk_scaffolded_project_runs_with_its_manager_args(sandbox: Any, tmp_pat
 
         def collected() -> bool:
             try:
-                core.read_namespaced_config_map(f"{name}-content", NS)
+                core.read_namespaced_config_map(f"{name}-content", ns)
                 return False
             except ApiException as exc:
                 return exc.status == 404
 
         wait_for(collected, timeout=60, interval=0.5, what="the Website's own ConfigMap garbage-collected")
-        audit = core.read_namespaced_config_map("website-audit", NS)  # a 404 here is issue 10's data loss
+        audit = core.read_namespaced_config_map("website-audit", ns)  # a 404 here is issue 10's data loss
         assert audit.data == {"created-by": "the-users", f"deleted-{name}": "true"}
         assert not audit.metadata.owner_references
 
