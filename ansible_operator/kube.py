@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,6 +24,15 @@ from urllib.parse import quote
 import kubernetes
 import urllib3
 from kubernetes.client.rest import ApiException
+
+log = logging.getLogger(__name__)
+
+THROTTLE_RETRIES = 10
+"""How many times :meth:`Kube.request` sends a request again after a ``429 Too Many Requests`` with
+``Retry-After``, waiting what the server asks each time: client-go's REST client does the same (its default
+``maxRetries``), and so does kopf for the runner's watches and lists. The API server refused the request
+before handling it (max-in-flight limit, priority and fairness), so it is safe to send again whatever the
+verb."""
 
 
 class ConfigError(Exception):
@@ -141,6 +151,8 @@ class ApiError(Exception):
     like apimachinery's ``errors.IsNotFound`` family."""
 
     status_code: int | None = None
+    retry_after: float | None = None
+    """Seconds from the answer's ``Retry-After`` header, when it had one."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:
         super().__init__(f"{status} {reason}: {message}")
@@ -242,7 +254,18 @@ def error_from_api_exception(exc: ApiException) -> ApiError:
         message = status_obj.get("message") or message
     except (ValueError, TypeError, AttributeError):
         pass
-    return api_error(exc.status or 0, reason, message)
+    error = api_error(exc.status or 0, reason, message)
+    error.retry_after = _retry_after(getattr(exc, "headers", None))
+    return error
+
+
+def _retry_after(headers: Any) -> float | None:
+    """``Retry-After`` in seconds (the API server sends whole seconds), or None."""
+    try:
+        value = headers.get("Retry-After") if headers is not None else None
+        return max(0.0, float(value)) if value is not None else None
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 @contextmanager
@@ -325,7 +348,20 @@ class Kube:
 
     async def request(self, method: str, path: str, *, body: Any = None, content_type: str | None = None,
                       query: list[tuple[str, str]] | None = None) -> Any:
-        return await asyncio.to_thread(self._request_sync, method, path, body, content_type, query or [])
+        """One API call; a ``429`` with ``Retry-After`` is sent again after that wait, up to
+        :data:`THROTTLE_RETRIES` times (then, or without ``Retry-After``, :class:`TooManyRequests`)."""
+        retries = 0
+        while True:
+            try:
+                return await asyncio.to_thread(self._request_sync, method, path, body, content_type,
+                                               query or [])
+            except TooManyRequests as exc:
+                if exc.retry_after is None or retries >= THROTTLE_RETRIES:
+                    raise
+                retries += 1
+                log.debug("%s %s: 429 Too Many Requests; retry %d/%d in %.0fs (Retry-After)", method, path,
+                          retries, THROTTLE_RETRIES, exc.retry_after)
+                await asyncio.sleep(exc.retry_after)
 
     def _request_sync(self, method: str, path: str, body: Any, content_type: str | None,
                       query: list[tuple[str, str]]) -> Any:

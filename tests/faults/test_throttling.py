@@ -10,7 +10,9 @@ through the proxy as a user of its own, bound to ``cluster-admin`` but not in th
 client (admin) is never throttled. The sandbox has no request limits: real backend only.
 
 Pass: every CR converges at its generation with its spec applied (its ConfigMap), the operator is still
-running, and 429s really happened: counted on the operator's own connections by the proxy, and no more than
+running, its own calls (status writes, Events) waited out ``Retry-After`` instead of failing a reconcile or
+dropping an Event (a role's module call answered 429 fails its run, which the work queue retries after its
+backoff), and 429s really happened: counted on the operator's own connections by the proxy, and no more than
 the API server itself says it answered (``apiserver_request_total{code="429"}``)."""
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ def server_429s(metrics: str) -> int:
         r'^apiserver_request_total\{[^}]*code="429"[^}]*\} (\S+)$', metrics, re.MULTILINE))
 
 
+def _lines(text: str, needle: str) -> list[str]:
+    return [line for line in text.splitlines() if needle in line][:5]
+
+
 def test_429s_are_retried_and_nothing_is_lost(operators, tmp_path: Path, figures: dict) -> None:
     if not kube.real():
         pytest.skip("the sandbox has no request limits (no 429): needs the real API server")
@@ -60,6 +66,14 @@ def test_429s_are_retried_and_nothing_is_lost(operators, tmp_path: Path, figures
             for name in names:
                 assert (cluster.configmap(ns, f"{name}-out") or {}).get("color") == f"c-{name}", name
             assert op.alive(), op.logs()[-3000:]
+            # The runner's own calls (status writes, Events) wait out Retry-After and send again: a 429 never
+            # fails a reconcile through them, and no Event is dropped. A role's module call answered 429
+            # fails its task (the Python client does not retry; the same with Operator SDK): that run fails
+            # and the work queue runs it again after its backoff.
+            logs = op.logs()
+            assert "raised; treating it as failed" not in logs, _lines(logs, "raised; treating it as failed")
+            assert not _lines(logs, "could not record event"), _lines(logs, "could not record event")
+            runs = [r for n in names for r in op.runs(ns, n)]
             seen = proxy.statuses[429]
             status, metrics = plane.request("GET", "/metrics")
             assert status == 200, metrics
@@ -68,7 +82,8 @@ def test_429s_are_retried_and_nothing_is_lost(operators, tmp_path: Path, figures
                              f"{answered}"
             assert seen <= answered, (seen, answered)
             figures.update(crs=CRS, stuck_crs=0, throttled_429=seen, server_429=answered,
-                           requests=sum(proxy.statuses.values()))
+                           requests=sum(proxy.statuses.values()), runs=len(runs),
+                           failed_runs=sum(1 for r in runs if r["result"] != "successful"))
         finally:
             op.stop()  # before its API server stops
             proxy.close()
