@@ -5,6 +5,9 @@ The proxy serves with the API server's own serving certificate (so the client's 
 name still verify) and talks to the API server with the admin client certificate: a client given
 :meth:`TLSCutProxy.write_kubeconfig` is the admin, as with the control plane's own kubeconfig. HTTP/1.1
 only (ALPN), so requests and answers can be read as they pass.
+
+Without ``pki`` it passes TLS through untouched (a TCP proxy): the client's own credentials (a bearer
+token, say) reach the API server, and nothing is counted.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ class TLSCutProxy:
     """``TLSCutProxy(plane.url, plane.directory / "pki").start()``; ``.cut()``, ``.restore()``,
     ``.close()``."""
 
-    def __init__(self, upstream_url: str, pki: Path) -> None:
+    def __init__(self, upstream_url: str, pki: Path | None) -> None:
         parsed = urlparse(upstream_url)
         assert parsed.hostname and parsed.port, upstream_url
         self.upstream = (parsed.hostname, parsed.port)
@@ -58,22 +61,25 @@ class TLSCutProxy:
         self.watches: Counter[str] = Counter()  # collection path -> watch GETs
         self.expired = 0  # 410 answers: ERROR events in watch streams or 410 responses
         self.refused = 0  # connections reset because the proxy was cut
-        self._pki = pki
         self._cut = False
         self._writers: set[asyncio.StreamWriter] = set()
-        self._server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self._server_ctx.load_cert_chain(pki / "apiserver.crt", pki / "apiserver.key")
-        self._server_ctx.set_alpn_protocols(["http/1.1"])
-        self._client_ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-        self._client_ctx.load_cert_chain(pki / "admin.crt", pki / "admin.key")
-        self._client_ctx.set_alpn_protocols(["http/1.1"])
+        self._server_ctx: ssl.SSLContext | None = None
+        self._client_ctx: ssl.SSLContext | None = None
+        if pki is not None:
+            self._server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self._server_ctx.load_cert_chain(pki / "apiserver.crt", pki / "apiserver.key")
+            self._server_ctx.set_alpn_protocols(["http/1.1"])
+            self._client_ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+            self._client_ctx.load_cert_chain(pki / "admin.crt", pki / "admin.key")
+            self._client_ctx.set_alpn_protocols(["http/1.1"])
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="tls-cut-proxy", daemon=True)
 
     @classmethod
-    def in_front_of(cls, kubeconfig: Path, pki: Path) -> TLSCutProxy:
-        """A proxy to the server ``kubeconfig`` names (the control plane's ``pki`` directory)."""
+    def in_front_of(cls, kubeconfig: Path, pki: Path | None) -> TLSCutProxy:
+        """A proxy to the server ``kubeconfig`` names (the control plane's ``pki`` directory; None: TLS
+        passed through)."""
         return cls(server_of(kubeconfig), pki)
 
     def start(self) -> TLSCutProxy:
@@ -169,9 +175,10 @@ class TLSCutProxy:
                 data = await reader.read(65536)
                 if not data or self._cut:
                     break
-                # a request line or a 410 split across two reads is still seen, and seen once
-                inspect(tail + data, len(tail))
-                tail = data[-200:]
+                if self._client_ctx is not None:  # plain HTTP here (TLS terminated)
+                    # a request line or a 410 split across two reads is still seen, and seen once
+                    inspect(tail + data, len(tail))
+                    tail = data[-200:]
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError, ssl.SSLError):

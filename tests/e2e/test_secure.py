@@ -1,6 +1,6 @@
-"""The runner against a secure sandbox (TLS, tokens, enforced RBAC): does the RBAC ``ansible-operator generate
-rbac`` writes really let an operator work, and does the runner handle 401/403 and in-cluster credentials as a
-pod on a real cluster has them?
+"""The runner against an API server that authenticates and enforces RBAC (the shared real control plane, or a
+secure sandbox): does the RBAC ``ansible-operator generate rbac`` writes really let an operator work, and does
+the runner handle 401/403 and in-cluster credentials as a pod on a real cluster has them?
 
 * The operator runs as a ServiceAccount bound ONLY to the generated ClusterRole. Memcached (the example at the
   repo root) must reach Successful; a role whose object kind comes from the spec (generate cannot see it, and
@@ -10,7 +10,8 @@ pod on a real cluster has them?
   revoked (it is bound to a Secret that is then deleted): kopf's watches, the runner's own client and the
   per-run proxy the roles use must all carry on with the new token.
 
-One secure sandbox for the module; every operator run is a real subprocess.
+One API server for the module (namespaces and cluster-scoped names of the module's own on the shared control
+plane; the operators watch only the module's namespace); every operator run is a real subprocess.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -26,15 +28,20 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from ansible_operator.sandbox.testing import SandboxHandle, start_in_thread, wait_for
+from ansible_operator.sandbox.testing import wait_for
+
+from .proxy import TLSCutProxy
+from .secure import SecureServer, secure_server
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
-OPERATOR_NS = "operators"
+SUFFIX = uuid.uuid4().hex[:6]  # the real control plane is shared by the run (and by xdist workers)
+OPERATOR_NS = f"operators-{SUFFIX}"
 SA = "ansible-operator"
-NS = "apps"
+NS = f"apps-{SUFFIX}"
+ROLE_NAME = f"ansible-operator-manager-role-{SUFFIX}"
 USER = f"system:serviceaccount:{OPERATOR_NS}:{SA}"
 MEMCACHED = ("cache.example.com", "v1alpha1", "memcacheds", "Memcached")
 WIDGET = ("test.ansible-operator.dev", "v1", "widgets", "Widget")
@@ -55,7 +62,7 @@ TOUCH_ROLE = """\
 """
 
 
-def _kubectl(handle: SandboxHandle, *args: str, stdin: str | None = None) -> str:
+def _kubectl(handle: SecureServer, *args: str, stdin: str | None = None) -> str:
     r = subprocess.run(
         ["kubectl", *args], env=handle.kubectl_env(), input=stdin, capture_output=True, text=True, timeout=60
     )
@@ -84,14 +91,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory, project: Path) -> Iterator[SandboxHandle]:
-    kubeconfig = tmp_path_factory.mktemp("secure-admin") / "admin.kubeconfig"
-    handle = start_in_thread(
-        kubeconfig,
-        crds=[REPO / "crds" / "cache.example.com_memcacheds.yaml", HERE / "crds" / "widget.yaml"],
-        secure=True,
-    )
-    try:
+def secure(tmp_path_factory: pytest.TempPathFactory, project: Path) -> Iterator[SecureServer]:
+    crds = [REPO / "crds" / "cache.example.com_memcacheds.yaml", HERE / "crds" / "widget.yaml"]
+    with secure_server(tmp_path_factory.mktemp("secure-admin"), crds=crds) as handle:
         generated = subprocess.run(
             [
                 sys.executable,
@@ -101,6 +103,8 @@ def secure(tmp_path_factory: pytest.TempPathFactory, project: Path) -> Iterator[
                 "rbac",
                 "--watches-file",
                 str(project / "watches.yaml"),
+                "--name",
+                ROLE_NAME,
             ],
             capture_output=True,
             text=True,
@@ -115,22 +119,21 @@ def secure(tmp_path_factory: pytest.TempPathFactory, project: Path) -> Iterator[
             or "no kind" in generated.stdout + generated.stderr
         ), generated.stdout
         role = yaml.safe_load(generated.stdout)
+        assert role["metadata"]["name"] == ROLE_NAME
         assert not any("secrets" in (r.get("resources") or []) for r in role["rules"])
         _kubectl(handle, "apply", "-f", "-", stdin=generated.stdout)
         for ns in (OPERATOR_NS, NS):
-            _kubectl(handle, "create", "namespace", ns)
+            handle.create_namespace(ns)
         _kubectl(handle, "create", "serviceaccount", SA, "-n", OPERATOR_NS)
         _kubectl(
             handle,
             "create",
             "clusterrolebinding",
-            "ansible-operator",
-            f"--clusterrole={role['metadata']['name']}",
+            ROLE_NAME,
+            f"--clusterrole={ROLE_NAME}",
             f"--serviceaccount={OPERATOR_NS}:{SA}",
         )
         yield handle
-    finally:
-        handle.sandbox.stop_thread()
 
 
 class Operator:
@@ -162,6 +165,7 @@ def run_operator(project: Path, tmp_path: Path) -> Iterator[Any]:
             "PYTHONUNBUFFERED": "1",
             "ANSIBLE_GATHERING": "explicit",
             "HOME": str(tmp_path),
+            "WATCH_NAMESPACE": NS,  # the real control plane is shared: not the other tests' objects
             **(env or {}),
         }  # no ~/.kube/config to fall back on
         proc_env.pop("KUBECONFIG", None)
@@ -195,7 +199,7 @@ def run_operator(project: Path, tmp_path: Path) -> Iterator[Any]:
             print(f"--- operator log exit={op.proc.returncode} ---\n{op.logs()[-6000:]}")
 
 
-def _create(handle: SandboxHandle, gvrk: tuple[str, str, str, str], name: str, spec: dict[str, Any]) -> None:
+def _create(handle: SecureServer, gvrk: tuple[str, str, str, str], name: str, spec: dict[str, Any]) -> None:
     import kubernetes
 
     group, version, plural, kind = gvrk
@@ -215,7 +219,7 @@ def _create(handle: SandboxHandle, gvrk: tuple[str, str, str, str], name: str, s
 
 
 def _condition(
-    handle: SandboxHandle, gvrk: tuple[str, str, str, str], name: str, ctype: str
+    handle: SecureServer, gvrk: tuple[str, str, str, str], name: str, ctype: str
 ) -> dict[str, Any] | None:
     import kubernetes
 
@@ -233,7 +237,7 @@ def _condition(
     )
 
 
-def _wait_successful(handle: SandboxHandle, gvrk: tuple[str, str, str, str], name: str, op: Operator) -> None:
+def _wait_successful(handle: SecureServer, gvrk: tuple[str, str, str, str], name: str, op: Operator) -> None:
     def done() -> bool:
         if op.proc.poll() is not None:
             raise AssertionError(f"operator exited {op.proc.returncode}:\n{op.logs()[-6000:]}")
@@ -248,10 +252,10 @@ def _wait_successful(handle: SandboxHandle, gvrk: tuple[str, str, str, str], nam
 
 
 def test_generated_rbac_is_enough_and_a_kind_outside_it_is_a_clear_403(
-    secure: SandboxHandle, tmp_path: Path, run_operator: Any
+    secure: SecureServer, tmp_path: Path, run_operator: Any
 ) -> None:
-    token = secure.sandbox.create_token(OPERATOR_NS, SA)
-    kubeconfig = secure.sandbox.write_kubeconfig(tmp_path / "operator.kubeconfig", OPERATOR_NS, token=token)
+    token = secure.create_token(OPERATOR_NS, SA)
+    kubeconfig = secure.write_kubeconfig(tmp_path / "operator.kubeconfig", OPERATOR_NS, token)
     op = run_operator("--kubeconfig", str(kubeconfig))
     _create(secure, MEMCACHED, "cache", {"size": 2})
     _wait_successful(secure, MEMCACHED, "cache", op)
@@ -278,20 +282,33 @@ def test_generated_rbac_is_enough_and_a_kind_outside_it_is_a_clear_403(
 
 
 def test_in_cluster_credentials_and_a_rotated_token(
-    secure: SandboxHandle, tmp_path: Path, run_operator: Any
+    secure: SecureServer, tmp_path: Path, run_operator: Any
 ) -> None:
     sa_dir = tmp_path / "serviceaccount"
     sa_dir.mkdir()
-    assert secure.sandbox.ca_pem
-    (sa_dir / "ca.crt").write_text(secure.sandbox.ca_pem)
+    (sa_dir / "ca.crt").write_text(secure.ca_pem)
     (sa_dir / "namespace").write_text(OPERATOR_NS)
     # tokens bound to a Secret each (the kubelet binds them to the Pod): deleting it revokes the token
     _kubectl(secure, "create", "secret", "generic", "token-a", "-n", OPERATOR_NS)
     _kubectl(secure, "create", "secret", "generic", "token-b", "-n", OPERATOR_NS)
-    (sa_dir / "token").write_text(
-        secure.sandbox.create_token(OPERATOR_NS, SA, bound_to=("Secret", "token-a"))
-    )
-    host, port = secure.url.removeprefix("https://").rsplit(":", 1)
+    (sa_dir / "token").write_text(secure.create_token(OPERATOR_NS, SA, bound_to=("Secret", "token-a")))
+    # The real control plane is shared and stays up: the operator's connections go through a TCP proxy (TLS
+    # and the token pass through untouched) that can end them, as the sandbox ends its watch streams.
+    proxy = TLSCutProxy(secure.url, None).start() if secure.real else None
+    try:
+        _in_cluster(secure, sa_dir, run_operator, proxy)
+    finally:
+        if proxy is not None:
+            proxy.close()
+
+
+def _in_cluster(secure: SecureServer, sa_dir: Path, run_operator: Any, proxy: TLSCutProxy | None) -> None:
+    import kubernetes
+
+    if proxy is not None:
+        host, port = "127.0.0.1", str(proxy.port)
+    else:
+        host, port = secure.url.removeprefix("https://").rsplit(":", 1)
     op = run_operator(
         "--leader-elect",
         env={
@@ -310,26 +327,39 @@ def test_in_cluster_credentials_and_a_rotated_token(
     # rotate as the kubelet does (a new token, atomic rename), then revoke the old one
     old = (sa_dir / "token").read_text()
     fresh = sa_dir / "token.new"
-    fresh.write_text(secure.sandbox.create_token(OPERATOR_NS, SA, bound_to=("Secret", "token-b")))
+    fresh.write_text(secure.create_token(OPERATOR_NS, SA, bound_to=("Secret", "token-b")))
     fresh.replace(sa_dir / "token")
     assert (sa_dir / "token").read_text() != old
     _kubectl(secure, "delete", "secret", "token-a", "-n", OPERATOR_NS)
-    import kubernetes
 
-    review = kubernetes.client.AuthenticationV1Api(secure.api_client()).create_token_review(
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": old}}
-    )
-    assert not review.status.authenticated and "token-a has been deleted" in review.status.error
+    def revoked() -> Any:
+        with secure.api_client() as api:
+            review = kubernetes.client.AuthenticationV1Api(api).create_token_review(
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": old}}
+            )
+        return None if review.status.authenticated else review
+
+    # the real API server reads the bound Secret through its informer: the deletion lands a moment later
+    review = wait_for(revoked, 30, 0.2, what="the old token rejected")
+    if secure.real:
+        assert "service account token has been invalidated" in review.status.error, review.status
+    else:
+        assert "token-a has been deleted" in review.status.error, review.status
     # kopf's open watch streams were authenticated with the old token: end them so it must re-watch
-    store = secure.sandbox.server.store
-    for resource in ("cache.example.com/memcacheds", "test.ansible-operator.dev/widgets"):
-        secure.sandbox.call(store.close_watchers_of, resource)
+    if proxy is not None:
+        proxy.cut()
+        proxy.restore()
+    else:
+        assert secure.sandbox is not None
+        store = secure.sandbox.server.store
+        for resource in ("cache.example.com/memcacheds", "test.ansible-operator.dev/widgets"):
+            secure.sandbox.call(store.close_watchers_of, resource)
 
     _create(secure, MEMCACHED, "rotated", {"size": 1})  # seen by a re-made watch, run through the proxy
     _wait_successful(secure, MEMCACHED, "rotated", op)
     # ... at the first attempt: no run of it failed on a 401 (runner client, proxy and kopf all switched)
     rotated_runs = [
-        line for line in op.logs().splitlines() if "[Memcached apps/rotated] reconcile run" in line
+        line for line in op.logs().splitlines() if f"[Memcached {NS}/rotated] reconcile run" in line
     ]
     assert rotated_runs and not [line for line in rotated_runs if " failed " in line], rotated_runs
     assert "Unauthorized" not in op.logs()
