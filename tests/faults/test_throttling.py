@@ -2,7 +2,7 @@
 is lost, every 429 is met with a retry after a backoff.
 
 A real control plane of the test's own with ``--enable-priority-and-fairness=false`` and tiny in-flight
-limits (``--max-requests-inflight=3``, ``--max-mutating-requests-inflight=1``): k8s.io/apiserver's
+limits (``--max-requests-inflight=1``, ``--max-mutating-requests-inflight=1``): k8s.io/apiserver's
 ``WithMaxInFlightLimit`` filter then answers a request beyond the limit with 429 and ``Retry-After: 1`` at
 once. (With priority and fairness on, the two flags only size its total concurrency and requests wait in
 queues first.) Long-running requests (watches) are exempt, and so is ``system:masters``: the operator talks
@@ -29,7 +29,7 @@ from tests.faults.conftest import issue_client_cert, private_cluster, widget_wat
 NS = "throttle"  # a prefix: the test's namespace is throttle-<random>
 USER = "faults-throttled"
 CRS = 24
-LIMITS = ["--enable-priority-and-fairness=false", "--max-requests-inflight=3",
+LIMITS = ["--enable-priority-and-fairness=false", "--max-requests-inflight=1",
           "--max-mutating-requests-inflight=1"]
 
 
