@@ -49,7 +49,7 @@ VERSION_INDEPENDENT = {
     # test_secret_canary (what Ansible prints) stay on both ends.
     **{f"faults/{name}.py": "a fault in the runner's own machinery, not in how Ansible runs" for name in (
         "test_apiserver_kill", "test_edit_burst", "test_hostile_content", "test_leader_kill",
-        "test_network_cut", "test_watch_gap")},
+        "test_network_cut", "test_throttling", "test_watch_gap")},
 }
 
 

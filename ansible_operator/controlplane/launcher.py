@@ -32,7 +32,7 @@ import yaml
 
 from ansible_operator.controlplane import binaries as binaries_mod
 from ansible_operator.controlplane import kwok, provisioner
-from ansible_operator.controlplane.pki import PKI
+from ansible_operator.controlplane.pki import PKI, Pair
 
 SERVICE_CIDR = "10.0.0.0/24"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -207,6 +207,9 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--authorization-mode=RBAC",
             "--allow-privileged=true", "--profiling=false", "--v=1",
+            # the default Service's endpoint is the advertise address, which is loopback here: the lease
+            # reconciler would log "Endpoints kubernetes is invalid" every 10 s
+            "--endpoint-reconciler-type=none",
             *self.apiserver_args,
         ])
         component("kube-controller-manager", [
@@ -333,6 +336,19 @@ class ControlPlane:
         if status >= 300:
             raise ControlPlaneError(f"apply {kind} {obj['metadata']['name']}: {status} {answer}")
         return dict(answer)
+
+    def client_certificate(self, user: str, groups: Iterable[str] = ()) -> tuple[Path, Path]:
+        """(certificate, key) for ``user`` in ``groups``, signed by this control plane's CA: an identity
+        outside ``system:masters``, authorized only by the RBAC bound to it (and, unlike ``system:masters``,
+        subject to API Priority and Fairness)."""
+        pki = PKI.load(self.directory / "pki")
+        pair = pki.client("user-" + "".join(c if c.isalnum() else "-" for c in user), user, list(groups))
+        return pair.cert, pair.key
+
+    def user_kubeconfig(self, path: Path, user: str, groups: Iterable[str] = ()) -> Path:
+        """A kubeconfig for :meth:`client_certificate`'s identity."""
+        cert, key = self.client_certificate(user, groups)
+        return PKI.load(self.directory / "pki").kubeconfig(path, self.url, Pair(cert, key), user=user)
 
     def _install_defaults(self, wanted: set[str]) -> None:
         """The default StorageClass (+ its provisioner), kwok's nodes; then wait until the controllers act

@@ -47,7 +47,22 @@ def _write(path: Path, data: bytes, mode: int = 0o600) -> Path:
 
 
 class PKI:
-    """Writes everything under ``directory`` (0700): ``ca.crt``, serving and client pairs, ``sa.key/pub``."""
+    """Writes everything under ``directory`` (0700): ``ca.crt``, serving and client pairs, ``sa.key/pub``.
+    :meth:`load` reopens one (to issue more client certificates for a running control plane)."""
+
+    @classmethod
+    def load(cls, directory: Path) -> PKI:
+        self = cls.__new__(cls)
+        self.dir = directory
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self._not_before, self._not_after = now - datetime.timedelta(minutes=5), now + VALIDITY
+        self.ca_cert, self.ca_key = directory / "ca.crt", directory / "ca.key"
+        self.sa_key, self.sa_pub = directory / "sa.key", directory / "sa.pub"
+        self._ca_cert = x509.load_pem_x509_certificate(self.ca_cert.read_bytes())
+        key = serialization.load_pem_private_key(self.ca_key.read_bytes(), password=None)
+        assert isinstance(key, ec.EllipticCurvePrivateKey), type(key)
+        self._ca_key, self._ca_name = key, self._ca_cert.subject
+        return self
 
     def __init__(self, directory: Path) -> None:
         self.dir = directory

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime
 import json
 import os
 import re
@@ -43,10 +42,6 @@ import kubernetes
 import psutil
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ansible_operator.controlplane import ControlPlane
 from ansible_operator.sandbox import kubeconfig_dict
@@ -286,32 +281,6 @@ def _is_collection(path: str) -> bool:
 
 
 # ------------------------------------------------------------------------------------- real-server helpers
-
-
-def issue_client_cert(pki: Path, name: str, user: str, groups: tuple[str, ...] = ()) -> tuple[Path, Path]:
-    """A client certificate for ``user`` (in ``groups``) signed by a control plane's CA (``pki/ca.key``),
-    written as ``pki/<name>.crt``/``.key``: an identity that is not in ``system:masters`` (the API server
-    never throttles that group), authorized by whatever RBAC the caller binds to ``user``."""
-    ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
-    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey), type(ca_key)
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
-                        + [x509.NameAttribute(NameOID.COMMON_NAME, user)])
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_cert.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    crt_path, key_path = pki / f"{name}.crt", pki / f"{name}.key"
-    crt_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    key_path.chmod(0o600)
-    return crt_path, key_path
 
 
 # ---------------------------------------------------------------------------------------------- cluster

@@ -24,7 +24,7 @@ import kubernetes
 import pytest
 
 from tests import kube
-from tests.faults.conftest import issue_client_cert, private_cluster, widget_watch
+from tests.faults.conftest import private_cluster, widget_watch
 
 NS = "throttle"  # a prefix: the test's namespace is throttle-<random>
 USER = "faults-throttled"
@@ -55,7 +55,7 @@ def test_429s_are_retried_and_nothing_is_lost(operators, tmp_path: Path, figures
             "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "cluster-admin"},
             "subjects": [{"apiGroup": rbac, "kind": "User", "name": USER}]})
         ns = cluster.namespace(NS)
-        proxy = cluster.proxy(client=issue_client_cert(pki, USER, USER))
+        proxy = cluster.proxy(client=plane.client_certificate(USER))
         op = operators(proxy.write_kubeconfig(tmp_path / "via-proxy.kubeconfig"), [widget_watch()],
                        "--max-concurrent-reconciles", "8", namespace=ns, name="throttled")
         try:
