@@ -103,6 +103,11 @@ def refused(obj: Mapping[str, Any], message: str, *, now: datetime, component: s
                  component=component, instance=instance)
 
 
+# The API server's 403 for a create in a namespace being deleted (cause NamespaceTerminating; apiserver's
+# NamespaceLifecycle admission), worded so since Kubernetes 1.10.
+NAMESPACE_TERMINATING = "because it is being terminated"
+
+
 class EventApi(Protocol):
     async def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -145,6 +150,11 @@ class EventRecorder:
             created = await self.api.create_event(namespace, body)
             self._last[key] = (identity, created["metadata"]["name"], int(created.get("count") or 1))
         except Forbidden as exc:  # still tried each time: the permission may be granted later
+            if NAMESPACE_TERMINATING in exc.message:
+                # Not RBAC: the namespace is being deleted (the finalizer run of a CR in it, say), so nothing
+                # can be created in it any more. Must not use up the one warning about a missing permission.
+                log.debug("event %s not recorded: %s", body.get("reason"), exc)
+                return
             if self._told_forbidden:
                 log.debug("could not record event %s: %s", body.get("reason"), exc)
             else:
