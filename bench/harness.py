@@ -1,7 +1,11 @@
 """Processes the benchmark starts and the instruments it reads them with.
 
-* :class:`SandboxProcess` - the sandbox API server as its own process (``ansible-operator sandbox``), so its
-  CPU is never counted as the operator's and it does not share a GIL with the measuring code.
+* The Kubernetes API, always in processes of its own, so its CPU is never counted as the operator's and it
+  does not share a GIL with the measuring code (:func:`start_api`): :class:`ControlPlaneProcess`, the real
+  control plane (``ansible-operator cluster up``: etcd, kube-apiserver, kube-controller-manager,
+  kube-scheduler, kwok's fake nodes) in the run's directory, the default; :class:`ExistingCluster`, one
+  that already runs (the test suite's shared control plane), used through namespaces of the run's own;
+  :class:`SandboxProcess`, the sandbox API server (``ansible-operator sandbox``).
 * :class:`OperatorProcess` - ``ansible-operator run`` exactly as a user starts it, in its own session so
   stopping it reaches the executor's processes too.
 * :class:`MemorySampler` - RSS and USS of a process *and all its descendants* (zygote, forked runs,
@@ -25,6 +29,7 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -106,7 +111,9 @@ class Reaper:
                 print(f"bench: cleanup step failed: {exc}", file=sys.stderr)
 
 
-# --------------------------------------------------------------------------------------------- sandbox
+# ----------------------------------------------------------------------------------------- API servers
+
+APIS = ("real", "sandbox")
 
 
 @dataclass
@@ -114,6 +121,8 @@ class SandboxProcess:
     proc: subprocess.Popen[bytes]
     kubeconfig: Path
     log_path: Path
+    description = "sandbox"
+    namespace_prefix = ""
 
     @classmethod
     def start(cls, workdir: Path, crds: Iterable[Path], reaper: Reaper,
@@ -140,6 +149,121 @@ class SandboxProcess:
 
     def stop(self) -> None:
         stop_process(self.proc)
+
+
+@dataclass
+class ControlPlaneProcess:
+    """``ansible-operator cluster up`` with its data, certificates and logs under ``workdir/cluster``; the
+    binaries come from ``KUBEBUILDER_ASSETS``, the build cache, or are built with Go (first time only)."""
+
+    proc: subprocess.Popen[bytes]
+    kubeconfig: Path
+    log_path: Path
+    server: str
+    namespace_prefix = ""
+
+    @property
+    def description(self) -> str:
+        return f"real control plane ({self.server})"
+
+    @classmethod
+    def start(cls, workdir: Path, crds: Iterable[Path], reaper: Reaper,
+              timeout: float = 300.0) -> ControlPlaneProcess:
+        kubeconfig = workdir / "kubeconfig"
+        log_path = workdir / "cluster.log"
+        args = [PYTHON, "-m", "ansible_operator", "cluster", "up", "--dir", str(workdir / "cluster"),
+                "--kubeconfig", str(kubeconfig)]
+        for crd in crds:
+            args += ["--crds", str(crd)]
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
+                                    start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        plane = cls(proc, kubeconfig, log_path, "")
+        reaper.add(plane.stop)
+        deadline = time.monotonic() + timeout
+        while True:  # printed once every component is ready, the CRDs are in and the kubeconfig written
+            text = log_path.read_text(errors="replace")
+            if "\nkubeconfig: " in f"\n{text}":
+                break
+            if proc.poll() is not None:
+                raise BenchError(f"the control plane exited with {proc.returncode} (--api sandbox needs no"
+                                 f" binaries): {text[-2000:]}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"the control plane not serving after {timeout}s: {text[-2000:]}")
+            time.sleep(0.2)
+        plane.server = _server(kubeconfig)
+        return plane
+
+    def stop(self) -> None:
+        stop_process(self.proc, timeout=60.0)
+
+
+@dataclass
+class ExistingCluster:
+    """A cluster that already runs (``--kubeconfig``): nothing is started or stopped; the CRDs are installed
+    if missing (and left installed: other users of the cluster may use them), every namespace gets a
+    prefix of the run's own and is deleted at the end (:meth:`Cluster.close`)."""
+
+    kubeconfig: Path
+    server: str
+    namespace_prefix: str
+
+    @property
+    def description(self) -> str:
+        return f"real control plane, running ({self.server})"
+
+    @classmethod
+    def use(cls, kubeconfig: Path, crds: Iterable[Path], timeout: float = 60.0) -> ExistingCluster:
+        import kubernetes
+        from kubernetes.client.rest import ApiException
+
+        kube = Kube(kubeconfig)
+        try:
+            ext = kubernetes.client.ApiextensionsV1Api(kube.api)
+            names = []
+            files = [f for c in crds for f in (sorted(c.glob("*.yaml")) if c.is_dir() else [c])]
+            for path in files:
+                for doc in yaml.safe_load_all(path.read_text()):
+                    if not doc or doc.get("kind") != "CustomResourceDefinition":
+                        continue
+                    names.append(doc["metadata"]["name"])
+                    try:
+                        ext.create_custom_resource_definition(doc)
+                    except ApiException as exc:
+                        if exc.status != 409:  # 409: already installed
+                            raise
+            deadline = time.monotonic() + timeout
+            for name in names:
+                while not any(c.type == "Established" and c.status == "True"
+                              for c in ext.read_custom_resource_definition(name).status.conditions or []):
+                    if time.monotonic() > deadline:
+                        raise BenchError(f"CRD {name} not Established after {timeout}s")
+                    time.sleep(0.2)
+        finally:
+            kube.close()
+        return cls(kubeconfig, _server(kubeconfig), f"bench-{uuid.uuid4().hex[:6]}-")
+
+    def stop(self) -> None:
+        return None
+
+
+ApiServer = SandboxProcess | ControlPlaneProcess | ExistingCluster
+
+
+def _server(kubeconfig: Path) -> str:
+    doc = yaml.safe_load(kubeconfig.read_text())
+    return str(doc["clusters"][0]["cluster"]["server"])
+
+
+def start_api(api: str, workdir: Path, crds: list[Path], reaper: Reaper,
+              kubeconfig: Path | None = None) -> ApiServer:
+    """The Kubernetes API of a benchmark run: ``real`` (a control plane started in ``workdir``, or the
+    running cluster of ``kubeconfig``) or ``sandbox``; serving ``crds`` (files or directories)."""
+    if api == "sandbox":
+        return SandboxProcess.start(workdir, crds, reaper)
+    if kubeconfig is not None:
+        return ExistingCluster.use(kubeconfig, crds)
+    return ControlPlaneProcess.start(workdir, crds, reaper)
 
 
 # -------------------------------------------------------------------------------------------- operator
@@ -430,12 +554,38 @@ class Kube:
         self.api = kubernetes.client.ApiClient(configuration)
         self.core = kubernetes.client.CoreV1Api(self.api)
         self.custom = kubernetes.client.CustomObjectsApi(self.api)
+        self.created: list[str] = []
 
     def close(self) -> None:
         self.api.close()
 
-    def namespace(self, name: str) -> None:
+    def namespace(self, name: str, timeout: float = 60.0) -> None:
+        """Create a namespace and wait for its ``default`` ServiceAccount, which the namespace's pods need
+        (created asynchronously: a Deployment's first pods would otherwise be refused and retried later)."""
+        from kubernetes.client.rest import ApiException
+
         self.core.create_namespace({"metadata": {"name": name}})
+        self.created.append(name)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.core.read_namespaced_service_account("default", name)
+                return
+            except ApiException as exc:
+                if exc.status != 404 or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.1)
+
+    def delete_namespaces(self) -> None:
+        """Delete the namespaces this client created (not waited for)."""
+        from kubernetes.client.rest import ApiException
+
+        for name in self.created:
+            try:
+                self.core.delete_namespace(name, propagation_policy="Background")
+            except ApiException:
+                pass
+        self.created.clear()
 
     def wait_served(self, kind: Kind, namespace: str, timeout: float = 30.0) -> None:
         from kubernetes.client.rest import ApiException
@@ -598,11 +748,19 @@ class ConditionWatcher:
 
 @dataclass
 class Cluster:
-    """The sandbox plus a client and per-namespace watchers."""
+    """The API server plus a client and per-namespace watchers. Namespaces are named through :meth:`ns`
+    (a prefix of the run's own on a cluster that others use too)."""
 
-    sandbox: SandboxProcess
+    server: ApiServer
     kube: Kube
     watchers: list[ConditionWatcher] = field(default_factory=list)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.server.kubeconfig
+
+    def ns(self, name: str) -> str:
+        return f"{self.server.namespace_prefix}{name}"
 
     def watcher(self, kind: Kind, namespace: str) -> ConditionWatcher:
         self.kube.wait_served(kind, namespace)
@@ -613,4 +771,6 @@ class Cluster:
     def close(self) -> None:
         for w in self.watchers:
             w.stop()
+        if isinstance(self.server, ExistingCluster):
+            self.kube.delete_namespaces()
         self.kube.close()

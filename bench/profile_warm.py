@@ -4,13 +4,13 @@
     pip install --target /tmp/pyspy py-spy     # or a venv under /tmp: never into the project venv
     python bench/profile_warm.py --py-spy /tmp/pyspy/bin/py-spy --crs 20 --out /tmp/profile
 
-Starts a sandbox and a warm operator (as ``bench/run.py`` does), converges two warm-up CRs, then records
-with two py-spy processes (the operator; the zygote with ``--subprocesses``: run children, per-task
-workers, module forks) while ``--crs`` Memcached CRs are created at once, until all are ``Available`` and the
-operator is quiet. Writes the raw stacks to ``--out`` and prints the per-phase table of docs/benchmark.md:
-stacks whose innermost frame is a blocking call are dropped, every other sample is charged to the first
-phase whose frames it contains. py-spy sees Python only (kernel time for fork/exit and non-Python helpers
-are in the CPU total, not in the table).
+Starts a Kubernetes API (``--api``) and a warm operator (as ``bench/run.py`` does), converges two
+warm-up CRs, then records with two py-spy processes (the operator; the zygote with ``--subprocesses``:
+run children, per-task workers, module forks) while ``--crs`` Memcached CRs are created at once, until
+all are ``Available`` and the operator is quiet. Writes the raw stacks to ``--out`` and prints the
+per-phase table of docs/benchmark.md: stacks whose innermost frame is a blocking call are dropped, every
+other sample is charged to the first phase whose frames it contains. py-spy sees Python only (kernel time
+for fork/exit and non-Python helpers are in the CPU total, not in the table).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import scenarios  # noqa: E402
 from harness import (  # noqa: E402
+    APIS,
     BENCH,
     MEMCACHED,
     REPO,
@@ -35,8 +36,8 @@ from harness import (  # noqa: E402
     Kube,
     OperatorProcess,
     Reaper,
-    SandboxProcess,
     cpu_seconds,
+    start_api,
 )
 
 RATE = 250
@@ -108,16 +109,16 @@ def classify(path: Path, operator: bool) -> collections.Counter[str]:
     return out
 
 
-def record(py_spy: str, crs: int, out: Path) -> tuple[float, int]:
+def record(py_spy: str, crs: int, out: Path, api: str = "real") -> tuple[float, int]:
     reaper = Reaper()
     try:
-        sandbox = SandboxProcess.start(out, [REPO / "crds" / "cache.example.com_memcacheds.yaml",
-                                             BENCH / "crds" / "noop.yaml"], reaper)
-        cluster = Cluster(sandbox, Kube(sandbox.kubeconfig))
+        server = start_api(api, out, [REPO / "crds" / "cache.example.com_memcacheds.yaml",
+                                      BENCH / "crds" / "noop.yaml"], reaper)
+        cluster = Cluster(server, Kube(server.kubeconfig))
         reaper.add(cluster.close)
         for ns in ("warmup", "prof"):
             cluster.kube.namespace(ns)
-        op = OperatorProcess.start("warm", out / "operator", sandbox.kubeconfig, ["warmup", "prof"], reaper,
+        op = OperatorProcess.start("warm", out / "operator", server.kubeconfig, ["warmup", "prof"], reaper,
                                    env={"ANSIBLE_GATHERING": "explicit"})
         warmup = cluster.watcher(MEMCACHED, "warmup")
         cluster.kube.create_many(MEMCACHED, "warmup", ["w0", "w1"], {"size": 1})
@@ -159,9 +160,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="path of a py-spy binary (installed outside the project venv)")
     p.add_argument("--crs", type=int, default=20)
     p.add_argument("--out", type=Path, required=True, help="directory for the raw stacks and logs")
+    p.add_argument("--api", choices=APIS, default="real",
+                   help="real (default: a real control plane started in --out) or sandbox")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    _cpu, runs = record(args.py_spy, args.crs, args.out.resolve())
+    _cpu, runs = record(args.py_spy, args.crs, args.out.resolve(), args.api)
     counts = classify(args.out / "zygote.raw", False) + classify(args.out / "operator.raw", True)
     total = sum(counts.values())
     print(f"\n| phase | share of busy samples | ms per run (samples x {1000 // RATE} ms / runs) |")

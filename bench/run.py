@@ -15,8 +15,10 @@ Sections (see docs/benchmark.md for what each figure means):
   native      Memcached through bench/native_memcached.py (a hand-written kopf operator, the same API calls)
               and the executors, interleaved: create -> Successful p50, CPU per CR, N CRs at once, peak RSS
 
-The sandbox API server and each operator run as separate processes; everything started is stopped on
-exit, on errors, on Ctrl-C and on SIGTERM.
+The Kubernetes API (--api real, the default: a real control plane started in the run's directory with
+`ansible-operator cluster up`, or with --kubeconfig a cluster that already runs; --api sandbox: the sandbox
+API server) and each operator run as separate processes; everything started is stopped on exit, on errors,
+on Ctrl-C and on SIGTERM.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import report  # noqa: E402
 import scenarios  # noqa: E402
 from harness import (  # noqa: E402
+    APIS,
     BENCH,
     MEMCACHED,
     NOOP,
@@ -50,7 +53,7 @@ from harness import (  # noqa: E402
     NativeProcess,
     OperatorProcess,
     Reaper,
-    SandboxProcess,
+    start_api,
 )
 
 WORKLOADS = ("memcached", "noop")
@@ -116,9 +119,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         " operator's own default is 5 minutes, which reaches the same at-rest state later)")
     p.add_argument("--idle-cpu-window", type=float, default=None, metavar="SECONDS",
                    help="quiet window for the idle CPU figure (default: 10, 5 with --quick)")
+    p.add_argument("--api", choices=APIS, default="real",
+                   help="the Kubernetes API the operators run against: real (default; a real control plane"
+                        " - etcd, kube-apiserver, controller-manager, scheduler, kwok's fake nodes - started"
+                        " in the run's directory with `ansible-operator cluster up`, its binaries from"
+                        " KUBEBUILDER_ASSETS, the build cache or a Go build) or sandbox (the sandbox API"
+                        " server, nothing to build)")
+    p.add_argument("--kubeconfig", type=Path, default=None, metavar="PATH",
+                   help="with --api real: use the cluster that already runs here instead of starting one"
+                        " (its CRDs installed if missing; namespaces of the run's own, deleted at the end)")
     p.add_argument("--workdir", type=Path, default=None, help="keep logs and artifacts here (default: a"
                    " temporary directory removed at the end)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.kubeconfig is not None and args.api != "real":
+        p.error("--kubeconfig needs --api real")
+    return args
 
 
 def counts_for(args: argparse.Namespace) -> dict[str, int]:
@@ -169,21 +184,23 @@ def run(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> dict[str, An
 
     operator_sections = [s for s in ("latency", "throughput", "coalescing") if s in only]
     if not operator_sections and not ({"memory", "idle", "native"} & only):
-        return {"counts": counts, "raw": raw}
+        return {"counts": counts, "raw": raw, "api": None}
 
-    say("starting the sandbox API server")
-    sandbox = SandboxProcess.start(workdir, [REPO / "crds" / "cache.example.com_memcacheds.yaml",
-                                             BENCH / "crds" / "noop.yaml"], reaper)
-    cluster = Cluster(sandbox, Kube(sandbox.kubeconfig))
+    say("using the running cluster" if args.kubeconfig else f"starting the {args.api} API server")
+    server = start_api(args.api, workdir, [REPO / "crds" / "cache.example.com_memcacheds.yaml",
+                                           BENCH / "crds" / "noop.yaml"], reaper, args.kubeconfig)
+    say(f"Kubernetes API: {server.description}")
+    cluster = Cluster(server, Kube(server.kubeconfig))
     reaper.add(cluster.close)
+    kubeconfig = server.kubeconfig
 
     operators: dict[str, OperatorProcess] = {}
     if operator_sections:
         def start(ex: str) -> OperatorProcess:
-            namespaces = [f"{ex}-{s}" for s in operator_sections]
+            namespaces = [cluster.ns(f"{ex}-{s}") for s in operator_sections]
             for ns in namespaces:
                 cluster.kube.namespace(ns)
-            return OperatorProcess.start(ex, workdir / f"operator-{ex}", sandbox.kubeconfig, namespaces,
+            return OperatorProcess.start(ex, workdir / f"operator-{ex}", kubeconfig, namespaces,
                                          reaper, env=operator_env)
 
         say(f"starting the operators (default concurrency): {', '.join(executors)}")
@@ -195,7 +212,7 @@ def run(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> dict[str, An
         # between the two columns; the other operator sits idle meanwhile (and uses no CPU when idle).
         for section in operator_sections:
             for ex in executors:
-                op, ns = operators[ex], f"{ex}-{section}"
+                op, ns = operators[ex], cluster.ns(f"{ex}-{section}")
                 if section == "latency":
                     say(f"latency [{ex}]: {counts['latency']} {kind.kind} CRs one at a time")
                     result = scenarios.latency(cluster, kind, op, ns, counts["latency"])
@@ -214,8 +231,8 @@ def run(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> dict[str, An
     if "memory" in only:
         for ex in executors:
             say(f"memory [{ex}]: operator at --max-concurrent-reconciles 4, 1 then 4 runs in flight")
-            result = scenarios.memory(cluster, kind, ex, workdir / f"operator-{ex}-mem", sandbox.kubeconfig,
-                                      f"{ex}-mem", reaper, env=operator_env)
+            result = scenarios.memory(cluster, kind, ex, workdir / f"operator-{ex}-mem", kubeconfig,
+                                      cluster.ns(f"{ex}-mem"), reaper, env=operator_env)
             raw.setdefault("memory", {})[ex] = result
             say(f"memory [{ex}]: {json.dumps(result)}")
 
@@ -223,9 +240,9 @@ def run(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> dict[str, An
         # Its own operator, so the zygote's idle timeout can be short (the bench would otherwise wait the
         # default 5 minutes for the at-rest state) without touching the other sections' operators.
         for ex in [e for e in executors if e in args.idle_executors]:
-            ns = f"{ex}-idle"
+            ns = cluster.ns(f"{ex}-idle")
             cluster.kube.namespace(ns)
-            op = OperatorProcess.start(ex, workdir / f"operator-{ex}-idle", sandbox.kubeconfig, [ns], reaper,
+            op = OperatorProcess.start(ex, workdir / f"operator-{ex}-idle", kubeconfig, [ns], reaper,
                                        env={**operator_env, "ANSIBLE_OPERATOR_WARM_IDLE_TIMEOUT":
                                             f"{idle_zygote_timeout(args):g}s"})
             try:
@@ -239,8 +256,8 @@ def run(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> dict[str, An
             say(f"idle [{ex}]: {json.dumps(result)}")
 
     if "native" in only:
-        raw["native"] = native_section(args, counts, cluster, sandbox, workdir, reaper, operator_env)
-    return {"counts": counts, "raw": raw}
+        raw["native"] = native_section(args, counts, cluster, workdir, reaper, operator_env)
+    return {"counts": counts, "raw": raw, "api": server.description}
 
 
 def native_executors(args: argparse.Namespace) -> list[str]:
@@ -249,20 +266,19 @@ def native_executors(args: argparse.Namespace) -> list[str]:
     return ["warm"] if args.quick else list(args.executors)
 
 
-def native_section(args: argparse.Namespace, counts: dict[str, int], cluster: Cluster,
-                   sandbox: SandboxProcess, workdir: Path, reaper: Reaper,
-                   operator_env: dict[str, str]) -> dict[str, Any]:
+def native_section(args: argparse.Namespace, counts: dict[str, int], cluster: Cluster, workdir: Path,
+                   reaper: Reaper, operator_env: dict[str, str]) -> dict[str, Any]:
     """The native kopf operator and the executors, on Memcached whatever --workload says (issue 14)."""
     names = ["native", *native_executors(args)]
     for ex in names:
-        cluster.kube.namespace(f"{ex}-native")
+        cluster.kube.namespace(cluster.ns(f"{ex}-native"))
 
     def start(ex: str) -> Any:
         if ex == "native":
-            return NativeProcess.start(workdir / "operator-native", sandbox.kubeconfig, ["native-native"],
-                                       reaper)
-        return OperatorProcess.start(ex, workdir / f"operator-{ex}-native", sandbox.kubeconfig,
-                                     [f"{ex}-native"], reaper, env=operator_env)
+            return NativeProcess.start(workdir / "operator-native", cluster.kubeconfig,
+                                       [cluster.ns("native-native")], reaper)
+        return OperatorProcess.start(ex, workdir / f"operator-{ex}-native", cluster.kubeconfig,
+                                     [cluster.ns(f"{ex}-native")], reaper, env=operator_env)
 
     say(f"native: starting {', '.join(names)}")
     with ThreadPoolExecutor(len(names)) as pool:
@@ -315,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
           f" {machine['mem_total_mb']} MB, {'quick' if args.quick else 'full'} run in {elapsed}s,"
           f" load average {machine['loadavg_at_start']} at start, {machine['loadavg_at_end']} at end")
     print(f"workload: {workload(args)}, ANSIBLE_GATHERING={args.gathering},"
-          f" counts: {json.dumps(result['counts'])}\n")
+          f" counts: {json.dumps(result['counts'])}")
+    print(f"Kubernetes API: {result['api'] or 'none (no section needed one)'}\n")
     if set(result["raw"]) - {"native"}:
         print(report.table(result["raw"], result["counts"], NOOP.kind if workload(args) == "noop"
                            else MEMCACHED.kind) + "\n")
@@ -324,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         doc = {"date": date, "machine": machine, "quick": args.quick, "executors": args.executors,
                "sections": args.only, "elapsed_s": elapsed, "workload": workload(args),
-               "gathering": args.gathering,
+               "gathering": args.gathering, "api": args.api, "api_server": result["api"],
                "counts": result["counts"], **head,
                "targets": report.verdicts(head), "raw": result["raw"]}
         args.json.write_text(json.dumps(doc, indent=2) + "\n")

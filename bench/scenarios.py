@@ -1,4 +1,4 @@
-"""The operator-level measurements: each function drives one running operator through the sandbox API.
+"""The operator-level measurements: each function drives one running operator through the Kubernetes API.
 
 Every figure comes from what a user could observe: the ``Successful`` condition on the CR (seen through a
 watch, so its arrival time is exact), the ``run.json`` summaries the operator writes per run, ``/metrics``,
@@ -324,14 +324,14 @@ def native_compare(cluster: Cluster, kind: Kind, ops: dict[str, Any], crs: int,
       ``Available``, peak RSS/PSS of the family meanwhile.
     The 1-minute load average is recorded around each part (the machine may be shared).
     """
-    watchers = {ex: cluster.watcher(kind, f"{ex}-native") for ex in ops}
+    watchers = {ex: cluster.watcher(kind, cluster.ns(f"{ex}-native")) for ex in ops}
     lat: dict[str, list[float]] = {ex: [] for ex in ops}
     cpu: dict[str, list[float]] = {ex: [] for ex in ops}
     out: dict[str, dict[str, Any]] = {ex: {"load_at_start": _load()} for ex in ops}
     for i in range(crs):
         order = list(ops) if i % 2 == 0 else list(reversed(ops))  # neither column always goes first
         for ex in order:
-            op, name, ns = ops[ex], f"nat-{i}", f"{ex}-native"
+            op, name, ns = ops[ex], f"nat-{i}", cluster.ns(f"{ex}-native")
             _wait_quiet(op)
             cpu0 = cpu_seconds(op.family())
             t0 = time.monotonic()
@@ -346,7 +346,7 @@ def native_compare(cluster: Cluster, kind: Kind, ops: dict[str, Any], crs: int,
                        cpu_s_per_cr=round(statistics.median(cpu[ex]), 4),
                        load_after_latency=_load())
     for ex, op in ops.items():
-        ns = f"{ex}-native"
+        ns = cluster.ns(f"{ex}-native")
         names = [f"burst-{i}" for i in range(burst)]
         _wait_quiet(op)
         load0 = _load()

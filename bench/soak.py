@@ -33,6 +33,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (
+    APIS,
     BENCH,
     NOOP,
     BenchError,
@@ -40,7 +41,7 @@ from harness import (
     Kube,
     OperatorProcess,
     Reaper,
-    SandboxProcess,
+    start_api,
 )
 
 NAMESPACE = "soak"
@@ -225,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds to wait after the deletes for the operator to remove artifacts")
     parser.add_argument("--json", default=None, metavar="PATH")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--api", choices=APIS, default="real",
+                        help="real (default: a real control plane started in the work directory) or sandbox")
     args = parser.parse_args(argv)
 
     reaper = Reaper()
@@ -237,13 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     started = time.monotonic()
     try:
-        sandbox = SandboxProcess.start(workdir, [BENCH / "crds"], reaper)
-        kube = Kube(sandbox.kubeconfig)
+        server = start_api(args.api, workdir, [BENCH / "crds"], reaper)
+        kube = Kube(server.kubeconfig)
         reaper.add(kube.close)
         kube.namespace(NAMESPACE)
         kube.wait_served(NOOP, NAMESPACE)
         op = OperatorProcess.start(
-            args.executor, workdir / "operator", sandbox.kubeconfig, [NAMESPACE], reaper
+            args.executor, workdir / "operator", server.kubeconfig, [NAMESPACE], reaper
         )
         cycles = []
         for n in range(1, args.cycles + 1):
@@ -251,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(result), flush=True)
             cycles.append(result)
         verdict = verdicts(cycles)
-        out = {"executor": args.executor, "count": args.count, "cycles": cycles, "targets": verdict,
+        out = {"executor": args.executor, "api": server.description, "count": args.count, "cycles": cycles,
+               "targets": verdict,
                "total_s": round(time.monotonic() - started, 1), "cpus": psutil.cpu_count()}
         print(table(cycles))
         for name, ok in verdict.items():
