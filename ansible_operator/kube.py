@@ -97,9 +97,10 @@ def load_incluster_config(configuration: kubernetes.client.Configuration) -> Non
         token_filename=str(token_file), cert_filename=str(sa_dir / "ca.crt"), try_refresh_token=False,
     ).load_and_set(configuration)
     # the client keeps the file's trailing newline, which no HTTP header may carry (`kubectl create token >
-    # token` writes one)
-    first = str(configuration.api_key.get("authorization") or "").strip()
-    configuration.api_key["authorization"] = first
+    # token` writes one); the newer client (37) files the token under "BearerToken": it goes under
+    # "authorization", which both read (37 as the alias of "BearerToken") and the hook below refreshes
+    loaded = configuration.api_key.pop("BearerToken", None) or configuration.api_key.get("authorization")
+    configuration.api_key["authorization"] = str(loaded or "").strip()
     stamp = [_file_stamp(token_file)]
 
     def refresh(cfg: kubernetes.client.Configuration) -> None:
@@ -115,6 +116,21 @@ def load_incluster_config(configuration: kubernetes.client.Configuration) -> Non
             stamp[0] = now
 
     configuration.refresh_api_key_hook = refresh
+
+
+#: where ``Configuration.api_key`` holds a bearer token (``Bearer <token>``): the client's kubeconfig and
+#: in-cluster loaders write "authorization" up to 33.x, "BearerToken" in the pydantic-generated client (37)
+BEARER_KEYS = ("BearerToken", "authorization")
+
+
+def bearer_token(configuration: kubernetes.client.Configuration) -> str | None:
+    """The ``Authorization`` header value of the configuration's bearer token, from either client line
+    (runs its refresh hook, as the client does before each request)."""
+    for key in BEARER_KEYS:
+        if configuration.api_key.get(key):
+            token = configuration.get_api_key_with_prefix(key)
+            return str(token) if token else None
+    return None
 
 
 @dataclass(frozen=True)
@@ -336,6 +352,30 @@ def kopf_vault(configuration: kubernetes.client.Configuration | None = None) -> 
     return Vault({"ansible-operator": kopf_connection_info(configuration)})
 
 
+def call_raw(api_client: Any, method: str, path: str, query: list[tuple[str, str]], headers: dict[str, str],
+             body: Any) -> bytes:
+    """One request through ``api_client`` (bearer token, TLS and proxy settings of its configuration); the
+    answer's body, or ``ApiException`` for a non-2xx answer, with either generation of the client.
+
+    The client up to 33.x (python-legacy generator) takes everything in ``call_api`` and raises on non-2xx
+    answers itself; the pydantic-generated one (37) splits it into ``param_serialize`` and
+    ``call_api(method, url, headers, body, post_params)``, and returns every answer.
+    """
+    if not hasattr(api_client, "param_serialize"):
+        response = api_client.call_api(
+            path, method, query_params=query, header_params=headers, body=body,
+            auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+        )
+        return bytes(response.data or b"")
+    request = api_client.param_serialize(method, path, query_params=query, header_params=headers, body=body,
+                                         auth_settings=["BearerToken"])
+    response = api_client.call_api(*request)
+    data = response.read()
+    if not 200 <= response.status <= 299:
+        raise ApiException(http_resp=response)
+    return bytes(data or b"")
+
+
 class Kube:
     """A small async facade over the synchronous client for the few calls the runner makes itself."""
 
@@ -368,16 +408,14 @@ class Kube:
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
+        elif body is not None:
+            headers["Content-Type"] = "application/json"  # the client 37 would send none
         try:
-            response = self.api_client.call_api(
-                path, method, query_params=query, header_params=headers, body=body,
-                auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
-            )
+            data = call_raw(self.api_client, method, path, query, headers, body)
         except ApiException as exc:
             raise error_from_api_exception(exc) from None
         except urllib3.exceptions.HTTPError as exc:  # no answer: refused, reset, timed out
             raise ServerError(0, "ServiceUnavailable", f"{method} {path}: {exc}") from None
-        data = response.data
         return json.loads(data) if data else None
 
     # -- the calls the runner needs ----------------------------------------------------------------

@@ -65,7 +65,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from ansible_operator.kube import ApiError, NotFound, check_response
+from ansible_operator.kube import ApiError, NotFound, bearer_token, check_response
 
 if TYPE_CHECKING:  # pragma: no cover
     import kubernetes.client
@@ -421,9 +421,9 @@ class Upstream:
                 if time.monotonic() - self._refreshed > 60:
                     await asyncio.to_thread(hook, cfg)
                     self._refreshed = time.monotonic()
-        token = cfg.get_api_key_with_prefix("authorization") if cfg.api_key else None
+        token = bearer_token(cfg) if cfg.api_key else None
         if token:
-            return str(token)
+            return token
         if cfg.username or cfg.password:
             basic = base64.b64encode(f"{cfg.username or ''}:{cfg.password or ''}".encode()).decode()
             return f"Basic {basic}"

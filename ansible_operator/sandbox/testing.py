@@ -65,6 +65,26 @@ def api_client_for(kubeconfig: str | Path) -> Any:
     return kubernetes.client.ApiClient(cfg)
 
 
+def call_api(api_client: Any, method: str, path: str, body: Any = None, *,
+             content_type: str = "application/json", query: Iterable[tuple[str, str]] = (),
+             response_type: str = "object") -> Any:
+    """A raw request through a ``kubernetes.client.ApiClient`` (``PATCH`` with any patch type, say), the
+    answer deserialized as ``response_type`` (a model name such as ``V1ConfigMap``; ``object``: the JSON);
+    ``ApiException`` for a non-2xx answer. Works with the client up to 33.x (everything in ``call_api``) and
+    with the pydantic-generated one, 37 (``param_serialize``, ``call_api(method, url, ...)``,
+    ``response_deserialize``)."""
+    headers = {"Accept": "application/json", "Content-Type": content_type}
+    if not hasattr(api_client, "param_serialize"):
+        return api_client.call_api(path, method, query_params=list(query), header_params=headers, body=body,
+                                   response_type=response_type, auth_settings=["BearerToken"],
+                                   _return_http_data_only=True)
+    request = api_client.param_serialize(method, path, query_params=list(query), header_params=headers,
+                                         body=body, auth_settings=["BearerToken"])
+    response = api_client.call_api(*request)
+    response.read()
+    return api_client.response_deserialize(response, {"2XX": response_type}).data
+
+
 def start_in_thread(kubeconfig: str | Path, crds: Iterable[str | Path] = (), simulate: bool = True,
                     data_dir: str | Path | None = None, port: int = 0, secure: bool = False) -> SandboxHandle:
     """An in-thread sandbox and its kubeconfig (``secure``: TLS, authentication, enforced RBAC)."""
