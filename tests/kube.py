@@ -248,7 +248,8 @@ def shared() -> SharedCluster:
     kubeconfig = os.environ.get(KUBECONFIG)
     if not kubeconfig:
         raise RuntimeError("no shared control plane in this run (ANSIBLE_OPERATOR_TEST_API=sandbox?)")
-    return SharedCluster(Path(kubeconfig), Path(os.environ[DIRECTORY]))
+    directory = os.environ.get(DIRECTORY)  # unset when the kubeconfig was given from outside
+    return SharedCluster(Path(kubeconfig), Path(directory) if directory else Path(kubeconfig).parent)
 
 
 def private_control_plane(directory: Path, crds: tuple[Path, ...] = SHARED_CRDS,
