@@ -149,6 +149,14 @@ class TLSCutProxy:
             raise TimeoutError("the proxy's loop did not answer in 10 s")
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            # close(): the connection's task ends here (asyncio's start_server callback would log a
+            # cancelled handler task as an error)
+            writer.transport.abort()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._cut:
             self.refused += 1
             writer.transport.abort()
@@ -181,7 +189,7 @@ class TLSCutProxy:
                     tail = data[-200:]
                 writer.write(data)
                 await writer.drain()
-        except (ConnectionError, OSError, ssl.SSLError):
+        except OSError:  # ConnectionError, ssl.SSLError
             pass
         finally:
             writer.transport.abort()
