@@ -8,8 +8,9 @@
   SDK project's Dockerfile -- FROM it plus the scaffold's lines, `ansible-galaxy collection install -r
   requirements.yml` included -- is built on top, and the ENTRYPOINT is started as uid 1001, as PID 1 of
   its own PID namespace, against the run's API server (the real control plane, in a namespace of its
-  own; or a sandbox): the project's CR reaches Successful with the Galaxy-installed collection, kubernetes.core and operator_sdk.util, the orphan the role leaves is
-  reaped, and SIGTERM stops it with exit 0.
+  own; or a sandbox): the project's CR reaches Successful with the Galaxy-installed collection,
+  kubernetes.core and operator_sdk.util, the orphan the role leaves is reaped,
+  and SIGTERM stops it with exit 0.
 
 The first run (or any change to the build context) builds the image's venv from PyPI (~1-3 minutes);
 later runs reuse it.
