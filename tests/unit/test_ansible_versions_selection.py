@@ -21,6 +21,7 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     (tmp_path / "pytest.ini").write_text(INI)
     (tmp_path / "tests").mkdir()
     shutil.copy(CONFTEST, tmp_path / "tests" / "conftest.py")
+    shutil.copy(CONFTEST.parent / "kube.py", tmp_path / "tests" / "kube.py")  # the conftest imports it
     for rel, text in files.items():
         path = tmp_path / "tests" / rel
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -40,9 +40,14 @@ def _neutral_modules() -> set[str]:
     return set(_contract("Neutral modules import neither")["source_modules"])
 
 
+# What the runner is tested against, outside the runner: the sandbox API server and the real control plane.
+TOOLS = {"ansible_operator.sandbox", "ansible_operator.controlplane"}
+
+
 def _runner_modules() -> set[str]:
-    """Every top-level module and sub-package of ansible_operator except the sandbox and the neutral ones."""
-    return _top_level_modules() - {"ansible_operator.sandbox"} - _neutral_modules()
+    """Every top-level module and sub-package of ansible_operator except the sandbox, the control plane
+    launcher and the neutral ones."""
+    return _top_level_modules() - TOOLS - _neutral_modules()
 
 
 def test_the_runner_module_list_is_found() -> None:
@@ -55,7 +60,15 @@ def test_neutral_modules_exist_and_forbid_both_sides() -> None:
     assert "ansible_operator.labels" in neutral and neutral <= _top_level_modules()
     contract = _contract("Neutral modules import neither")
     assert contract["type"] == "forbidden" and not contract.get("ignore_imports")
+    assert set(contract["forbidden_modules"]) == _runner_modules() | TOOLS
+
+
+def test_the_control_plane_imports_nothing_of_the_runner_or_the_sandbox() -> None:
+    contract = _contract("control plane launcher imports nothing")
+    assert contract["source_modules"] == ["ansible_operator.controlplane"]
     assert set(contract["forbidden_modules"]) == _runner_modules() | {"ansible_operator.sandbox"}
+    # ... and the runner never imports it (the CLI names its module, imported only for `cluster`)
+    assert "ansible_operator.controlplane" in _contract("runner imports the sandbox only")["forbidden_modules"]
 
 
 def test_the_runner_imports_the_sandbox_only_to_start_it() -> None:
