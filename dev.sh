@@ -9,6 +9,8 @@
 #   ./dev.sh test-ansible-newest   the whole suite on the newest ansible-core (2.20+, needs a Python >= 3.12:
 #                   scripts/venv_ansible.sh); .ci/run runs the whole suite there and `./dev.sh test` with the
 #                   version scenario and executor tests on .venv's 2.19
+#   ./dev.sh test-client-newest   the client-facing tests on the newest `kubernetes` client from PyPI
+#                   (.venvs/kubernetes-newest; KUBERNETES_NEWEST=kubernetes==X.Y.Z picks one); .ci/run runs it
 #   ./dev.sh lint   the static checks: ruff, mypy and the import-linter layer contracts (pyproject.toml)
 set -euo pipefail
 cd "$(dirname "$0")"
