@@ -10,7 +10,7 @@ import subprocess
 import kubernetes
 import pytest
 
-from ansible_operator.sandbox.testing import SandboxHandle
+from ansible_operator.sandbox.testing import SandboxHandle, call_api
 
 CM = "/api/v1/namespaces/default/configmaps"
 
@@ -24,16 +24,7 @@ def api(sandbox: SandboxHandle):
 
 def _apply(api, path: str, body: dict, manager: str, force: bool = False):
     query = [("fieldManager", manager)] + ([("force", "true")] if force else [])
-    return api.call_api(
-        path,
-        "PATCH",
-        query_params=query,
-        body=body,
-        response_type="object",
-        header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
-        auth_settings=["BearerToken"],
-        _return_http_data_only=True,
-    )
+    return call_api(api, "PATCH", path, body, content_type="application/apply-patch+yaml", query=query)
 
 
 def _cm(name: str, **data: str) -> dict:

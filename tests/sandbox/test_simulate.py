@@ -9,7 +9,7 @@ import time
 import kubernetes
 import pytest
 
-from ansible_operator.sandbox.testing import SandboxHandle, start_in_thread
+from ansible_operator.sandbox.testing import SandboxHandle, call_api, start_in_thread
 
 from .helpers import CRD, install_crd, wait_for
 
@@ -218,10 +218,11 @@ def test_deployment_replicasets_revisions_and_rollback(api):
     prev = api.sanitize_for_serialization(apps.read_namespaced_replica_set(first, "default"))
     template = prev["spec"]["template"]
     del template["metadata"]["labels"]["pod-template-hash"]
-    api.call_api(
-        "/apis/apps/v1/namespaces/default/deployments/web",
+    call_api(
+        api,
         "PATCH",
-        body=[
+        "/apis/apps/v1/namespaces/default/deployments/web",
+        [
             {"op": "replace", "path": "/spec/template", "value": template},
             {
                 "op": "replace",
@@ -229,9 +230,7 @@ def test_deployment_replicasets_revisions_and_rollback(api):
                 "value": {"deployment.kubernetes.io/revision": "1"},
             },
         ],
-        header_params={"Content-Type": "application/json-patch+json"},
-        auth_settings=["BearerToken"],
-        _return_http_data_only=True,
+        content_type="application/json-patch+json",
     )
     sets = wait_for(lambda: s if (s := _replica_sets(apps, "web")).get(first) == (3, 2) else None)
     assert sets[second] == (2, 0)
