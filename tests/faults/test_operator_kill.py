@@ -28,6 +28,15 @@ def processes_mentioning(text: str) -> list[psutil.Process]:
     return found
 
 
+def _alive(pid: int, started: float) -> bool:
+    """The process that had ``pid`` and started at ``started`` is still there (not a zombie)."""
+    try:
+        p = psutil.Process(pid)
+        return p.create_time() == started and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def describe(p: psutil.Process) -> str:
     try:
         chain = [f"{a.pid}:{a.name()}" for a in p.parents()]
@@ -46,10 +55,12 @@ def test_sigkill_mid_run_leaves_no_orphan_and_converges_after_restart(
                    name=f"kill-{executor}")
     cluster.create(ns, name, {"gate": str(gate), "marker": str(marker)})
     running = wait_for(lambda: processes_mentioning(str(marker)), 120, 0.1, what="the shell task running")
-    doomed = {p.pid for p in running}
+    # (pid, start time): pid_max is 32768 here and the suite forks thousands of processes, so a pid alone
+    # may name another process by the time it is checked
+    doomed: set[tuple[int, float]] = set()
     for p in running:
         try:
-            doomed.update(c.pid for c in p.children(recursive=True))
+            doomed.update((q.pid, q.create_time()) for q in [p, *p.children(recursive=True)])
         except psutil.NoSuchProcess:
             pass
 
@@ -64,11 +75,7 @@ def test_sigkill_mid_run_leaves_no_orphan_and_converges_after_restart(
         for p in processes_mentioning(str(marker)):  # do not let a leaked process touch the rest of the suite
             p.kill()
     assert not marker.exists(), "the killed run wrote its side effect"
-    assert not [
-        pid
-        for pid in doomed
-        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    ], "processes of the killed run survive"
+    assert not [pid for pid, started in doomed if _alive(pid, started)], "processes of the killed run survive"
     killed_runs = [r for r in op.runs(ns, name)]
     assert len(killed_runs) == 1 and killed_runs[0]["result"] == "running"
 

@@ -52,12 +52,12 @@ def test_kopf_operator_reconciles_custom_resource(sandbox: SandboxHandle, tmp_pa
     try:
         custom.create_namespaced_custom_object(*args, widget("w1", size=2))
         wait_for(lambda: (custom.get_namespaced_custom_object(*args, "w1").get("status") or {}).get("phase")
-                 == "created-2", timeout=30)
+                 == "created-2", timeout=120)
         obj = custom.get_namespaced_custom_object(*args, "w1")
         assert obj["metadata"]["finalizers"] == ["kopf.zalando.org/KopfFinalizerMarker"]
         custom.patch_namespaced_custom_object(*args, "w1", {"spec": {"size": 3}})
         wait_for(lambda: (custom.get_namespaced_custom_object(*args, "w1").get("status") or {}).get("phase")
-                 == "resized-3", timeout=30)
+                 == "resized-3", timeout=120)
         custom.delete_namespaced_custom_object(*args, "w1")
 
         def gone() -> bool:
@@ -66,11 +66,11 @@ def test_kopf_operator_reconciles_custom_resource(sandbox: SandboxHandle, tmp_pa
                 return False
             except ApiException as e:
                 return e.status == 404
-        wait_for(gone, timeout=30)
+        wait_for(gone, timeout=120)
         # kopf posts Kubernetes Events about handler outcomes
         core = kubernetes.client.CoreV1Api(api)
         event = wait_for(lambda: next((e for e in core.list_namespaced_event("default").items
-                                       if e.involved_object.name == "w1"), None), timeout=30)
+                                       if e.involved_object.name == "w1"), None), timeout=120)
         assert event.reason == "Created" and event.message == "widget seen"
     finally:
         proc.terminate()
