@@ -90,7 +90,14 @@ def test_foreground_deletion_keeps_the_cr_until_blocking_dependents_are_gone(clu
     assert held["metadata"]["deletionTimestamp"]
     assert _tombstone(cluster, "fg") == {"deleted": "true"}
     # every dependent was asked to go: the proxy-owned one (not blocking) is gone, the held one is deleting
-    wait_for(lambda: cluster.configmap("fg-out") is None, 60, what="fg-out deleted in the foreground")
+    # the garbage collector's queue is shared with every test's namespace deletions: minutes on a busy machine
+    try:
+        wait_for(lambda: cluster.configmap("fg-out") is None, 240, what="fg-out deleted in the foreground")
+    except AssertionError:
+        out = cluster.core.read_namespaced_config_map("fg-out", cluster.ns).metadata
+        raise AssertionError(
+            f"fg-out not deleted: created {out.creation_timestamp}, uid {out.uid}, deleting "
+            f"{out.deletion_timestamp}, owners {out.owner_references}\n{op.logs()[-3000:]}") from None
     wait_for(lambda: cluster.core.read_namespaced_config_map("fg-held", cluster.ns).metadata
              .deletion_timestamp, 60, what="fg-held being deleted")
     assert cluster.get_widget("fg") is not None
