@@ -70,8 +70,11 @@ class Cluster(Widgets):
                 return cond
         return None
 
-    def wait_condition(self, name: str, ctype: str, status: str = "True", timeout: float = 60.0,
+    def wait_condition(self, name: str, ctype: str, status: str = "True", timeout: float = 180.0,
                        namespace: str | None = None, generation: int | None = None) -> dict[str, Any]:
+        """Wait for the condition; 180 s by default: a first run includes the operator's start (the warm
+        executor's zygote), over 60 s on 2 cores beside three CI stages, three control planes and two CPU
+        hogs (CI at 80f135f, low stage)."""
         namespace = namespace or self.ns
         def check() -> dict[str, Any] | None:
             cond = self.condition(name, ctype, namespace)
