@@ -216,13 +216,18 @@ class SharedCluster:
 
 
 def create_crds(api: kubernetes.client.ApiClient, paths: Any) -> list[str]:
-    """Create the CRDs in these YAML files/directories unless they exist (cluster-scoped and shared by every
-    test of the run: created once, never deleted) and wait until each is Established."""
+    """:func:`create_crd_objects` for the CRDs in these YAML files/directories."""
     from ansible_operator.controlplane.objects import crd_documents
 
+    return create_crd_objects(api, crd_documents(paths))
+
+
+def create_crd_objects(api: kubernetes.client.ApiClient, docs: list[dict[str, Any]]) -> list[str]:
+    """Create these CRDs unless they exist (cluster-scoped and shared by every test of the run: created
+    once, never deleted) and wait until each is Established; their names."""
     ext = kubernetes.client.ApiextensionsV1Api(api)
     names = []
-    for doc in crd_documents(paths):
+    for doc in docs:
         try:
             ext.create_custom_resource_definition(doc)
         except kubernetes.client.ApiException as exc:

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -107,28 +106,13 @@ class Env:
         return json.loads(out.read_text())
 
 
-def _established(ext: kubernetes.client.ApiextensionsV1Api, name: str) -> None:
-    deadline = time.monotonic() + 60
-    while not any(c.type == "Established" and c.status == "True"
-                  for c in ext.read_custom_resource_definition(name).status.conditions or []):
-        assert time.monotonic() < deadline, f"CRD {name} not Established"
-        time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tmp = tmp_path_factory.mktemp("collection")
     if SHARED:
         shared = kube.shared()
         api = shared.api_client()
-        ext = kubernetes.client.ApiextensionsV1Api(api)
-        for crd in (CRD, PLAIN):  # cluster-scoped, shared by the workers: created once, never deleted
-            try:
-                ext.create_custom_resource_definition(crd)
-            except kubernetes.client.ApiException as exc:
-                if exc.status != 409:
-                    raise
-            _established(ext, crd["metadata"]["name"])
+        kube.create_crd_objects(api, [CRD, PLAIN])
         kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
         try:
             yield Env(shared.kubeconfig, api, tmp)
