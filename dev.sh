@@ -29,12 +29,12 @@ install_venv() {
   if [ ! -x "$venv/bin/python" ]; then
     "$PY" -m venv "$venv"
   fi
-  local stamp="$venv/.installed-$(checksum pyproject.toml)-$core"
+  local stamp="$venv/.installed-$(checksum pyproject.toml sandbox/pyproject.toml)-$core"
   if [ ! -f "$stamp" ]; then
     echo "installing into $venv (ansible-core $core; the first time takes about a minute)..." >&2
     "$venv/bin/pip" install --quiet --upgrade pip
     # progress on stderr (one line per package); pipefail keeps pip's exit status
-    "$venv/bin/pip" install -e ".[test]" "ansible-core==$core" | { grep -v '^Requirement already' >&2 || true; }
+    "$venv/bin/pip" install -e ".[test]" -e "./sandbox[test]" "ansible-core==$core" | { grep -v '^Requirement already' >&2 || true; }
     "$venv/bin/python" -c "import sys, ansible.release; sys.exit(ansible.release.__version__ != '$core')" \
       || { echo "$venv does not have ansible-core $core after the install" >&2; exit 1; }
     "$venv/bin/python" scripts/install_kubernetes_core.py >&2
@@ -42,10 +42,10 @@ install_venv() {
   fi
 }
 
-# First 16 hex digits of a file's SHA-256 (GNU coreutils on Linux, shasum on macOS).
+# First 16 hex digits of the SHA-256 of the files given, together (GNU coreutils on Linux, shasum on macOS).
 checksum() {
-  if command -v sha256sum >/dev/null 2>&1; then sha256sum "$1" | cut -c1-16
-  else shasum -a 256 "$1" | cut -c1-16; fi
+  if command -v sha256sum >/dev/null 2>&1; then cat "$@" | sha256sum | cut -c1-16
+  else cat "$@" | shasum -a 256 | cut -c1-16; fi
 }
 
 install() {
@@ -107,8 +107,8 @@ case "$cmd" in
     install_venv "$newest" "$ANSIBLE_CORE_HIGH"
     "$newest/bin/pip" install --quiet --upgrade "${KUBERNETES_NEWEST:-kubernetes}"
     "$newest/bin/python" -c 'import kubernetes; print("kubernetes client", kubernetes.__version__)' >&2
-    tests=(tests/sandbox/test_conformance_client.py tests/sandbox/test_client_basics.py
-           tests/sandbox/test_content_type.py tests/e2e/test_runner_core.py)
+    tests=(sandbox/sandbox_tests/test_conformance_client.py sandbox/sandbox_tests/test_client_basics.py
+           sandbox/sandbox_tests/test_content_type.py tests/e2e/test_runner_core.py)
     for arg in "$@"; do if [ -e "${arg%%::*}" ]; then tests=(); break; fi; done
     set +e
     # ${tests[@]+...}: an empty array is "unbound" to macOS's bash 3.2 under set -u
@@ -122,7 +122,7 @@ case "$cmd" in
     install
     # All three run; any failing fails the command (the tool output says which).
     rc=0
-    "$VENV/bin/ruff" check ansible_operator tests bench scripts || rc=1
+    "$VENV/bin/ruff" check ansible_operator sandbox tests bench scripts || rc=1
     "$VENV/bin/mypy" || rc=1
     "$VENV/bin/lint-imports" --no-cache || rc=1
     exit "$rc"

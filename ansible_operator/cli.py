@@ -396,6 +396,11 @@ def finish_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                         " server directly")
     if args.sandbox_crds and not args.sandbox:
         parser.error("--sandbox-crds needs --sandbox")
+    if args.sandbox:
+        from ansible_operator import sandbox_cli
+
+        if not sandbox_cli.available():
+            parser.error(f"--sandbox: {sandbox_cli.NOT_INSTALLED}")
     args.warnings = warnings
 
 
@@ -412,23 +417,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
 
     # ---- sandbox ---------------------------------------------------------------------------------
-    sb = sub.add_parser("sandbox", help="serve a sandbox Kubernetes API on loopback (tests, demo, molecule)")
-    sb.set_defaults(module="ansible_operator.sandbox.cli")
-    sb.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    sb.add_argument("--port", type=port, default=0, help="port to listen on; 0 picks a free port (default)")
-    sb.add_argument("--kubeconfig", default=None, help="write a kubeconfig here (default: a file it prints)")
-    sb.add_argument("--crds", action="append", default=[], metavar="DIR_OR_FILE",
-                    help="CustomResourceDefinition YAML files or directories to install at start"
-                         " (repeatable)")
-    sb.add_argument("--data-dir", default=None, help="persist objects here (SQLite) across restarts")
-    sb.add_argument("--no-simulate", dest="simulate", action="store_false",
-                    help="turn off the simulated controllers (Deployment/StatefulSet/Job/PVC/CronJob status)")
-    sb.add_argument("--secure", action="store_true",
-                    help="HTTPS with a generated CA, client-certificate and ServiceAccount-token"
-                         " authentication, enforced RBAC; the kubeconfig written holds the CA and an admin"
-                         " (system:masters) client certificate")
-    sb.add_argument("--log-level", type=log_level, default="INFO",
-                    help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL")
+    # The sandbox is its own distribution (sandbox/ in this repository); its own parser takes the rest.
+    sb = sub.add_parser("sandbox", add_help=False,
+                        help="serve a sandbox Kubernetes API on loopback (demo, quick looks; needs the"
+                             " ansible-operator-sandbox package)")
+    sb.set_defaults(module="ansible_operator.sandbox_cli", sandbox_args=[])
 
     # ---- cluster ---------------------------------------------------------------------------------
     cl = sub.add_parser("cluster", help="build or run a real Kubernetes control plane on loopback (etcd,"
@@ -479,7 +472,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sandbox"]:  # everything after it is the sandbox's own command line (sandbox_cli.py)
+        args = argparse.Namespace(command="sandbox", module="ansible_operator.sandbox_cli",
+                                  sandbox_args=argv[1:])
+    else:
+        args = parser.parse_args(argv)
     if args.command == "run":
         finish_run_args(args.run_parser, args)
     module = importlib.import_module(args.module)

@@ -1,10 +1,8 @@
 """Kubernetes labels: key and value validation and label selectors, with apimachinery's grammar and messages.
 
-A neutral module: it imports nothing from the runner or the sandbox (only the standard library), so both
-use it: the runner for a watch's ``selector`` (watches.yaml), the sandbox API server for ``labelSelector``
-on list/watch, for ``metav1.LabelSelector`` objects (Deployment, PodDisruptionBudget, aggregated
-ClusterRoles) and for ObjectMeta label/annotation validation. One implementation, so a selector matches
-the same objects on both sides, exactly as on a real cluster.
+The runner's copy, for a watch's ``selector`` (watches.yaml). The sandbox API server (a distribution of
+its own, which the runner never imports) keeps its own copy; each is held to the real API server, not to
+the other.
 
 * :func:`qualified_name_errors`, :func:`label_value_errors` — ``k8s.io/apimachinery/pkg/util/validation``
   ``IsQualifiedName`` / ``IsValidLabelValue``: the detail strings of a bad key or value, word for word.

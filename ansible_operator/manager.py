@@ -354,8 +354,9 @@ class _Shutdown:
 
 
 async def _start_sandbox(args: argparse.Namespace, cleanups: list[Any]) -> str:
-    from ansible_operator.sandbox import Sandbox
+    from ansible_operator import sandbox_cli
 
+    Sandbox = sandbox_cli.load().Sandbox
     crds = args.sandbox_crds or (["crds"] if Path("crds").exists() else [])
     sandbox = Sandbox(host="127.0.0.1", port=0, crds=tuple(crds))
     await asyncio.to_thread(sandbox.start_in_thread)

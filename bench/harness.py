@@ -129,7 +129,7 @@ class SandboxProcess:
               timeout: float = 60.0) -> SandboxProcess:
         kubeconfig = workdir / "kubeconfig"
         log_path = workdir / "sandbox.log"
-        args = [PYTHON, "-m", "ansible_operator", "sandbox", "--port", "0", "--kubeconfig", str(kubeconfig),
+        args = [PYTHON, "-m", "ansible_operator_sandbox", "--port", "0", "--kubeconfig", str(kubeconfig),
                 "--log-level", "WARNING"]
         for crd in crds:
             args += ["--crds", str(crd)]

@@ -10,10 +10,10 @@ carries the same file unprocessed, e.g.::
     git clone -q --filter=blob:none https://github.com/kubernetes-client/python /tmp/kcp
     git -C /tmp/kcp show v32.0.1:kubernetes/swagger.json.unprocessed > /tmp/k8sopenapi/swagger-v1.32.json
 
-It writes ``ansible_operator/sandbox/k8s_openapi.json.gz``: the ``definitions`` of every kind in the group
-versions below and everything they reference (ObjectMeta, PodSpec, Quantity, ...), unchanged (descriptions
-included: ``kubectl explain`` prints them), gzip-compressed reproducibly. Paths are not kept: the sandbox
-builds them from its registry, so they list what it really serves.
+It writes ``sandbox/ansible_operator_sandbox/k8s_openapi.json.gz``: the ``definitions`` of every kind in the
+group versions below and everything they reference (ObjectMeta, PodSpec, Quantity, ...), unchanged
+(descriptions included: ``kubectl explain`` prints them), gzip-compressed reproducibly. Paths are not kept:
+the sandbox builds them from its registry, so they list what it really serves.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-OUT = Path(__file__).resolve().parent.parent / "ansible_operator" / "sandbox" / "k8s_openapi.json.gz"
+OUT = Path(__file__).resolve().parent.parent / "sandbox" / "ansible_operator_sandbox" / "k8s_openapi.json.gz"
 
 # group/versions whose kinds are kept ("" is core): what the sandbox serves, plus authentication/v1
 # (TokenRequest, TokenReview), autoscaling/v1 (Scale) and policy/v1 (Eviction)

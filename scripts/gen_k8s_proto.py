@@ -14,7 +14,7 @@ for), e.g.::
 
 Needs ``grpcio-tools`` (it ships protoc):
 ``python -m venv /tmp/gen && /tmp/gen/bin/pip install grpcio-tools``, then run this script with that
-interpreter. It writes two files into ``ansible_operator/sandbox/``:
+interpreter. It writes two files into ``sandbox/ansible_operator_sandbox/``:
 
 ``k8s.binpb``
     a FileDescriptorSet of the ``generated.proto`` files of every group/version the sandbox serves (and what
@@ -41,7 +41,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-OUT_DIR = Path(__file__).resolve().parent.parent / "ansible_operator" / "sandbox"
+OUT_DIR = Path(__file__).resolve().parent.parent / "sandbox" / "ansible_operator_sandbox"
 
 # (repository dir, path inside it, import path prefix) of every generated.proto the sandbox needs:
 # the group/versions it serves (resources.py/kinds.py) plus authentication/v1 (TokenRequest, TokenReview),

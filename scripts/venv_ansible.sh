@@ -51,8 +51,8 @@ python_ok() {
 }
 
 checksum() {
-  if command -v sha256sum >/dev/null 2>&1; then sha256sum "$1" | cut -c1-16
-  else shasum -a 256 "$1" | cut -c1-16; fi
+  if command -v sha256sum >/dev/null 2>&1; then cat "$@" | sha256sum | cut -c1-16
+  else cat "$@" | shasum -a 256 | cut -c1-16; fi
 }
 
 # Build (or reuse) the venv; its path on stdout, nothing if there is no Python >= 3.12.
@@ -70,12 +70,12 @@ build_venv() {
   if [ ! -x "$venv/bin/python" ]; then
     "$py" -m venv "$venv"
   fi
-  local stamp="$venv/.installed-$(checksum pyproject.toml)-$ANSIBLE_CORE_NEWEST"
+  local stamp="$venv/.installed-$(checksum pyproject.toml sandbox/pyproject.toml)-$ANSIBLE_CORE_NEWEST"
   if [ ! -f "$stamp" ]; then
     echo "installing into $venv (Python $pyver from $py, ansible-core $ANSIBLE_CORE_NEWEST;" \
          "the first time takes about a minute)..." >&2
     "$venv/bin/python" -m pip install --quiet --upgrade pip >&2
-    "$venv/bin/python" -m pip install -e ".[test]" "ansible-core==$ANSIBLE_CORE_NEWEST" \
+    "$venv/bin/python" -m pip install -e ".[test]" -e "./sandbox[test]" "ansible-core==$ANSIBLE_CORE_NEWEST" \
       | { grep -v '^Requirement already' >&2 || true; }
     "$venv/bin/python" -c \
       "import sys, ansible.release; sys.exit(ansible.release.__version__ != '$ANSIBLE_CORE_NEWEST')" \

@@ -1,12 +1,8 @@
 """Shared fixtures.
 
-``sandbox``: a fresh sandbox API server per test, started in a daemon thread on a free loopback port, with
-its kubeconfig written under ``tmp_path``. Nothing global is set (no KUBECONFIG, no kubernetes default
-configuration): use ``sandbox.url``, ``sandbox.kubeconfig``, ``sandbox.api_client()`` or
-``sandbox.kubectl_env()`` (see docs/sandbox.md).
-
-``sandbox_process``: a factory starting ``ansible-operator sandbox`` subprocesses (for restart tests on the
-same ``data_dir``/port); every process it started is stopped after the test.
+``shared_cluster``: the session's real control plane (tests/kube.py). The ``sandbox`` and
+``sandbox_process`` fixtures come from the sandbox package's pytest plugin
+(``ansible_operator_sandbox.pytest_plugin``, see docs/sandbox.md).
 
 Which tests run again on the lowest supported ansible-core (``./dev.sh test-ansible-low``, marker
 ``ansible_versions``) is decided here, in :func:`pytest_collection_modifyitems`, and nowhere else.
@@ -14,21 +10,19 @@ Which tests run again on the lowest supported ansible-core (``./dev.sh test-ansi
 
 from __future__ import annotations
 
-import itertools
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
-from ansible_operator.sandbox.testing import SandboxHandle, SandboxProcess, start_in_thread, start_process
 from tests import kube
 
 TESTS = Path(__file__).parent
 # Every test under these directories runs Ansible (operators, roles, molecule, the benchmark): all of them
 # run on both ends of the supported ansible-core range.
 ANSIBLE_DIRS = ("e2e", "examples", "faults", "bench")
-# A test module elsewhere (unit, sandbox) runs on both when its source imports Ansible, ansible-runner or
+# A test module elsewhere (unit, controlplane) runs on both when its source imports Ansible, ansible-runner or
 # the executors, or calls ansible-playbook: new executor tests are picked up without a list to update.
 RUNS_ANSIBLE = re.compile(
     r"ansible-playbook|ansible_runner|^\s*(?:from|import) ansible(?:\.|\s|$)"
@@ -105,31 +99,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             f"e2e tests outside tests/{{{','.join(ANSIBLE_DIRS)}}} that would not run on the lowest "
             f"ansible-core: {sorted(unlisted)}; move them, or add them to VERSION_INDEPENDENT in "
             f"tests/conftest.py with the reason")
-
-
-@pytest.fixture
-def sandbox(tmp_path: Path) -> Iterator[SandboxHandle]:
-    handle = start_in_thread(tmp_path / "sandbox.kubeconfig")
-    try:
-        yield handle
-    finally:
-        handle.sandbox.stop_thread()
-
-
-@pytest.fixture
-def sandbox_process(tmp_path: Path) -> Iterator[Callable[..., SandboxProcess]]:
-    started: list[SandboxProcess] = []
-    counter = itertools.count(1)
-
-    def start(**kwargs: Any) -> SandboxProcess:
-        """start(port=0, data_dir=None, crds=(), simulate=True) -> SandboxProcess (.url .port .kubeconfig
-        .stop())"""
-        proc = start_process(tmp_path / f"sandbox-process-{next(counter)}.kubeconfig", **kwargs)
-        started.append(proc)
-        return proc
-
-    try:
-        yield start
-    finally:
-        for proc in started:
-            proc.stop()

@@ -19,7 +19,7 @@ import psutil
 import yaml
 from kubernetes.client.rest import ApiException
 
-from ansible_operator.sandbox.testing import SandboxHandle, start_in_thread
+from ansible_operator_sandbox.testing import SandboxHandle, start_in_thread
 
 TESTS = Path(__file__).parent
 E2E = TESTS / "e2e"

@@ -79,8 +79,9 @@ def _say(message: str) -> None:
     print(f"[control plane] {message}", file=sys.stderr, flush=True)
 
 
-# Test directories none of whose tests use an API server of the suite's: a run of only these starts none.
-NO_API_SERVER = ("unit", "sandbox")
+# Directories (from the repository's root) none of whose tests use an API server of the suite's: a run of
+# only these starts none. sandbox/ holds the sandbox package's own tests (each starts its own sandbox).
+NO_API_SERVER = (("tests", "unit"), ("sandbox",))
 
 
 def _needs_api_server(config: pytest.Config) -> bool:
@@ -91,10 +92,10 @@ def _needs_api_server(config: pytest.Config) -> bool:
         return True
     for arg in paths:
         try:
-            rel = (Path(config.invocation_params.dir) / arg).resolve().relative_to(TESTS)
+            rel = (Path(config.invocation_params.dir) / arg).resolve().relative_to(TESTS.parent)
         except ValueError:
             return True
-        if not rel.parts or rel.parts[0] not in NO_API_SERVER:
+        if not any(rel.parts[:len(prefix)] == prefix for prefix in NO_API_SERVER):
             return True
     return False
 

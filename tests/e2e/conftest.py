@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 import kubernetes
 import pytest
 
-from ansible_operator.sandbox import Sandbox
+from ansible_operator_sandbox import Sandbox
 from tests import kube
 from tests.harness import (
     GROUP,

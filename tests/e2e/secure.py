@@ -14,8 +14,8 @@ from typing import Any, Iterator
 import kubernetes
 import yaml
 
-from ansible_operator.sandbox import Sandbox
-from ansible_operator.sandbox.testing import start_in_thread
+from ansible_operator_sandbox import Sandbox
+from ansible_operator_sandbox.testing import start_in_thread
 from tests import kube
 
 from .proxy import server_of

@@ -17,7 +17,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from ansible_operator.leader import LeaderElector, format_micro_time
-from ansible_operator.sandbox import Sandbox
+from ansible_operator_sandbox import Sandbox
 from tests import kube
 
 LEASE = "op-lock"

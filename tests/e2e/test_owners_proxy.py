@@ -32,7 +32,7 @@ from ansible_operator.owners import (
     DependentKind,
     OwnerProxy,
 )
-from ansible_operator.sandbox import Sandbox
+from ansible_operator_sandbox import Sandbox
 from tests import kube
 
 from .proxy import TLSCutProxy

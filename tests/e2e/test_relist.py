@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import pytest
 
 from ansible_operator.controlplane import ControlPlane
-from ansible_operator.sandbox.testing import start_in_thread
+from ansible_operator_sandbox.testing import start_in_thread
 from tests import kube
 
 from .conftest import EXECUTORS, HERE, NAMESPACE, Cluster, OperatorProcess, default_watch, wait_for

@@ -111,8 +111,14 @@ def test_rapid_edits_coalesce(cluster: Cluster, start_operator) -> None:
         cluster.patch_widget("busy", {"spec": {"size": i}})
     cluster.wait_condition("busy", "Successful", generation=21, timeout=90)
     assert wait_for(lambda: (cluster.configmap("busy-out") or {}).get("size") == "20", 30)
-    # 1 initial run + at most: the run in flight when edits began, and one coalesced follow-up
-    assert len(op.runs("busy")) <= 4, len(op.runs("busy"))
+    # How many runs the burst overlaps depends on how fast the machine applies 20 patches (a loaded one is
+    # slower than a run); what coalescing guarantees does not: no generation runs twice, runs follow the
+    # generations in order, the final one runs once, and not one run per edit. (A run held in flight
+    # through a burst, so exactly one follow-up: tests/e2e/test_generations.py.)
+    runs = sorted(op.runs("busy"), key=lambda r: (r["started"], r["generation"]))
+    generations = [r["generation"] for r in runs]
+    assert generations == sorted(set(generations)), generations
+    assert generations[-1] == 21 and len(runs) < 21, generations
 
 
 def test_cr_values_are_inert_to_jinja(cluster: Cluster, start_operator) -> None:

@@ -205,7 +205,7 @@ def secure_api_server(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], st
         finally:
             shared.cleanup()
         return
-    from ansible_operator.sandbox.testing import start_in_thread
+    from ansible_operator_sandbox.testing import start_in_thread
 
     handle = start_in_thread(tmp_path / "admin.kubeconfig", crds=[HERE / "crds"], simulate=False, secure=True)
     try:

@@ -40,7 +40,7 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from ansible_operator.sandbox.testing import start_in_thread, wait_for
+from ansible_operator_sandbox.testing import start_in_thread, wait_for
 from tests import kube
 
 # also on the lowest supported ansible-core (./dev.sh test-ansible-low): the project's role runs on both

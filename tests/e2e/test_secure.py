@@ -28,7 +28,7 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from ansible_operator.sandbox.testing import wait_for
+from ansible_operator_sandbox.testing import wait_for
 
 from .proxy import TLSCutProxy
 from .secure import SecureServer, secure_server

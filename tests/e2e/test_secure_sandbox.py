@@ -23,7 +23,7 @@ import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from ansible_operator.sandbox.testing import api_client_for, wait_for
+from ansible_operator_sandbox.testing import api_client_for, wait_for
 from tests import kube
 
 from .secure import SecureServer, secure_server
@@ -293,7 +293,7 @@ def test_impersonation_needs_rbac(secure: SecureServer, tmp_path: Path) -> None:
 def test_cli_secure_and_a_restart_on_the_data_dir_keeps_ca_and_tokens(tmp_path: Path) -> None:
     """``ansible-operator sandbox --secure``: the printed kubeconfig is an admin one; with ``--data-dir`` the
     CA and the signing key survive a restart, so kubeconfigs and tokens issued before still work."""
-    from ansible_operator.sandbox.testing import start_process
+    from ansible_operator_sandbox.testing import start_process
 
     data = tmp_path / "data"
     proc = start_process(tmp_path / "admin.kubeconfig", data_dir=data, secure=True)

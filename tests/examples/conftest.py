@@ -19,7 +19,7 @@ from typing import Iterator
 import kubernetes
 import pytest
 
-from ansible_operator.sandbox.testing import start_in_thread
+from ansible_operator_sandbox.testing import start_in_thread
 from tests import kube
 
 REPO = Path(__file__).resolve().parents[2]

@@ -44,8 +44,8 @@ import pytest
 import yaml
 
 from ansible_operator.controlplane import ControlPlane
-from ansible_operator.sandbox import kubeconfig_dict
-from ansible_operator.sandbox.testing import SandboxHandle
+from ansible_operator_sandbox import kubeconfig_dict
+from ansible_operator_sandbox.testing import SandboxHandle
 from tests import harness, kube
 from tests.harness import CRDS, E2E, GROUP, KIND, PLURAL, VERSION, Widgets, spawn_operator, stop_process
 

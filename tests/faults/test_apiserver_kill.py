@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_operator.sandbox.testing import SandboxProcess, start_process
+from ansible_operator_sandbox.testing import SandboxProcess, start_process
 from tests import kube
 from tests.faults.conftest import CRDS, Cluster, private_cluster, wait_for, widget_watch
 

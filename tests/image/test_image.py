@@ -36,7 +36,7 @@ from typing import Any, Iterator
 import kubernetes
 import pytest
 
-from ansible_operator.sandbox.testing import start_in_thread, wait_for
+from ansible_operator_sandbox.testing import start_in_thread, wait_for
 from tests import kube
 
 from .imagefs import Builder, ImageConfig, tree_size
@@ -207,6 +207,31 @@ def test_only_the_needed_collections_are_installed(image: Image) -> None:
     size = tree_size(venv)
     print(f"\ninstalled size of /opt/venv: {size / 1e6:.0f} MB "
           f"(kubernetes.core {tree_size(site / 'ansible_collections') / 1e6:.1f} MB)")
+
+
+def test_the_image_holds_no_sandbox_code_or_dependency(image: Image) -> None:
+    """The sandbox API server is its own distribution (sandbox/): neither it nor a dependency only it needs
+    is in the image."""
+    from tests.image.test_wheel import sandbox_only_dependencies
+
+    site = next((image.root / "opt/venv").glob("lib/python3*/site-packages"))
+    installed = {_normalise(p.name.split("-")[0]) for p in site.glob("*.dist-info")}
+    assert "ansible-operator" in installed
+    sandbox_only = sandbox_only_dependencies() | {"ansible-operator-sandbox"}
+    assert not installed & sandbox_only, sorted(installed & sandbox_only)
+    assert not (site / "ansible_operator_sandbox").exists()
+    assert not (site / "ansible_operator" / "sandbox").exists()
+    # where it is not installed, both ways of asking for it say how to install it
+    runner = str(image.root / "opt/venv/bin/ansible-operator")
+    for args in (["sandbox"], ["run", "--sandbox"]):
+        done = subprocess.run([runner, *args], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": ""})
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert "pip install ./sandbox" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def _normalise(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
 
 
 # ---- the project on top of the image ------------------------------------------------------------------

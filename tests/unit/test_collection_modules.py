@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from ansible_operator import collections as aocollections
-from ansible_operator.sandbox import Sandbox
+from ansible_operator_sandbox import Sandbox
 from tests import kube
 
 GROUP, VERSION, PLURAL, KIND = "status.ansible-operator.dev", "v1", "gizmos", "Gizmo"

@@ -1,6 +1,6 @@
 """The import-linter contracts in pyproject.toml name every runner module.
 
-import-linter has no "every module but the sandbox", so the contracts list the runner's modules one by one;
+import-linter has no "every module but the launcher", so the contracts list the runner's modules one by one;
 a new top-level module missing from a list would silently escape its contract. ``./dev.sh lint`` runs the
 contracts themselves (lint-imports).
 """
@@ -10,8 +10,6 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "ansible_operator"
@@ -35,54 +33,37 @@ def _contract(word: str) -> dict[str, Any]:
     return found[0]
 
 
-def _neutral_modules() -> set[str]:
-    """The modules both sides share (the neutral contract's sources)."""
-    return set(_contract("Neutral modules import neither")["source_modules"])
-
-
-# What the runner is tested against, outside the runner: the sandbox API server and the real control plane.
-TOOLS = {"ansible_operator.sandbox", "ansible_operator.controlplane"}
+# What the runner is tested against, outside the runner: the real control plane's launcher. (The sandbox API
+# server is a distribution of its own, ansible_operator_sandbox.)
+TOOLS = {"ansible_operator.controlplane"}
 
 
 def _runner_modules() -> set[str]:
-    """Every top-level module and sub-package of ansible_operator except the sandbox, the control plane
-    launcher and the neutral ones."""
-    return _top_level_modules() - TOOLS - _neutral_modules()
+    """Every top-level module and sub-package of ansible_operator except the control plane launcher."""
+    return _top_level_modules() - TOOLS
 
 
 def test_the_runner_module_list_is_found() -> None:
-    expected = {"ansible_operator.manager", "ansible_operator.executors", "ansible_operator.collections"}
+    expected = {"ansible_operator.manager", "ansible_operator.executors", "ansible_operator.collections",
+                "ansible_operator.labels"}
     assert expected <= _runner_modules()
+    assert not (PACKAGE / "sandbox").exists(), "the sandbox lives in sandbox/ (its own distribution)"
 
 
-def test_neutral_modules_exist_and_forbid_both_sides() -> None:
-    neutral = _neutral_modules()
-    assert "ansible_operator.labels" in neutral and neutral <= _top_level_modules()
-    contract = _contract("Neutral modules import neither")
-    assert contract["type"] == "forbidden" and not contract.get("ignore_imports")
-    assert set(contract["forbidden_modules"]) == _runner_modules() | TOOLS
+def test_the_sandbox_and_the_runner_are_independent() -> None:
+    contract = _contract("never import each other")
+    assert contract["type"] == "independence" and not contract.get("ignore_imports")
+    assert contract["modules"] == ["ansible_operator", "ansible_operator_sandbox"]
 
 
-def test_the_control_plane_imports_nothing_of_the_runner_or_the_sandbox() -> None:
+def test_the_control_plane_imports_nothing_of_the_runner() -> None:
     contract = _contract("control plane launcher imports nothing")
     assert contract["source_modules"] == ["ansible_operator.controlplane"]
-    assert set(contract["forbidden_modules"]) == _runner_modules() | {"ansible_operator.sandbox"}
+    assert set(contract["forbidden_modules"]) == _runner_modules()
     # ... and the runner never imports it (the CLI names its module, imported only for `cluster`)
-    runner_contract = _contract("runner imports the sandbox only")
-    assert "ansible_operator.controlplane" in runner_contract["forbidden_modules"]
-
-
-def test_the_runner_imports_the_sandbox_only_to_start_it() -> None:
-    assert _contract("runner imports the sandbox only")["ignore_imports"] == [
-        "ansible_operator.manager -> ansible_operator.sandbox"]
-
-
-@pytest.mark.parametrize("key, word", [
-    ("forbidden_modules", "sandbox API server imports nothing"),
-    ("source_modules", "runner imports the sandbox only"),
-])
-def test_sandbox_contracts_name_every_runner_module(key: str, word: str) -> None:
-    assert set(_contract(word)[key]) == _runner_modules()
+    runner_contract = _contract("runner never imports the control plane")
+    assert runner_contract["forbidden_modules"] == ["ansible_operator.controlplane"]
+    assert set(runner_contract["source_modules"]) == _runner_modules()
 
 
 def test_executors_contract_names_every_module_above_them() -> None:

@@ -24,7 +24,7 @@ from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.warm import WarmExecutor
 from ansible_operator.executors.zygote_modules import DEFAULT_FAST_MODULE_PREFIXES
-from ansible_operator.sandbox.testing import start_in_thread
+from ansible_operator_sandbox.testing import start_in_thread
 
 pytestmark = pytest.mark.ansible_versions
 

@@ -1,0 +1,3 @@
+from ansible_operator_sandbox.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,358 @@
+"""The scenarios the differential suite runs on both servers (tests/differential/test_differential.py).
+
+Each takes a :class:`~tests.differential.harness.Client` and records what a client sees, step by step.
+Steps that wait for controllers (rollouts, Jobs) wait on conditions with ``kubectl wait``/``rollout
+status`` first, so what is compared is the converged state, not the timing. Cluster-scoped objects carry
+the namespace in their names (each run's own; normalised to ``NS``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from .harness import Client
+
+SCENARIOS: dict[str, Callable[[Client], None]] = {}
+
+
+def scenario(fn: Callable[[Client], None]) -> Callable[[Client], None]:
+    SCENARIOS[fn.__name__] = fn
+    return fn
+
+
+WAIT = "--timeout=150s"
+
+
+# ---- what a fresh API server holds ---------------------------------------------------------------------
+
+@scenario
+def bootstrap_objects(c: Client) -> None:
+    """Objects kube-apiserver creates at start, which clients and RBAC set-ups rely on."""
+    c.kubectl("get", "clusterroles", "cluster-admin", "admin", "edit", "view", "-o", "name")
+    c.kubectl("get", "clusterrolebinding", "cluster-admin", "-o", "name")
+    c.kubectl("get", "priorityclasses", "-o", "name")
+    c.kubectl("get", "apiservices", "v1.", "v1.apps", "v1.rbac.authorization.k8s.io", "-o", "name")
+    c.kubectl("get", "endpoints", "kubernetes", "-n", "default", "-o", "name")
+    c.kubectl("get", "service", "kubernetes", "-n", "default", "-o", "name")
+    c.kubectl("get", "flowschemas", "exempt", "-o", "name")
+    c.kubectl("get", "prioritylevelconfigurations", "exempt", "-o", "name")
+    c.kubectl("get", "serviceaccount", "default", "-o", "name")
+    c.kubectl("get", "configmap", "kube-root-ca.crt", "-o", "name")
+
+
+@scenario
+def health_endpoints(c: Client) -> None:
+    c.kubectl("get", "--raw", "/readyz")
+    c.kubectl("get", "--raw", "/livez")
+    c.kubectl("get", "--raw", "/healthz")
+    done = c.run_kubectl("get", "--raw", "/readyz?verbose")
+    # the check names a client sees (a real server's list is long; each line is "[+]name ok")
+    c.record("readyz?verbose has per-check lines", done.returncode == 0 and "[+]ping ok" in done.stdout)
+
+
+# ---- one kind through kubectl's verbs ------------------------------------------------------------------
+
+@scenario
+def configmap_verbs(c: Client) -> None:
+    c.kubectl("create", "configmap", "cm1", "--from-literal=a=b")
+    c.kubectl("get", "configmap", "cm1")
+    c.kubectl("get", "configmap", "cm1", "-o", "wide")
+    c.kubectl("get", "configmap", "cm1", "-o", "json", json_out=True)
+    c.kubectl("get", "configmap", "cm1", "-o", "name")
+    c.kubectl("get", "configmap", "cm1", "-o", "jsonpath={.data}")
+    c.kubectl("get", "configmap", "cm1", "-o", "custom-columns=NAME:.metadata.name,A:.data.a")
+    c.kubectl("get", "configmap", "cm1", "-o", "go-template={{.metadata.name}}")
+    c.kubectl("label", "configmap", "cm1", "tier=web")
+    c.kubectl("label", "configmap", "cm1", "tier=db")  # exists: refused without --overwrite
+    c.kubectl("label", "configmap", "cm1", "tier=db", "--overwrite")
+    c.kubectl("annotate", "configmap", "cm1", "note=hello")
+    c.kubectl("get", "configmap", "-l", "tier=db", "-o", "name")
+    c.kubectl("get", "configmap", "-l", "tier in (web)", "-o", "name")
+    c.kubectl("get", "configmap", "--show-labels")
+    c.kubectl("patch", "configmap", "cm1", "--type=merge", "-p", '{"data":{"c":"d"}}')
+    c.kubectl("patch", "configmap", "cm1", "--type=json", "-p", '[{"op":"add","path":"/data/e","value":"f"}]')
+    c.kubectl("patch", "configmap", "cm1", "--type=json", "-p", '[{"op":"test","path":"/data/a","value":"x"}]')
+    c.kubectl("patch", "configmap", "cm1", "--type=strategic", "-p", '{"data":{"g":"h"}}')
+    c.kubectl("patch", "configmap", "cm1", "--type=merge", "-p", "{not json")
+    c.kubectl("get", "configmap", "cm1", "-o", "jsonpath={.data}")
+    c.kubectl("create", "configmap", "cm1")
+    c.kubectl("get", "configmap", "nope")
+    c.kubectl("create", "configmap", "Bad_Name")
+    c.kubectl("label", "configmap", "cm1", "bad key=x")
+    c.kubectl("replace", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm1"}, "data": {"only": "this"}}))
+    c.kubectl("get", "configmap", "cm1", "-o", "jsonpath={.data}", key="data after replace")
+    c.kubectl("delete", "configmap", "cm1")
+    c.kubectl("get", "configmap", "cm1", key="get after delete")
+    c.kubectl("delete", "configmap", "cm1", key="delete again")
+    c.kubectl("delete", "configmap", "cm1", "--ignore-not-found", key="delete --ignore-not-found")
+
+
+@scenario
+def apply_client_and_server_side(c: Client) -> None:
+    def manifest(**data: str) -> str:
+        return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"},
+                           "data": data})
+
+    c.kubectl("apply", "-f", "-", input=manifest(a="1", b="2"), key="apply (create)")
+    c.kubectl("apply", "-f", "-", input=manifest(a="1", b="2"), key="apply (unchanged)")
+    c.kubectl("apply", "-f", "-", input=manifest(a="3"), key="apply (b removed)")
+    c.kubectl("get", "configmap", "applied", "-o", "jsonpath={.data}", key="data after client-side apply")
+    c.kubectl("apply", "--server-side", "--field-manager=one", "-f", "-",
+              input=manifest(a="3", s="x").replace('"applied"', '"ssa"'), key="ssa one (create)")
+    c.kubectl("apply", "--server-side", "--field-manager=two", "-f", "-",
+              input=manifest(s="y").replace('"applied"', '"ssa"'), key="ssa two (conflict)")
+    c.kubectl("apply", "--server-side", "--field-manager=two", "--force-conflicts", "-f", "-",
+              input=manifest(s="y").replace('"applied"', '"ssa"'), key="ssa two --force-conflicts")
+    c.kubectl("get", "configmap", "ssa", "-o", "jsonpath={.data}", key="data after ssa")
+    c.kubectl("get", "configmap", "ssa", "-o", "jsonpath={.metadata.managedFields[*].manager}",
+              key="managers after ssa")
+    c.kubectl("apply", "--server-side", "--field-manager=one", "--dry-run=server", "-f", "-",
+              input=manifest(a="dry").replace('"applied"', '"ssa"'), key="ssa --dry-run=server")
+    c.kubectl("diff", "-f", "-", input=manifest(a="changed").replace('"applied"', '"ssa"'), key="diff")
+
+
+# ---- every kind kubectl creates imperatively -----------------------------------------------------------
+
+@scenario
+def imperative_create(c: Client) -> None:
+    ns = c.namespace
+    creates: list[tuple[tuple[str, ...], str, str]] = [
+        (("create", "serviceaccount", "sa"), "serviceaccount", "sa"),
+        (("create", "secret", "generic", "sec", "--from-literal=k=v"), "secret", "sec"),
+        (("create", "secret", "docker-registry", "reg", "--docker-server=r.example.com",
+          "--docker-username=u", "--docker-password=p"), "secret", "reg"),
+        (("create", "service", "clusterip", "svc", "--tcp=80:8080"), "service", "svc"),
+        (("create", "service", "clusterip", "headless", "--clusterip=None"), "service", "headless"),
+        (("create", "service", "externalname", "ext", "--external-name=example.com"), "service", "ext"),
+        (("create", "cronjob", "cj", "--image=busybox:1.36", "--schedule=*/5 * * * *", "--", "true"),
+         "cronjob", "cj"),
+        (("create", "role", "r", "--verb=get,list", "--resource=pods,configmaps"), "role", "r"),
+        (("create", "rolebinding", "rb", "--role=r", "--user=alice", "--serviceaccount=" + ns + ":sa"),
+         "rolebinding", "rb"),
+        (("create", "clusterrole", f"cr-{ns}", "--verb=get", "--resource=nodes"), "clusterrole", f"cr-{ns}"),
+        (("create", "clusterrolebinding", f"crb-{ns}", f"--clusterrole=cr-{ns}", "--group=devs"),
+         "clusterrolebinding", f"crb-{ns}"),
+        (("create", "quota", "q", "--hard=pods=10,configmaps=5"), "resourcequota", "q"),
+        (("create", "priorityclass", f"pc-{ns}", "--value=1000", "--description=d"),
+         "priorityclass", f"pc-{ns}"),
+        (("create", "poddisruptionbudget", "pdb", "--selector=app=web", "--min-available=1"),
+         "poddisruptionbudget", "pdb"),
+        (("create", "ingress", "ing", "--rule=foo.example.com/bar=svc:80"), "ingress", "ing"),
+    ]
+    for args, kind, name in creates:
+        done = c.kubectl(*args)
+        if done.returncode != 0:
+            continue
+        c.kubectl("get", kind, name)
+        c.kubectl("get", kind, name, "-o", "wide")
+        c.kubectl("get", kind, name, "-o", "json", json_out=True)
+    token = c.run_kubectl("create", "token", "sa", "--duration=10m")
+    c.record("create token sa: a JWT", (token.returncode, token.stdout.count(".") == 2, token.stderr))
+    for name in (f"cr-{ns}", f"crb-{ns}", f"pc-{ns}"):
+        kind = {"cr": "clusterrole", "crb": "clusterrolebinding", "pc": "priorityclass"}[name.split("-")[0]]
+        c.run_kubectl("delete", kind, name, "--ignore-not-found")
+
+
+@scenario
+def job_to_completion(c: Client) -> None:
+    c.kubectl("create", "job", "j", "--image=busybox:1.36", "--", "true")
+    c.kubectl("wait", "--for=condition=Complete", "job/j", WAIT)
+    c.kubectl("get", "job", "j", "-o", "jsonpath={.status.succeeded} {.status.conditions[*].type}")
+    c.kubectl("get", "pods", "-l", "job-name=j", "-o", "jsonpath={.items[*].status.phase}")
+
+
+# ---- a Deployment: rollouts, scale, set, cascade -------------------------------------------------------
+
+@scenario
+def deployment_rollout(c: Client) -> None:
+    c.kubectl("create", "deployment", "web", "--image=nginx:1.26", "--replicas=2")
+    c.kubectl("rollout", "status", "deployment/web", WAIT)
+    c.kubectl("get", "deployment", "web")
+    c.kubectl("get", "deployment", "web", "-o", "wide")
+    c.kubectl("get", "deployment", "web", "-o",
+              "jsonpath={.status.replicas} {.status.readyReplicas} {.status.updatedReplicas}"
+              " {.status.availableReplicas} {.status.observedGeneration} {.metadata.generation}",
+              key="deployment status counts")
+    c.kubectl("get", "deployment", "web", "-o", "jsonpath={.status.conditions[*].reason}",
+              key="deployment condition reasons")
+    c.kubectl("set", "image", "deployment/web", "nginx=nginx:1.27")
+    c.kubectl("rollout", "status", "deployment/web", WAIT, key="rollout status after set image")
+    c.kubectl("rollout", "history", "deployment/web")
+    c.kubectl("rollout", "history", "deployment/web", "--revision=1")
+    c.kubectl("rollout", "undo", "deployment/web")
+    c.kubectl("rollout", "status", "deployment/web", WAIT, key="rollout status after undo")
+    c.kubectl("get", "deployment", "web", "-o", "jsonpath={.spec.template.spec.containers[0].image}",
+              key="image after undo")
+    c.kubectl("rollout", "pause", "deployment/web")
+    c.kubectl("rollout", "pause", "deployment/web", key="pause again")
+    c.kubectl("rollout", "resume", "deployment/web")
+    c.kubectl("rollout", "restart", "deployment/web")
+    c.kubectl("rollout", "status", "deployment/web", WAIT, key="rollout status after restart")
+    c.kubectl("scale", "deployment/web", "--replicas=3")
+    c.kubectl("rollout", "status", "deployment/web", WAIT, key="rollout status after scale")
+    c.kubectl("scale", "deployment/web", "--replicas=1", "--current-replicas=2")
+    c.kubectl("get", "deployment", "web", "-o", "jsonpath={.spec.replicas}", key="replicas after scale")
+    c.kubectl("get", "replicasets", "-l", "app=web", "-o",
+              "jsonpath={range .items[*]}{.metadata.annotations.deployment\\.kubernetes\\.io/revision}"
+              " {.spec.replicas}{'\\n'}{end}", key="replicasets: revision and replicas")
+    c.kubectl("set", "env", "deployment/web", "MODE=test")
+    c.kubectl("set", "resources", "deployment/web", "--limits=cpu=200m,memory=64Mi")
+    c.kubectl("get", "deployment", "web", "-o", "jsonpath={.spec.template.spec.containers[0]}",
+              key="container after set env/resources")
+    c.kubectl("autoscale", "deployment", "web", "--min=1", "--max=3", "--cpu-percent=80")
+    c.kubectl("get", "hpa", "web", "-o", "json", json_out=True)
+
+
+@scenario
+def delete_cascades(c: Client) -> None:
+    for name in ("orphan", "fg", "bg"):
+        c.run_kubectl("create", "deployment", name, "--image=nginx:1.27")
+    for name in ("orphan", "fg", "bg"):
+        c.kubectl("rollout", "status", f"deployment/{name}", WAIT)
+    c.kubectl("delete", "deployment", "orphan", "--cascade=orphan")
+    c.kubectl("delete", "deployment", "fg", "--cascade=foreground")
+    c.kubectl("delete", "deployment", "bg", "--cascade=background")
+    c.kubectl("wait", "--for=delete", "replicaset", "-l", "app=fg", WAIT, key="fg replicasets gone")
+    c.kubectl("wait", "--for=delete", "replicaset", "-l", "app=bg", WAIT, key="bg replicasets gone")
+    c.kubectl("get", "replicasets", "-l", "app=orphan", "-o",
+              "jsonpath={range .items[*]}{.metadata.ownerReferences}{end}", key="orphaned replicaset owners")
+
+
+# ---- who am I, what may I ------------------------------------------------------------------------------
+
+@scenario
+def auth(c: Client) -> None:
+    c.kubectl("auth", "whoami")
+    c.kubectl("auth", "whoami", "-o", "json", json_out=True)
+    c.kubectl("auth", "can-i", "create", "pods")
+    c.kubectl("auth", "can-i", "create", "pods", f"--as=system:serviceaccount:{c.namespace}:default")
+    c.kubectl("auth", "can-i", "get", "pods", "--as=alice")
+    c.run_kubectl("create", "role", "reader", "--verb=get,list", "--resource=pods")
+    c.run_kubectl("create", "rolebinding", "reader", "--role=reader", "--user=alice")
+    c.kubectl("auth", "can-i", "get", "pods", "--as=alice", key="can-i get pods as alice after binding")
+    c.kubectl("auth", "can-i", "delete", "pods", "--as=alice", key="can-i delete pods as alice")
+    c.run_kubectl("create", "rolebinding", "viewer", "--clusterrole=view", "--user=bob")
+    c.kubectl("auth", "can-i", "list", "deployments", "--as=bob", key="bob, bound to view")
+    c.kubectl("auth", "can-i", "list", "secrets", "--as=bob", key="bob, bound to view, secrets")
+    c.kubectl("get", "pods", "--as=carol", key="carol (no binding) lists pods")
+
+
+# ---- discovery and docs --------------------------------------------------------------------------------
+
+@scenario
+def discovery(c: Client) -> None:
+    done = c.run_kubectl("api-resources", "--no-headers", "-o", "name")
+    # the built-in resources (core and the common groups) both servers should serve
+    groups = {"", "apps", "batch", "rbac.authorization.k8s.io", "networking.k8s.io", "policy",
+              "coordination.k8s.io", "autoscaling", "storage.k8s.io", "scheduling.k8s.io",
+              "apiextensions.k8s.io", "discovery.k8s.io", "events.k8s.io", "certificates.k8s.io",
+              "admissionregistration.k8s.io", "flowcontrol.apiserver.k8s.io", "apiregistration.k8s.io",
+              "node.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "resource.k8s.io",
+              "storagemigration.k8s.io", "internal.apiserver.k8s.io"}
+    names = sorted(n for n in done.stdout.split() if (n.split(".", 1)[1] if "." in n else "") in groups)
+    c.record("api-resources (built-in groups)", names)
+    c.kubectl("api-resources", "--api-group=apps")
+    c.kubectl("api-resources", "--namespaced=false", "--api-group=rbac.authorization.k8s.io", "-o", "wide")
+    done = c.run_kubectl("api-versions")
+    c.record("api-versions (built-in groups)",
+             sorted(v for v in done.stdout.split() if v.rsplit("/", 1)[0] in groups or "/" not in v))
+    c.kubectl("explain", "deployment.spec.replicas")
+    c.kubectl("explain", "configmap", "--recursive")
+
+
+# ---- Events and describe -------------------------------------------------------------------------------
+
+@scenario
+def events_and_describe(c: Client) -> None:
+    c.kubectl("create", "deployment", "ev", "--image=nginx:1.27")
+    c.kubectl("rollout", "status", "deployment/ev", WAIT)
+    c.kubectl("scale", "deployment/ev", "--replicas=2")
+    c.kubectl("rollout", "status", "deployment/ev", WAIT, key="rollout status after scale")
+    done = c.run_kubectl("get", "events", "-o", "json")
+    events = json.loads(done.stdout)["items"] if done.returncode == 0 else []
+    # which controllers told what, about which kind (not how often or when)
+    c.record("event reasons by kind and source", sorted({
+        (e["involvedObject"]["kind"], e["reason"], (e.get("source") or {}).get("component")
+         or e.get("reportingComponent") or "")
+        for e in events if e["involvedObject"]["kind"] in ("Deployment", "ReplicaSet")}))
+    done = c.run_kubectl("describe", "deployment", "ev")
+    c.record("describe deployment: section headings",
+             [line.split(":", 1)[0] for line in done.stdout.splitlines() if line and not line[0].isspace()])
+
+
+# ---- the kubernetes client's typed and dynamic APIs ----------------------------------------------------
+
+@scenario
+def python_client(c: Client) -> None:
+    import kubernetes
+
+    api = c.api_client()
+    try:
+        core = kubernetes.client.CoreV1Api(api)
+        ns = c.namespace
+
+        def call(key: str, fn: Callable[[], Any]) -> Any:
+            try:
+                result = fn()
+            except kubernetes.client.ApiException as e:
+                body = json.loads(e.body) if e.body else None
+                c.record(key, {"status": e.status, "reason": e.reason, "body": c.norm.obj(body)})
+                return None
+            value = api.sanitize_for_serialization(result)
+            c.record(key, {"type": type(result).__name__, "value": c.norm.obj(value)})
+            return result
+
+        call("create configmap", lambda: core.create_namespaced_config_map(
+            ns, {"metadata": {"name": "py", "labels": {"app": "py"}}, "data": {"a": "1"}}))
+        call("read configmap", lambda: core.read_namespaced_config_map("py", ns))
+        call("list configmaps by label", lambda: core.list_namespaced_config_map(ns, label_selector="app=py"))
+        call("strategic patch", lambda: core.patch_namespaced_config_map("py", ns, {"data": {"b": "2"}}))
+        call("replace with a stale resourceVersion", lambda: core.replace_namespaced_config_map(
+            "py", ns, {"metadata": {"name": "py", "resourceVersion": "1"}, "data": {}}))
+        call("create duplicate", lambda: core.create_namespaced_config_map(ns, {"metadata": {"name": "py"}}))
+        call("create invalid", lambda: core.create_namespaced_config_map(ns, {"metadata": {"name": "-x-"}}))
+        call("delete configmap", lambda: core.delete_namespaced_config_map("py", ns))
+        call("delete missing", lambda: core.delete_namespaced_config_map("py", ns))
+        call("read missing namespace's configmap",
+             lambda: core.read_namespaced_config_map("py", "no-such-namespace-xyz"))
+        call("create pod (defaults)", lambda: core.create_namespaced_pod(ns, {
+            "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}))
+        call("create service (defaults)", lambda: core.create_namespaced_service(ns, {
+            "metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}], "selector": {"app": "x"}}}))
+
+        dyn = kubernetes.dynamic.DynamicClient(api)
+        cms = dyn.resources.get(api_version="v1", kind="ConfigMap")
+        call("dynamic create", lambda: cms.create(body={"metadata": {"name": "dyn"}, "data": {"x": "1"}},
+                                                  namespace=ns).to_dict())
+        call("dynamic server-side apply", lambda: cms.server_side_apply(
+            body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dyn"}, "data": {"y": "2"}},
+            name="dyn", namespace=ns, field_manager="differential", force_conflicts=True).to_dict())
+        call("dynamic json patch", lambda: cms.patch(
+            body=[{"op": "replace", "path": "/data/x", "value": "9"}], name="dyn", namespace=ns,
+            content_type="application/json-patch+json").to_dict())
+        call("dynamic delete", lambda: cms.delete(name="dyn", namespace=ns).to_dict())
+    finally:
+        api.close()
+
+
+@scenario
+def raw_http(c: Client) -> None:
+    ns = c.namespace
+    base = f"/api/v1/namespaces/{ns}/configmaps"
+    c.http("POST", base, {"metadata": {"name": "raw"}, "data": {"a": "1"}}, key="POST (JSON)")
+    c.http("POST", base, {"metadata": {"name": "raw2"}}, content_type=None, key="POST without Content-Type")
+    c.http("POST", base, b"metadata: {name: raw3}", content_type="application/yaml", key="POST YAML")
+    c.http("PATCH", f"{base}/raw", {"data": {"b": "2"}}, content_type="application/json",
+           key="PATCH with application/json", fields=("kind", "code", "reason", "message"))
+    c.http("PATCH", f"{base}/raw", {"data": {"b": "2"}}, content_type="application/merge-patch+json",
+           key="PATCH merge", fields=("kind", "data"))
+    c.http("GET", f"{base}/raw?resourceVersion=0", key="GET rv=0", fields=("kind", "data"))
+    c.http("GET", f"{base}?limit=1", key="LIST limit=1", fields=("kind", "apiVersion"))
+    c.http("GET", f"{base}?labelSelector=a%20in%20(", key="LIST bad labelSelector")
+    c.http("GET", f"{base}?fieldSelector=data.a%3D1", key="LIST unsupported fieldSelector")
+    c.http("DELETE", f"{base}/raw", key="DELETE", fields=("kind", "metadata"))
+    c.http("DELETE", f"{base}/raw?dryRun=All", key="DELETE missing dry-run")
+    c.http("GET", f"/api/v1/namespaces/{ns}/nosuchresource", key="GET unknown resource")
+    c.http("GET", "/apis/nosuchgroup.example.com/v1", key="GET unknown group")
