@@ -67,6 +67,7 @@ _PATH_NAMED = {
     ("rbac.authorization.k8s.io", "RoleBinding"),
     ("rbac.authorization.k8s.io", "ClusterRole"),
     ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("apiregistration.k8s.io", "APIService"),  # "<version>.<group>": "v1." for the core group
 }
 
 #: built-in kinds whose registry sets ``ReturnDeletedObject: true`` (k8s.io/kubernetes pkg/registry/*/storage;
@@ -118,6 +119,41 @@ def patch_kind(rtype: ResourceType, content_type: str) -> str:
         raise unsupported_media_type(ctype, ", ".join(_CR_PATCH_TYPES))
     assert kind is not None
     return kind
+
+
+#: Field labels of the kinds that register a conversion function for them (their GetAttrs; an unknown one
+#: is "field label not supported: <field>"), besides metadata.name and metadata.namespace
+FIELD_LABELS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("", "Pod"): ("spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
+                  "spec.hostNetwork", "status.phase", "status.podIP", "status.podIPs",
+                  "status.nominatedNodeName"),
+    ("", "Event"): ("involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+                    "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
+                    "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"),
+    ("", "Secret"): ("type",),
+    ("", "Namespace"): ("status.phase",),
+    ("", "Node"): ("spec.unschedulable",),
+    ("", "ReplicationController"): ("status.replicas",),
+    ("apps", "ReplicaSet"): ("status.replicas",),
+    ("batch", "Job"): ("status.successful",),
+    ("certificates.k8s.io", "CertificateSigningRequest"): ("spec.signerName",),
+}
+#: Built-in kinds with no conversion function: runtime.DefaultMetaV1FieldSelectorConversion answers
+METADATA_ONLY_FIELDS = frozenset({
+    ("", "ConfigMap"), ("", "ServiceAccount"), ("coordination.k8s.io", "Lease"),
+    ("rbac.authorization.k8s.io", "Role"), ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("rbac.authorization.k8s.io", "ClusterRole"), ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("scheduling.k8s.io", "PriorityClass"),
+})
+
+
+def _check_default_field_labels(field_selector: str) -> None:
+    """DefaultMetaV1FieldSelectorConversion's refusal, word for word."""
+    for term in field_selector.split(","):
+        field = re.split(r"!=|==|=", term, maxsplit=1)[0].strip()
+        if field and field not in ("metadata.name", "metadata.namespace"):
+            raise labels.SelectorError(
+                f'"{field}" is not a known field selector: only "metadata.name", "metadata.namespace"')
 
 
 @dataclass
@@ -306,16 +342,15 @@ class Api:
             detail = "may not contain '/' or '%'"
         elif (rtype.group, rtype.kind) in _LABEL_NAMED:
             ok = len(name) <= 63 and bool(_DNS_LABEL.match(name))
+            # apimachinery's IsDNS1123Label / IsDNS1123Subdomain messages, examples and regex included
             detail = (
                 "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
-                "must start and end with an alphanumeric character"
+                "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
+                "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
             )
         else:
             ok = len(name) <= 253 and bool(_DNS_SUBDOMAIN.match(name))
-            detail = (
-                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-                "'.', and must start and end with an alphanumeric character"
-            )
+            detail = labels.SUBDOMAIN_ERR
         if not ok:
             raise self._invalid(rtype, name, [schema.invalid("metadata.name", name, detail)])
 
@@ -466,7 +501,11 @@ class Api:
                 lsel = labels.parse_label_selector(label_selector)
                 checks.append(lambda o: lsel((o.get("metadata") or {}).get("labels") or {}))
             if field_selector:
-                allowed = None if rtype.builtin else {"metadata.name", "metadata.namespace"}
+                if rtype.builtin and (rtype.group, rtype.kind) in METADATA_ONLY_FIELDS:
+                    _check_default_field_labels(field_selector)
+                allowed = (None if rtype.builtin and (rtype.group, rtype.kind) not in FIELD_LABELS
+                           else {"metadata.name", "metadata.namespace",
+                                 *FIELD_LABELS.get((rtype.group, rtype.kind), ())})
                 checks.append(selectors.parse_field_selector(field_selector, allowed))
         except labels.SelectorError as e:
             raise bad_request(str(e)) from None
@@ -698,6 +737,8 @@ class Api:
                 raise conflict(rtype, name, e.message) from None
             if e.code == 400:
                 raise bad_request(e.message) from None
+            if e.bare:
+                raise ApiError(e.code, e.reason, e.message, {}) from None
             raise ApiError(
                 e.code,
                 e.reason,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import hashlib
 import ipaddress
 import json
 import time
@@ -63,6 +64,7 @@ AUTHENTICATED = "system:authenticated"
 UNAUTHENTICATED = "system:unauthenticated"
 ANONYMOUS = "system:anonymous"
 ADMIN_USER = "kubernetes-admin"
+CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
 RBAC_GROUP = "rbac.authorization.k8s.io"
 SA_PREFIX = "system:serviceaccount:"
 
@@ -649,7 +651,72 @@ def bootstrap_policy() -> list[tuple[str, dict[str, Any]]]:
         binding("system:basic-user", [AUTHENTICATED]),
         role("system:public-info-viewer", [{"nonResourceURLs": info_urls, "verbs": ["get"]}]),
         binding("system:public-info-viewer", [AUTHENTICATED, UNAUTHENTICATED]),
+        *_user_facing_roles(meta, api),
     ]
+
+
+# The user-facing roles of k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy (policy.go):
+# admin, edit and view aggregate the system:aggregate-to-* roles (and any ClusterRole a user labels
+# rbac.authorization.k8s.io/aggregate-to-<role>: "true"), as on every real cluster.
+_READ = ["get", "list", "watch"]
+_WRITE = ["create", "delete", "deletecollection", "patch", "update"]
+_VIEW_RESOURCES: list[tuple[str, list[str]]] = [
+    ("", ["pods", "replicationcontrollers", "replicationcontrollers/scale", "serviceaccounts", "services",
+          "services/status", "endpoints", "persistentvolumeclaims", "persistentvolumeclaims/status",
+          "configmaps", "bindings", "events", "limitranges", "namespaces/status", "pods/log", "pods/status",
+          "replicationcontrollers/status", "resourcequotas", "resourcequotas/status", "namespaces"]),
+    ("discovery.k8s.io", ["endpointslices"]),
+    ("apps", ["controllerrevisions", "daemonsets", "daemonsets/status", "deployments", "deployments/scale",
+              "deployments/status", "replicasets", "replicasets/scale", "replicasets/status", "statefulsets",
+              "statefulsets/scale", "statefulsets/status"]),
+    ("autoscaling", ["horizontalpodautoscalers", "horizontalpodautoscalers/status"]),
+    ("batch", ["cronjobs", "cronjobs/status", "jobs", "jobs/status"]),
+    ("policy", ["poddisruptionbudgets", "poddisruptionbudgets/status"]),
+    ("networking.k8s.io", ["ingresses", "ingresses/status", "networkpolicies"]),
+]
+_EDIT_RESOURCES: list[tuple[str, list[str]]] = [
+    ("", ["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "configmaps", "events",
+          "persistentvolumeclaims", "replicationcontrollers", "replicationcontrollers/scale", "secrets",
+          "serviceaccounts", "services", "services/proxy"]),
+    ("apps", ["daemonsets", "deployments", "deployments/rollback", "deployments/scale", "replicasets",
+              "replicasets/scale", "statefulsets", "statefulsets/scale"]),
+    ("autoscaling", ["horizontalpodautoscalers"]),
+    ("batch", ["cronjobs", "jobs"]),
+    ("policy", ["poddisruptionbudgets"]),
+    ("networking.k8s.io", ["ingresses", "networkpolicies"]),
+    ("discovery.k8s.io", ["endpointslices"]),
+]
+
+
+def _user_facing_roles(meta: dict[str, Any], api: str) -> list[tuple[str, dict[str, Any]]]:
+    def role(name: str, labels: dict[str, str], **fields: Any) -> tuple[str, dict[str, Any]]:
+        metadata = dict(meta, name=name, labels={**meta["labels"], **labels})
+        return "clusterroles", {"apiVersion": api, "kind": "ClusterRole", "metadata": metadata, **fields}
+
+    view_rules = [{"apiGroups": [g], "resources": r, "verbs": _READ} for g, r in _VIEW_RESOURCES]
+    edit_rules = [
+        {"apiGroups": [""], "resources": ["pods/attach", "pods/exec", "pods/portforward", "pods/proxy",
+                                          "secrets", "services/proxy"], "verbs": _READ},
+        {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]},
+        *({"apiGroups": [g], "resources": r, "verbs": _WRITE} for g, r in _EDIT_RESOURCES),
+        {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
+    ]
+    admin_rules = [
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["localsubjectaccessreviews"],
+         "verbs": ["create"]},
+        {"apiGroups": [RBAC_GROUP], "resources": ["rolebindings", "roles"], "verbs": [*_READ, *_WRITE]},
+    ]
+    out = []
+    for name, parent, rules in (("view", "edit", view_rules), ("edit", "admin", edit_rules),
+                                ("admin", "", admin_rules)):
+        aggregate_to = f"rbac.authorization.k8s.io/aggregate-to-{name}"
+        out.append(role(name, {}, rules=[],
+                        aggregationRule={"clusterRoleSelectors": [{"matchLabels": {aggregate_to: "true"}}]}))
+        labels = {aggregate_to: "true"}
+        if parent:  # view's rules are also edit's, edit's also admin's
+            labels[f"rbac.authorization.k8s.io/aggregate-to-{parent}"] = "true"
+        out.append(role(f"system:aggregate-to-{name}", labels, rules=rules))
+    return out
 
 
 def impersonate(
@@ -712,7 +779,8 @@ class Authenticator:
         self.store = store
 
     # ---- requests ------------------------------------------------------------------------------
-    def authenticate(self, authorization: str, peercert: Mapping[str, Any] | None) -> UserInfo:
+    def authenticate(self, authorization: str, peercert: Mapping[str, Any] | None,
+                     peer_der: bytes | None = None) -> UserInfo:
         """The request's user; raises 401 for credentials that do not verify."""
         if authorization:
             scheme, _, value = authorization.partition(" ")
@@ -731,7 +799,10 @@ class Authenticator:
                     elif key == "organizationName":
                         orgs.append(val)
             if cn:
-                return UserInfo(cn, tuple(orgs) + (AUTHENTICATED,))
+                # kube-apiserver 1.32+ names the credential: the certificate's SHA-256
+                extra = ({CREDENTIAL_ID: (f"X509SHA256={hashlib.sha256(peer_der).hexdigest()}",)}
+                         if peer_der else {})
+                return UserInfo(cn, tuple(orgs) + (AUTHENTICATED,), extra=extra)
         return ANONYMOUS_USER
 
     # ---- tokens --------------------------------------------------------------------------------

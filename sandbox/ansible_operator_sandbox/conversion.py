@@ -362,6 +362,7 @@ def hpa_v1_to_v2(obj: dict[str, Any]) -> dict[str, Any]:
     if status.get("currentReplicas"):
         v2_status["currentReplicas"] = status["currentReplicas"]
     v2_status["desiredReplicas"] = status.get("desiredReplicas", 0)
+    v2_status["currentMetrics"] = None  # not omitempty in autoscaling/v2
     if status.get("currentCPUUtilizationPercentage") is not None:
         v2_status["currentMetrics"] = [{"type": "Resource", "resource": {"name": "cpu", "current": {
             "averageUtilization": status["currentCPUUtilizationPercentage"]}}}]

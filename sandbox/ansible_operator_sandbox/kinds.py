@@ -83,13 +83,14 @@ _GENERATION_KINDS = frozenset(
         ("apps", "DaemonSet"),
         ("", "ReplicationController"),
         ("", "PodTemplate"),
+        ("", "Pod"),  # since 1.33 (PodObservedGenerationTracking)
         ("batch", "Job"),
         ("batch", "CronJob"),
         ("networking.k8s.io", "Ingress"),
         ("networking.k8s.io", "NetworkPolicy"),
         ("policy", "PodDisruptionBudget"),
-        ("autoscaling", "HorizontalPodAutoscaler"),
         ("discovery.k8s.io", "EndpointSlice"),
+        ("scheduling.k8s.io", "PriorityClass"),
         ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
         ("apiextensions.k8s.io", "CustomResourceDefinition"),
@@ -206,8 +207,7 @@ def _service(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | Non
         if not ip:
             ip = str(ipaddress.IPv4Address("10.96.0.0") + random.randint(10, 65000))
         spec["clusterIP"] = ip
-        if ip != "None":
-            spec.setdefault("clusterIPs", [ip])
+        spec.setdefault("clusterIPs", [ip])  # ["None"] for a headless Service, as the registry writes
     spec.setdefault("sessionAffinity", "None")
     if spec.get("type") != "ExternalName":
         spec.setdefault("internalTrafficPolicy", "Cluster")
@@ -218,7 +218,11 @@ def _service(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | Non
             port.setdefault("protocol", "TCP")
             if "port" in port:
                 port.setdefault("targetPort", port["port"])
-    obj.setdefault("status", (old or {}).get("status") or {"loadBalancer": {}})
+    # ServiceStatus always serialises loadBalancer (a struct, not a pointer): {} on create, whatever a
+    # client sent there (kubectl sends "status": {})
+    status = obj.get("status") if isinstance(obj.get("status"), dict) and obj.get("status") else None
+    obj["status"] = status or (old or {}).get("status") or {}
+    obj["status"].setdefault("loadBalancer", {})
 
 
 _HPA_SCALE_UP = {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
@@ -345,6 +349,33 @@ def _qos_class(spec: dict[str, Any]) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
+SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+_SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's rand.String
+
+
+def _mount_service_account_token(spec: dict[str, Any]) -> None:
+    """The ServiceAccount admission plugin: a ``kube-api-access-<random>`` projected volume (a bound token,
+    the cluster CA, the namespace) mounted read-only into every container that has nothing at that path."""
+    volumes = spec.setdefault("volumes", [])
+    if not isinstance(volumes, list):
+        return
+    name = "kube-api-access-" + "".join(random.choice(_SAFE_ALPHABET) for _ in range(5))
+    volumes.append({"name": name, "projected": {"defaultMode": 420, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
+                                                                      "fieldPath": "metadata.namespace"}}]}},
+    ]}})
+    for field in ("initContainers", "containers"):
+        for c in spec.get(field) or []:
+            if not isinstance(c, dict):
+                continue
+            mounts = c.setdefault("volumeMounts", [])
+            if isinstance(mounts, list) and not any(
+                    isinstance(m, dict) and m.get("mountPath") == SERVICE_ACCOUNT_MOUNT for m in mounts):
+                mounts.append({"name": name, "readOnly": True, "mountPath": SERVICE_ACCOUNT_MOUNT})
+
+
 def _pod(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
     spec = obj.get("spec")
     if not isinstance(spec, dict):
@@ -367,6 +398,8 @@ def _pod(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -
                 if key not in present:
                     tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
                                         "tolerationSeconds": 300})
+        if spec.get("automountServiceAccountToken") is not False:
+            _mount_service_account_token(spec)
         obj["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
 
 
@@ -394,6 +427,13 @@ def _priority_class(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any
         raise invalid(
             rtype, name, [err.cause()], schema.invalid_message(f"{rtype.kind}.{rtype.group}", name, [err])
         )
+
+
+def _ingress(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """IngressStatus serialises loadBalancer always (a struct, not a pointer), as ServiceStatus does."""
+    status = obj.get("status") if isinstance(obj.get("status"), dict) and obj.get("status") else None
+    obj["status"] = status or (old or {}).get("status") or {}
+    obj["status"].setdefault("loadBalancer", {})
 
 
 def _ingress_class(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -665,6 +705,7 @@ _NORMALIZERS = {
     ("", "ReplicationController"): _replication_controller,
     ("scheduling.k8s.io", "PriorityClass"): _priority_class,
     ("networking.k8s.io", "IngressClass"): _ingress_class,
+    ("networking.k8s.io", "Ingress"): _ingress,
     ("storage.k8s.io", "CSIDriver"): _csi_driver,
     ("apps", "Deployment"): _workload,
     ("apps", "StatefulSet"): _workload,

@@ -66,7 +66,7 @@ _QNAME_ERR = ("must consist of alphanumeric characters, '-', '_' or '.', and mus
 _QNAME_EXAMPLES = (
     f"(e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '{_QNAME_FMT}')"
 )
-_SUBDOMAIN_ERR = (
+SUBDOMAIN_ERR = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
     "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
     f"for validation is '{_DNS1123_SUBDOMAIN_FMT}')"
@@ -97,7 +97,7 @@ def qualified_name_errors(value: str) -> list[str]:
             if len(prefix) > _SUBDOMAIN_MAX:
                 errs.append(f"prefix part must be no more than {_SUBDOMAIN_MAX} characters")
             if not _DNS1123_SUBDOMAIN.match(prefix):
-                errs.append(f"prefix part {_SUBDOMAIN_ERR}")
+                errs.append(f"prefix part {SUBDOMAIN_ERR}")
     else:
         return [
             f"a qualified name {_QNAME_ERR} {_QNAME_EXAMPLES} with an optional DNS subdomain prefix and '/' "

@@ -17,6 +17,7 @@ import copy
 from typing import Any
 
 from ansible_operator_sandbox.api import Api
+from ansible_operator_sandbox.recorder import Recorder
 from ansible_operator_sandbox.resources import ResourceType
 
 STS_POD_NAME = "statefulset.kubernetes.io/pod-name"
@@ -32,8 +33,9 @@ def _owner_ref(owner: dict[str, Any], api_version: str, kind: str) -> dict[str, 
 class PodControl:
     """Creates and deletes the Pods one controller object wants."""
 
-    def __init__(self, api: Api) -> None:
+    def __init__(self, api: Api, recorder: Recorder | None = None) -> None:
         self.api = api
+        self.recorder = recorder
         pod = api.registry.get("", "v1", "pods")
         assert pod is not None
         self.pod_type: ResourceType = pod
@@ -64,11 +66,15 @@ class PodControl:
         }
 
     def _create(self, owner: dict[str, Any], body: dict[str, Any]) -> None:
-        self.api.create(self.pod_type, owner["metadata"]["namespace"], body)
+        pod = self.api.create(self.pod_type, owner["metadata"]["namespace"], body)
+        if self.recorder is not None:
+            self.recorder.pod_created(owner, pod)
 
-    def _delete(self, pod: dict[str, Any]) -> None:
+    def _delete(self, pod: dict[str, Any], owner: dict[str, Any]) -> None:
         meta = pod["metadata"]
         self.api.delete(self.pod_type, meta["namespace"], meta["name"], {"propagationPolicy": "Background"})
+        if self.recorder is not None:
+            self.recorder.pod_deleted(owner, pod)
 
     # ---- per controller --------------------------------------------------------------------------
     def replicas(self, owner: dict[str, Any], api_version: str, kind: str, count: int) -> None:
@@ -78,7 +84,7 @@ class PodControl:
         for _ in range(count - len(pods)):
             self._create(owner, self._pod_body(owner, api_version, kind, template))
         for pod in reversed(pods[count:] if count < len(pods) else []):
-            self._delete(pod)
+            self._delete(pod, owner)
 
     def stateful(self, owner: dict[str, Any], count: int, revision: str) -> None:
         """StatefulSet: ``<name>-0 .. <name>-(count-1)``; Pods of another revision are replaced."""
@@ -88,7 +94,7 @@ class PodControl:
         for pod in self.owned(owner):
             pname = pod["metadata"]["name"]
             if pname not in wanted or (pod["metadata"].get("labels") or {}).get(REVISION_HASH) != revision:
-                self._delete(pod)
+                self._delete(pod, owner)
         existing = {p["metadata"]["name"] for p in self.owned(owner)}
         for pname, i in wanted.items():
             if pname in existing or self.api.store.peek(("/pods", owner["metadata"]["namespace"], pname)):
@@ -108,7 +114,7 @@ class PodControl:
         current = [p for p in pods if (p["metadata"].get("labels") or {}).get(REVISION_HASH) == revision]
         for pod in pods:
             if pod not in current[:1]:
-                self._delete(pod)
+                self._delete(pod, owner)
         if not current:
             body = self._pod_body(owner, "apps/v1", "DaemonSet", template,
                                   extra_labels={REVISION_HASH: revision, "pod-template-generation": str(

@@ -22,6 +22,7 @@ import json
 from typing import Any
 
 from ansible_operator_sandbox.api import Api
+from ansible_operator_sandbox.recorder import Recorder
 from ansible_operator_sandbox.resources import ResourceType
 
 REVISION = "deployment.kubernetes.io/revision"
@@ -90,8 +91,9 @@ def _without_hash(template: dict[str, Any]) -> dict[str, Any]:
 class DeploymentRollout:
     """What the deployment controller does to ReplicaSets for one Deployment (no pods)."""
 
-    def __init__(self, api: Api) -> None:
+    def __init__(self, api: Api, recorder: Recorder | None = None) -> None:
         self.api = api
+        self.recorder = recorder
         rs = api.registry.get("apps", "v1", "replicasets")
         assert rs is not None
         self.rs_type: ResourceType = rs
@@ -118,6 +120,7 @@ class DeploymentRollout:
         current: dict[str, Any] | None = new  # the ReplicaSet whose revision the Deployment reports
         if new is None and not paused:
             new = self._create(deploy, template, replicas, max_old + 1)
+            self._scaled(deploy, new, 0)
         elif new is not None and not paused and _revision(new) <= max_old:
             # back to an older template: that ReplicaSet becomes current with the next revision
             new = self._annotate(new, replicas, max_old + 1)
@@ -125,11 +128,15 @@ class DeploymentRollout:
             if int((new.get("spec") or {}).get("replicas", 0)) != replicas or (
                 (new.get("metadata") or {}).get("annotations") or {}
             ).get(DESIRED_REPLICAS) != str(replicas):
+                before = int((new.get("spec") or {}).get("replicas", 0))
                 new = self._annotate(new, replicas, _revision(new))
+                self._scaled(deploy, new, before)
             if scale_down_old:
                 for rs in old:
                     if int((rs.get("spec") or {}).get("replicas", 0)) != 0:
                         self._scale(rs, 0)
+                        self._scaled(deploy, {**rs, "spec": {**rs["spec"], "replicas": 0}},
+                                     int(rs["spec"]["replicas"]))
             self._trim(old, int(spec.get("revisionHistoryLimit", 10)))
         elif paused:
             # a paused Deployment still scales: its active (or newest) ReplicaSet (FindActiveOrLatest)
@@ -145,6 +152,11 @@ class DeploymentRollout:
         if current is not None:
             deploy = self._set_deployment_revision(dtype, deploy, _revision(current))
         return deploy, new
+
+    def _scaled(self, deploy: dict[str, Any], rs: dict[str, Any], before: int) -> None:
+        if self.recorder is not None:
+            after = int((rs.get("spec") or {}).get("replicas", 0))
+            self.recorder.scaled(deploy, rs["metadata"]["name"], before, after)
 
     def _create(self, deploy: dict[str, Any], template: dict[str, Any], replicas: int,
                 revision: int) -> dict[str, Any]:

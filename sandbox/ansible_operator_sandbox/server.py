@@ -29,6 +29,7 @@ from ansible_operator_sandbox.errors import (
 from ansible_operator_sandbox.lifecycle import Lifecycle
 from ansible_operator_sandbox.resources import AUTHENTICATION_GROUP, REVIEW_GROUP, ResourceType
 from ansible_operator_sandbox.store import Event, Store, TooOldResourceVersion
+from ansible_operator_sandbox.timeutil import now_rfc3339
 
 # The authenticated user of a request (secure mode), set by the authentication step.
 USER_KEY: web.RequestKey[auth.UserInfo] = web.RequestKey("user", auth.UserInfo)
@@ -108,6 +109,56 @@ def _sort_key(obj: dict[str, Any]) -> tuple[str, str]:
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
+
+
+
+def _page_not_found() -> web.Response:
+    """What kube-apiserver's mux answers for a path no API group/version serves (plain text)."""
+    return web.Response(status=404, text="404 page not found\n")
+
+def _list_items(rtype: ResourceType, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A typed list's items carry no apiVersion/kind on a real server (the list names them once); custom
+    resources' (unstructured) items keep theirs."""
+    if not rtype.builtin:
+        return items
+    return [{k: v for k, v in obj.items() if k not in ("apiVersion", "kind")} for obj in items]
+
+
+#: The APIServices kube-apiserver registers for its built-in group versions (cmd/kube-apiserver/app/
+#: aggregator.go; read off a real 1.36 server): (groupPriorityMinimum, versionPriority). apiregistration
+#: itself has none.
+APISERVICE_PRIORITIES: dict[tuple[str, str], tuple[int, int]] = {
+    ("", "v1"): (18000, 1),
+    ("apps", "v1"): (17800, 15),
+    ("events.k8s.io", "v1"): (17750, 15),
+    ("authentication.k8s.io", "v1"): (17700, 15),
+    ("authorization.k8s.io", "v1"): (17600, 15),
+    ("autoscaling", "v1"): (17500, 15),
+    ("autoscaling", "v2"): (17500, 30),
+    ("batch", "v1"): (17400, 15),
+    ("certificates.k8s.io", "v1"): (17300, 15),
+    ("networking.k8s.io", "v1"): (17200, 15),
+    ("policy", "v1"): (17100, 15),
+    ("rbac.authorization.k8s.io", "v1"): (17000, 15),
+    ("storage.k8s.io", "v1"): (16800, 15),
+    ("apiextensions.k8s.io", "v1"): (16700, 15),
+    ("admissionregistration.k8s.io", "v1"): (16700, 15),
+    ("scheduling.k8s.io", "v1"): (16600, 15),
+    ("coordination.k8s.io", "v1"): (16500, 15),
+    ("node.k8s.io", "v1"): (16300, 15),
+    ("discovery.k8s.io", "v1"): (16200, 15),
+    ("resource.k8s.io", "v1"): (16200, 21),
+    ("flowcontrol.apiserver.k8s.io", "v1"): (16100, 21),
+}
+
+# What this server checks (it has no etcd or informers of its own: its store answers, or nothing does)
+HEALTH_CHECKS = {
+    "healthz": ("ping", "log", "etcd", "poststarthook/start-apiextensions-controllers"),
+    "livez": ("ping", "log", "etcd", "poststarthook/start-apiextensions-controllers"),
+    "readyz": ("ping", "log", "etcd", "etcd-readiness", "informer-sync",
+               "poststarthook/start-apiextensions-controllers", "shutdown"),
+}
+
 class Route:
     """A parsed resource URL."""
 
@@ -139,12 +190,51 @@ class ApiServer:
 
     # ---- setup -----------------------------------------------------------------------------------
     def bootstrap(self) -> None:
-        """The namespaces every cluster starts with (kept if they already exist in the data dir)."""
+        """What kube-apiserver creates at start (kept if it already exists in the data dir): the four
+        namespaces, the bootstrap RBAC policy (cluster-admin, admin/edit/view, the system: roles; enforced
+        only in secure mode) and the system PriorityClasses."""
         ns_type = self.registry.get("", "v1", "namespaces")
         assert ns_type is not None
         for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
             if self.store.peek(("/namespaces", "", name)) is None:
                 self.api.create(ns_type, None, {"metadata": {"name": name}})
+        for plural, obj in auth.bootstrap_policy():
+            self._create_missing(auth.RBAC_GROUP, plural, obj)
+        for name, value, description in (
+            ("system-node-critical", 2000001000,
+             "Used for system critical pods that must not be moved from their current node."),
+            ("system-cluster-critical", 2000000000,
+             "Used for system critical pods that must run in the cluster, but can be moved to another node"
+             " if necessary."),
+        ):
+            self._create_missing("scheduling.k8s.io", "priorityclasses", {
+                "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                "value": value, "description": description, "preemptionPolicy": "PreemptLowerPriority"})
+
+        now = now_rfc3339()
+        for group, versions in self.registry.groups().items():
+            for version in versions:
+                if (group, version) not in APISERVICE_PRIORITIES:
+                    continue
+                group_priority, version_priority = APISERVICE_PRIORITIES[group, version]
+                self._create_missing("apiregistration.k8s.io", "apiservices", {
+                    "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                    "metadata": {"name": f"{version}.{group}",
+                                 "labels": {"kube-aggregator.kubernetes.io/automanaged": "onstart"}},
+                    "spec": {"group": group, "version": version, "groupPriorityMinimum": group_priority,
+                             "versionPriority": version_priority},
+                    "status": {"conditions": [{"type": "Available", "status": "True", "reason": "Local",
+                                               "message": "Local APIServices are always available",
+                                               "lastTransitionTime": now}]}})
+
+    def _create_missing(self, group: str, plural: str, obj: dict[str, Any]) -> None:
+        rtype = self.registry.get(group, "v1", plural)
+        assert rtype is not None
+        if self.store.peek(self.api.key(rtype, None, obj["metadata"]["name"])) is None:
+            created = self.api.create(rtype, None, obj)
+            if obj.get("status") and rtype.has_status and created.get("status") != obj["status"]:
+                self.api.update(rtype, None, obj["metadata"]["name"], {**created, "status": obj["status"]},
+                                subresource="status")
 
     def install(self, crd: dict[str, Any]) -> dict[str, Any]:
         """Create a CRD, or update it when it already exists (restart on a data dir, or a re-install)."""
@@ -162,11 +252,8 @@ class ApiServer:
         """Secure mode: authenticate every request and authorize it with the stored RBAC."""
         self._authenticator = auth.Authenticator(pki, self.store)
         self.authorizer = auth.RBACAuthorizer(self.store)
-        for plural, obj in auth.bootstrap_policy():
-            rtype = self.registry.get(auth.RBAC_GROUP, "v1", plural)
-            assert rtype is not None
-            if self.store.peek(self.api.key(rtype, None, obj["metadata"]["name"])) is None:
-                self.api.create(rtype, None, obj)
+        for plural, obj in auth.bootstrap_policy():  # bootstrap() made them; a data dir may predate them
+            self._create_missing(auth.RBAC_GROUP, plural, obj)
 
     @property
     def authenticator(self) -> auth.Authenticator:
@@ -207,7 +294,9 @@ class ApiServer:
         assert self.authorizer is not None
         transport = request.transport
         peercert = transport.get_extra_info("peercert") if transport is not None else None
-        user = self.authenticator.authenticate(request.headers.get("Authorization", ""), peercert)
+        ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+        peer_der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        user = self.authenticator.authenticate(request.headers.get("Authorization", ""), peercert, peer_der)
         if "Impersonate-User" in request.headers or "Impersonate-Group" in request.headers:
             user = auth.impersonate(user, request.headers, request.headers.getall("Impersonate-Group", []),
                                     self.authorizer)
@@ -227,6 +316,9 @@ class ApiServer:
         if method != "GET" and not is_resource:
             raise method_not_allowed()
         if head in ("healthz", "readyz", "livez"):
+            if "verbose" in request.query:  # the checks, one per line, as kube-apiserver lists them
+                checks = [f"[+]{name} ok" for name in HEALTH_CHECKS[head]]
+                return web.Response(text="\n".join(checks) + f"\n{head} check passed\n")
             return web.Response(text="ok")
         if head == "version" and len(parts) == 1:
             return _json(discovery.version())
@@ -253,15 +345,19 @@ class ApiServer:
             if len(parts) == 2:
                 doc = discovery.group(self.registry, group)
                 if doc is None:
-                    raise path_not_found()
+                    return _page_not_found()
                 return _json(doc)
             version, rest = parts[2], parts[3:]
         else:
+            return _page_not_found()
+        doc = discovery.resource_list(self.registry, group, version)
+        if doc is None:
+            # a group nobody serves: the mux's plain-text answer; an unknown version of a served group
+            # (or of /api): an API Status
+            if head == "apis" and discovery.group(self.registry, group) is None:
+                return _page_not_found()
             raise path_not_found()
         if not rest:
-            doc = discovery.resource_list(self.registry, group, version)
-            if doc is None:
-                raise path_not_found()
             return _json(doc)
         route = self._route(group, version, rest)
         if route.watch and method != "GET":
@@ -382,7 +478,7 @@ class ApiServer:
             return _json({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
                           "metadata": list_meta, "items": [_partial(o) for o in items]})
         return _json({"kind": route.rtype.list_kind, "apiVersion": route.rtype.api_version,
-                      "metadata": list_meta, "items": items})
+                      "metadata": list_meta, "items": _list_items(route.rtype, items)})
 
     async def _create(self, request: web.Request, route: Route) -> web.Response:
         if route.rtype.group in (REVIEW_GROUP, AUTHENTICATION_GROUP):
@@ -491,7 +587,7 @@ class ApiServer:
                     raise
         _, rv = self.api.list(route.rtype, route.namespace)
         return _json({"kind": route.rtype.list_kind, "apiVersion": route.rtype.api_version,
-                      "metadata": {"resourceVersion": str(rv)}, "items": items})
+                      "metadata": {"resourceVersion": str(rv)}, "items": _list_items(route.rtype, items)})
 
     # ---- scale -----------------------------------------------------------------------------------
     @staticmethod

@@ -51,6 +51,8 @@ from ansible_operator_sandbox.disruption import DisruptionControl
 from ansible_operator_sandbox.endpoints import EndpointsControl
 from ansible_operator_sandbox.errors import ApiError
 from ansible_operator_sandbox.pods import PodControl
+from ansible_operator_sandbox.quota import QuotaControl
+from ansible_operator_sandbox.recorder import Recorder
 from ansible_operator_sandbox.resources import ResourceType
 from ansible_operator_sandbox.rollout import CR_HASH_LABEL, DeploymentRollout, RevisionHistory
 from ansible_operator_sandbox.store import Event, Key
@@ -66,6 +68,7 @@ _WORKLOADS = {"apps/deployments", "apps/statefulsets", "apps/replicasets", "apps
               "/replicationcontrollers"}
 _SIMULATED = _WORKLOADS | {"batch/jobs", "/persistentvolumeclaims", "/pods"}
 _ENDPOINTS = "endpoints-controller"  # scheduling key of a namespace's Endpoints/EndpointSlice/PDB status sync
+_QUOTA = "resourcequota-controller"  # scheduling key of a namespace's ResourceQuota status sync
 
 
 def _omit_zero(d: dict[str, Any]) -> dict[str, Any]:
@@ -84,11 +87,13 @@ class Simulator:
         self._pending: dict[Key, asyncio.TimerHandle] = {}
         self._cron_task: asyncio.Task[None] | None = None
         self._running = False
-        self._rollout = DeploymentRollout(api)
+        self._recorder = Recorder(api)  # the controllers' Events
+        self._rollout = DeploymentRollout(api, self._recorder)
         self._history = RevisionHistory(api)
-        self._pods = PodControl(api)
+        self._pods = PodControl(api, self._recorder)
         self._endpoints = EndpointsControl(api)
         self._disruption = DisruptionControl(api)
+        self._quota = QuotaControl(api)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -121,6 +126,9 @@ class Simulator:
         self._cluster_event(ev)
         if ev.group_resource in ("/services", "/pods", "policy/poddisruptionbudgets"):
             self._schedule((_ENDPOINTS, ev.namespace, ""))
+        if ev.namespace and (ev.group_resource == "/resourcequotas"
+                             or any(True for _ in self.store.items("/resourcequotas", ev.namespace))):
+            self._schedule((_QUOTA, ev.namespace, ""))
         if ev.group_resource == "/serviceaccounts" and ev.type == "ADDED":
             # pods refused for want of this ServiceAccount can be created now
             for gr in ("apps/deployments", "apps/replicasets", "/replicationcontrollers"):
@@ -173,6 +181,12 @@ class Simulator:
     def _run(self, key: Key) -> None:
         self._pending.pop(key, None)
         if not self._running:
+            return
+        if key[0] == _QUOTA:
+            try:
+                self._quota.sync_namespace(key[1])
+            except Exception:
+                log.exception("simulated resource quota controller for %s failed", key[1])
             return
         if key[0] == _ENDPOINTS:
             try:

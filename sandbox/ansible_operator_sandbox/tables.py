@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from ansible_operator_sandbox import conversion
 from ansible_operator_sandbox.resources import ResourceType
-from ansible_operator_sandbox.timeutil import age
+from ansible_operator_sandbox.timeutil import age, duration_between
 
 Column = dict[str, Any]
 
@@ -190,13 +190,144 @@ def _job_status(o: dict[str, Any]) -> str:
     return "Running"
 
 
-_BUILTIN: dict[tuple[str, str], list[tuple[Column, Callable[[dict[str, Any]], Any]]]] = {
+Cell = Callable[[dict[str, Any]], Any]
+
+
+def _containers(*path: str) -> tuple[Cell, Cell]:
+    """The Containers and Images cells of a pod template at ``path`` (layoutContainerCells)."""
+    def of(o: dict[str, Any]) -> list[dict[str, Any]]:
+        return [c for c in _g(o, *path, "containers", default=[]) or [] if isinstance(c, dict)]
+    return (lambda o: ",".join(c.get("name", "") for c in of(o)),
+            lambda o: ",".join(c.get("image", "") for c in of(o)))
+
+
+def _format_labels(labels: Any) -> str:
+    """labels.FormatLabels: ``k=v`` sorted by key, ``<none>`` when empty."""
+    if not isinstance(labels, dict) or not labels:
+        return "<none>"
+    return ",".join(f"{k}={labels[k]}" for k in sorted(labels))
+
+
+def _format_selector(selector: Any) -> str:
+    """metav1.FormatLabelSelector: requirements sorted by key, ``<none>`` for no selector."""
+    if not isinstance(selector, dict):
+        return "<none>"
+    reqs = [(k, f"{k}={v}") for k, v in (selector.get("matchLabels") or {}).items()]
+    for e in selector.get("matchExpressions") or []:
+        if not isinstance(e, dict):
+            continue
+        key, op = str(e.get("key", "")), e.get("operator", "")
+        values = ",".join(sorted(str(v) for v in e.get("values") or []))
+        text = {"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})",
+                "Exists": key, "DoesNotExist": f"!{key}"}.get(op, key)
+        reqs.append((key, text))
+    return ",".join(t for _, t in sorted(reqs)) or "<none>"
+
+
+def _wide(name: str) -> Column:
+    return _col(name, priority=1)
+
+
+def _workload(path: tuple[str, ...], selector: Cell | None = None) -> list[tuple[Column, Cell]]:
+    containers, images = _containers(*path)
+    cols = [(_wide("Containers"), containers), (_wide("Images"), images)]
+    if selector is not None:
+        cols.append((_wide("Selector"), selector))
+    return cols
+
+
+def _subjects(kind: str) -> Cell:
+    def cell(o: dict[str, Any]) -> str:
+        out = []
+        for sub in o.get("subjects") or []:
+            if isinstance(sub, dict) and sub.get("kind") == kind:
+                ns = sub.get("namespace", "")
+                out.append(f"{ns}/{sub.get('name', '')}" if kind == "ServiceAccount" else sub.get("name", ""))
+        return ", ".join(out)
+    return cell
+
+
+def _binding_columns() -> list[tuple[Column, Cell]]:
+    return [(_col("Role"), lambda o: f"{_g(o, 'roleRef', 'kind', default='')}/"
+                                     f"{_g(o, 'roleRef', 'name', default='')}"),
+            (AGE, _meta_age),
+            (_wide("Users"), _subjects("User")), (_wide("Groups"), _subjects("Group")),
+            (_wide("ServiceAccounts"), _subjects("ServiceAccount"))]
+
+
+CREATED_AT = _col("Created At", "date")
+
+
+def _created_at(o: dict[str, Any]) -> str:
+    return (o.get("metadata") or {}).get("creationTimestamp", "")
+
+
+def _quota(limits: bool) -> Cell:
+    """The printer's ResourceQuota Request / Limit cells: ``resource: used/hard`` sorted, from status."""
+    def cell(o: dict[str, Any]) -> str:
+        hard = _g(o, "status", "hard", default={}) or {}
+        used = _g(o, "status", "used", default={}) or {}
+        parts = [f"{k}: {used.get(k, '0')}/{hard[k]}" for k in sorted(hard)
+                 if k.startswith("limits.") == limits]
+        return ", ".join(parts)
+    return cell
+
+
+def _pdb_value(field: str) -> Cell:
+    return lambda o: str(_g(o, "spec", field, default="N/A"))
+
+
+def _pod_ready(o: dict[str, Any]) -> str:
+    statuses = _g(o, "status", "containerStatuses", default=[]) or []
+    ready = sum(1 for c in statuses if c.get("ready"))
+    return "%d/%d" % (ready, len(_g(o, "spec", "containers", default=[])))
+
+
+def _readiness_gates(o: dict[str, Any]) -> str:
+    gates = _g(o, "spec", "readinessGates", default=[]) or []
+    if not gates:
+        return "<none>"
+    conditions = {c.get("type"): c.get("status") for c in _g(o, "status", "conditions", default=[]) or []}
+    return f"{sum(1 for g in gates if conditions.get(g.get('conditionType')) == 'True')}/{len(gates)}"
+
+
+def _ingress_hosts(o: dict[str, Any]) -> str:
+    rules = _g(o, "spec", "rules", default=[]) or []
+    hosts = [r["host"] for r in rules if isinstance(r, dict) and r.get("host")]
+    return ",".join(hosts) or "*"
+
+
+def _ingress_address(o: dict[str, Any]) -> str:
+    ingress = _g(o, "status", "loadBalancer", "ingress", default=[]) or []
+    return ",".join(i.get("ip") or i.get("hostname") or "" for i in ingress if isinstance(i, dict))
+
+
+def _ingress_ports(o: dict[str, Any]) -> str:
+    return "80, 443" if _g(o, "spec", "tls") else "80"
+
+
+def _job_duration(o: dict[str, Any]) -> str:
+    start, end = _g(o, "status", "startTime"), _g(o, "status", "completionTime")
+    if not start:
+        return ""
+    return age(start) if not end else duration_between(start, end)
+
+
+def _apiservice_available(o: dict[str, Any]) -> str:
+    for c in _g(o, "status", "conditions", default=[]) or []:
+        if c.get("type") == "Available":
+            status = c.get("status", "")
+            return status if status == "True" else f"{status} ({c.get('reason')})"
+    return "Unknown"
+
+
+_BUILTIN: dict[tuple[str, str], list[tuple[Column, Cell]]] = {
+    # k8s.io/kubernetes/pkg/printers/internalversion/printers.go, column for column (Age where it stands;
+    # priority 1 = -o wide)
     ("", "Namespace"): [(_col("Status"), lambda o: _g(o, "status", "phase", default=""))],
     ("", "ConfigMap"): [
-        (
-            _col("Data", "integer"),
-            lambda o: len(_g(o, "data", default={})) + len(_g(o, "binaryData", default={})),
-        )
+        (_col("Data", "integer"),
+         lambda o: len(_g(o, "data", default={})) + len(_g(o, "binaryData", default={}))),
     ],
     ("", "Secret"): [
         (_col("Type"), lambda o: o.get("type", "")),
@@ -204,71 +335,98 @@ _BUILTIN: dict[tuple[str, str], list[tuple[Column, Callable[[dict[str, Any]], An
     ],
     ("", "Service"): [
         (_col("Type"), lambda o: _g(o, "spec", "type", default="")),
-        (_col("Cluster-IP"), lambda o: _g(o, "spec", "clusterIP", default="")),
+        (_col("Cluster-IP"), lambda o: _g(o, "spec", "clusterIP", default="") or "<none>"),
         (_col("External-IP"), _external_ip),
         (_col("Port(s)"), _ports),
+        (AGE, _meta_age),
+        (_wide("Selector"), lambda o: _format_labels(_g(o, "spec", "selector"))),
     ],
-    ("", "ServiceAccount"): [(_col("Secrets", "integer"), lambda o: len(o.get("secrets") or []))],
+    ("", "ServiceAccount"): [],
     ("", "PersistentVolumeClaim"): [
         (_col("Status"), lambda o: _g(o, "status", "phase", default="")),
         (_col("Volume"), lambda o: _g(o, "spec", "volumeName", default="")),
         (_col("Capacity"), lambda o: _g(o, "status", "capacity", "storage", default="")),
         (_col("Access Modes"), lambda o: ",".join(_g(o, "spec", "accessModes", default=[]))),
+        (_col("StorageClass"), lambda o: _g(o, "spec", "storageClassName", default="")),
+        (_col("VolumeAttributesClass"),
+         lambda o: _g(o, "spec", "volumeAttributesClassName", default="<unset>")),
+        (AGE, _meta_age),
+        (_wide("VolumeMode"), lambda o: _g(o, "spec", "volumeMode", default="<unset>")),
     ],
     ("", "Pod"): [
-        (
-            _col("Ready"),
-            lambda o: (
-                "%d/%d"
-                % (
-                    sum(1 for c in _g(o, "status", "containerStatuses", default=[]) or [] if c.get("ready")),
-                    len(_g(o, "spec", "containers", default=[])),
-                )
-            ),
-        ),
+        (_col("Ready"), _pod_ready),
         (_col("Status"), lambda o: _g(o, "status", "phase", default="Pending")),
         (_col("Restarts", "integer"), lambda o: 0),
+        (AGE, _meta_age),
+        (_wide("IP"), lambda o: _g(o, "status", "podIP", default="<none>")),
+        (_wide("Node"), lambda o: _g(o, "spec", "nodeName", default="<none>")),
+        (_wide("Nominated Node"), lambda o: _g(o, "status", "nominatedNodeName", default="<none>")),
+        (_wide("Readiness Gates"), _readiness_gates),
     ],
     ("", "Event"): [
         (_col("Type"), lambda o: o.get("type", "")),
         (_col("Reason"), lambda o: o.get("reason", "")),
-        (
-            _col("Object"),
-            lambda o: (
-                f"{_g(o, 'involvedObject', 'kind', default='')}/"
-                f"{_g(o, 'involvedObject', 'name', default='')}".lower()
-            ),
-        ),
+        (_col("Object"), lambda o: (f"{_g(o, 'involvedObject', 'kind', default='')}/"
+                                    f"{_g(o, 'involvedObject', 'name', default='')}".lower())),
         (_col("Message"), lambda o: o.get("message", "")),
+    ],
+    ("", "ResourceQuota"): [(_col("Request"), _quota(False)), (_col("Limit"), _quota(True))],
+    ("", "Endpoints"): [
+        (_col("Endpoints"), lambda o: ",".join(
+            f"{a.get('ip')}:{p.get('port')}" for s in o.get("subsets") or []
+            for a in s.get("addresses") or [] for p in s.get("ports") or [{}]) or "<none>"),
     ],
     ("apps", "Deployment"): [
         (_col("Ready"), _ready),
         (_col("Up-to-date", "integer"), lambda o: _g(o, "status", "updatedReplicas", default=0)),
         (_col("Available", "integer"), lambda o: _g(o, "status", "availableReplicas", default=0)),
+        (AGE, _meta_age),
+        *_workload(("spec", "template", "spec"), lambda o: _format_selector(_g(o, "spec", "selector"))),
     ],
-    ("apps", "StatefulSet"): [(_col("Ready"), _ready)],
+    ("apps", "StatefulSet"): [(_col("Ready"), _ready), (AGE, _meta_age),
+                              *_workload(("spec", "template", "spec"))],
     ("apps", "ReplicaSet"): [
         (_col("Desired", "integer"), lambda o: _g(o, "spec", "replicas", default=0)),
         (_col("Current", "integer"), lambda o: _g(o, "status", "replicas", default=0)),
         (_col("Ready", "integer"), lambda o: _g(o, "status", "readyReplicas", default=0)),
+        (AGE, _meta_age),
+        *_workload(("spec", "template", "spec"), lambda o: _format_selector(_g(o, "spec", "selector"))),
+    ],
+    ("apps", "DaemonSet"): [
+        (_col("Desired", "integer"), lambda o: _g(o, "status", "desiredNumberScheduled", default=0)),
+        (_col("Current", "integer"), lambda o: _g(o, "status", "currentNumberScheduled", default=0)),
+        (_col("Ready", "integer"), lambda o: _g(o, "status", "numberReady", default=0)),
+        (_col("Up-to-date", "integer"), lambda o: _g(o, "status", "updatedNumberScheduled", default=0)),
+        (_col("Available", "integer"), lambda o: _g(o, "status", "numberAvailable", default=0)),
+        (_col("Node Selector"), lambda o: _format_labels(_g(o, "spec", "template", "spec", "nodeSelector"))),
+        (AGE, _meta_age),
+        *_workload(("spec", "template", "spec"), lambda o: _format_selector(_g(o, "spec", "selector"))),
+    ],
+    ("apps", "ControllerRevision"): [
+        (_col("Controller"), lambda o: next(
+            (f"{r.get('kind', '').lower()}.{r.get('apiVersion', '').split('/')[0]}/{r.get('name')}"
+             for r in _g(o, "metadata", "ownerReferences", default=[]) or [] if r.get("controller")),
+            "<none>")),
+        (_col("Revision", "integer"), lambda o: o.get("revision", 0)),
     ],
     ("batch", "Job"): [
         (_col("Status"), _job_status),
-        (
-            _col("Completions"),
-            lambda o: f"{_g(o, 'status', 'succeeded', default=0)}/{_g(o, 'spec', 'completions', default=1)}",
-        ),
+        (_col("Completions"),
+         lambda o: f"{_g(o, 'status', 'succeeded', default=0)}/{_g(o, 'spec', 'completions', default=1)}"),
+        (_col("Duration"), _job_duration),
+        (AGE, _meta_age),
+        *_workload(("spec", "template", "spec"), lambda o: _format_selector(_g(o, "spec", "selector"))),
     ],
     ("batch", "CronJob"): [
         (_col("Schedule"), lambda o: _g(o, "spec", "schedule", default="")),
+        (_col("Timezone"), lambda o: _g(o, "spec", "timeZone", default="<none>")),
         (_col("Suspend"), lambda o: str(_g(o, "spec", "suspend", default=False))),
         (_col("Active", "integer"), lambda o: len(_g(o, "status", "active", default=[]))),
-        (
-            _col("Last Schedule"),
-            lambda o: (
-                age(_g(o, "status", "lastScheduleTime")) if _g(o, "status", "lastScheduleTime") else "<none>"
-            ),
-        ),
+        (_col("Last Schedule"), lambda o: (
+            age(_g(o, "status", "lastScheduleTime")) if _g(o, "status", "lastScheduleTime") else "<none>")),
+        (AGE, _meta_age),
+        *_workload(("spec", "jobTemplate", "spec", "template", "spec"),
+                   lambda o: _format_selector(_g(o, "spec", "jobTemplate", "spec", "selector"))),
     ],
     ("autoscaling", "HorizontalPodAutoscaler"): [
         (_col("Reference"), lambda o: f"{_g(o, 'spec', 'scaleTargetRef', 'kind', default='')}/"
@@ -281,8 +439,45 @@ _BUILTIN: dict[tuple[str, str], list[tuple[Column, Callable[[dict[str, Any]], An
     ("coordination.k8s.io", "Lease"): [
         (_col("Holder"), lambda o: _g(o, "spec", "holderIdentity", default=""))
     ],
-    ("apiextensions.k8s.io", "CustomResourceDefinition"): [
-        (_col("Created At", "date"), lambda o: (o.get("metadata") or {}).get("creationTimestamp", ""))
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): [(CREATED_AT, _created_at)],
+    ("rbac.authorization.k8s.io", "Role"): [(CREATED_AT, _created_at)],
+    ("rbac.authorization.k8s.io", "ClusterRole"): [(CREATED_AT, _created_at)],
+    ("rbac.authorization.k8s.io", "RoleBinding"): _binding_columns(),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): _binding_columns(),
+    ("scheduling.k8s.io", "PriorityClass"): [
+        (_col("Value", "integer"), lambda o: o.get("value", 0)),
+        (_col("Global-Default", "boolean"), lambda o: bool(o.get("globalDefault", False))),
+        (AGE, _meta_age),
+        (_col("PreemptionPolicy"), lambda o: o.get("preemptionPolicy", "PreemptLowerPriority")),
+    ],
+    ("policy", "PodDisruptionBudget"): [
+        (_col("Min Available"), _pdb_value("minAvailable")),
+        (_col("Max Unavailable"), _pdb_value("maxUnavailable")),
+        (_col("Allowed Disruptions", "integer"), lambda o: _g(o, "status", "disruptionsAllowed", default=0)),
+    ],
+    ("networking.k8s.io", "Ingress"): [
+        (_col("Class"), lambda o: _g(o, "spec", "ingressClassName", default="<none>")),
+        (_col("Hosts"), _ingress_hosts),
+        (_col("Address"), _ingress_address),
+        (_col("Ports"), _ingress_ports),
+    ],
+    ("networking.k8s.io", "IngressClass"): [
+        (_col("Controller"), lambda o: _g(o, "spec", "controller", default="")),
+        (_col("Parameters"), lambda o: "<none>" if not _g(o, "spec", "parameters") else
+         f"{_g(o, 'spec', 'parameters', 'kind', default='')}/"
+         f"{_g(o, 'spec', 'parameters', 'name', default='')}"),
+    ],
+    ("apiregistration.k8s.io", "APIService"): [
+        (_col("Service"), lambda o: "Local" if not _g(o, "spec", "service") else
+         f"{_g(o, 'spec', 'service', 'namespace', default='')}/"
+         f"{_g(o, 'spec', 'service', 'name', default='')}"),
+        (_col("Available"), _apiservice_available),
+    ],
+    ("storage.k8s.io", "StorageClass"): [
+        (_col("Provisioner"), lambda o: o.get("provisioner", "")),
+        (_col("ReclaimPolicy"), lambda o: o.get("reclaimPolicy", "Delete")),
+        (_col("VolumeBindingMode"), lambda o: o.get("volumeBindingMode", "Immediate")),
+        (_col("AllowVolumeExpansion", "boolean"), lambda o: bool(o.get("allowVolumeExpansion", False))),
     ],
 }
 
@@ -299,8 +494,10 @@ def columns_for(rtype: ResourceType) -> list[tuple[Column, Callable[[dict[str, A
             path = pc.get("jsonPath", "")
             out.append((col, functools.partial(_printer_cell, path=path, type_=type_)))
         return out
-    out.extend(_BUILTIN.get((rtype.group, rtype.kind), []))
-    if (rtype.group, rtype.kind) != ("apiextensions.k8s.io", "CustomResourceDefinition"):
+    columns = _BUILTIN.get((rtype.group, rtype.kind), [])
+    out.extend(columns)
+    # Age last unless the printer places it (or, like Roles and CRDs, shows Created At instead)
+    if not any(col is AGE or col is CREATED_AT for col, _ in columns):
         out.append((AGE, _meta_age))
     return out
 

@@ -52,3 +52,11 @@ def age(timestamp: str | None) -> str:
     if t is None:
         return "<unknown>"
     return human_duration((now() - t).total_seconds())
+
+
+def duration_between(start: str, end: str) -> str:
+    """``HumanDuration(end - start)`` (a finished Job's Duration column); empty if either does not parse."""
+    a, b = parse(start), parse(end)
+    if a is None or b is None:
+        return ""
+    return human_duration((b - a).total_seconds())

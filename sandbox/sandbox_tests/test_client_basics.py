@@ -104,7 +104,7 @@ def _raw(api, method: str, path: str, body=None, content_type: str = "applicatio
 def test_error_status_objects(api):
     status, body = _raw(api, "POST", "/api/v1/namespaces/default/configmaps", body="{not json")
     assert status == 400 and body["kind"] == "Status" and body["reason"] == "BadRequest"
-    status, body = _raw(api, "GET", "/apis/nothing.example.com/v1/things")
+    status, body = _raw(api, "GET", "/apis/apps/v9/things")  # a served group's unknown version: a Status
     assert status == 404 and body["reason"] == "NotFound"
     status, body = _raw(api, "GET", "/api/v1/namespaces/default/nonsense")
     assert status == 404

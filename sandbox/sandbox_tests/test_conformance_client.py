@@ -71,7 +71,7 @@ KINDS = [
         },
         namespaced=False,
     ),
-    Kind("CoreV1Api", "pod", "/pods", {"spec": POD_SPEC}),
+    Kind("CoreV1Api", "pod", "/pods", {"spec": POD_SPEC}, generation=True),  # since 1.33
     Kind(
         "CoreV1Api",
         "event",
@@ -221,8 +221,7 @@ KINDS = [
                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"},
                 "maxReplicas": 3,
             }
-        },
-        generation=True,
+        },  # no generation: the real 1.36 server sets none (tests/differential, deployment_rollout)
     ),
     Kind(
         "StorageV1Api",
@@ -265,6 +264,7 @@ KINDS = [
         "scheduling.k8s.io/priorityclasses",
         {"value": 100},
         namespaced=False,
+        generation=True,
     ),
     Kind("NodeV1Api", "runtime_class", "node.k8s.io/runtimeclasses", {"handler": "runc"}, namespaced=False),
     Kind(

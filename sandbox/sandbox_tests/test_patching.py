@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ansible_operator_sandbox.patching import (
+    REJECTED,
     PatchError,
     apply_patch,
     json_patch,
@@ -90,14 +91,11 @@ def test_json_patch_accepts_raw_json_text() -> None:
 @pytest.mark.parametrize(
     ("ops", "code", "fragment"),
     [
-        ([{"op": "test", "path": "/a", "value": 2}], 422, "testing value /a failed"),
-        (
-            [{"op": "remove", "path": "/missing"}],
-            422,
-            'remove operation does not apply: doc is missing path: "/missing"',
-        ),
-        ([{"op": "replace", "path": "/x/y", "value": 1}], 422, "replace operation does not apply"),
-        ([{"op": "add", "path": "/x/y", "value": 1}], 422, "add operation does not apply"),
+        # kube-apiserver 1.36 answers each with a bare 422 (tests/differential, configmap_verbs)
+        ([{"op": "test", "path": "/a", "value": 2}], 422, REJECTED),
+        ([{"op": "remove", "path": "/missing"}], 422, REJECTED),
+        ([{"op": "replace", "path": "/x/y", "value": 1}], 422, REJECTED),
+        ([{"op": "add", "path": "/x/y", "value": 1}], 422, REJECTED),
         ([{"op": "frobnicate", "path": "/a"}], 400, "invalid JSON patch"),
         ([{"path": "/a"}], 400, "has no 'op'"),
         ([{"op": "add", "value": 1}], 400, "has no 'path'"),

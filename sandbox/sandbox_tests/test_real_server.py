@@ -73,7 +73,12 @@ def test_pod_create_time_defaults(api):
         "node.kubernetes.io/not-ready",
         "node.kubernetes.io/unreachable",
     }
-    assert pod.metadata.generation is None
+    assert pod.metadata.generation == 1  # since 1.33 (PodObservedGenerationTracking)
+    # the ServiceAccount admission plugin's projected token volume, mounted in every container
+    volume = next(v for v in pod.spec.volumes if v.name.startswith("kube-api-access-"))
+    assert [s.config_map.name for s in volume.projected.sources if s.config_map] == ["kube-root-ca.crt"]
+    assert [(m.name, m.mount_path, m.read_only) for m in c.volume_mounts] == [
+        (volume.name, "/var/run/secrets/kubernetes.io/serviceaccount", True)]
     guaranteed = core.create_namespaced_pod("default", {"metadata": {"name": "g"}, "spec": {"containers": [
         {"name": "c", "image": "busybox:1.36", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}})
     assert guaranteed.status.qos_class == "Guaranteed"

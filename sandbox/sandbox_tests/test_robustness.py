@@ -133,6 +133,8 @@ def test_random_requests_never_500(sandbox: SandboxHandle):
         status, body = _request(url, method, rng.choice(BODIES), rng.choice(CONTENT_TYPES))
         seen.add(status)
         assert status < 500, (method, url, status, body[:300])
+        if status == 404 and body == b"404 page not found\n":  # a group nobody serves, as the real mux
+            continue
         if status >= 400:
             doc = json.loads(body)
             assert doc["kind"] == "Status" and doc["code"] == status and doc["status"] == "Failure"

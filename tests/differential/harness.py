@@ -39,8 +39,15 @@ TIMESTAMP = re.compile(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{
 # kubectl's ages and durations: 5s, 3m2s, 10m, 2d3h, 4h5m, <invalid>, also "5s ago" in describe
 AGE = re.compile(r"(?<![\w.:/-])(\d+[smhdy]){1,2}(?![\w.:/-])|<invalid>")
 IPV4 = re.compile(r"\b(?:10|172|192|127)\.\d{1,3}\.\d{1,3}\.\d{1,3}\b")
-# names made from generateName or by controllers: <base>-<5 chars> or a pod-template hash
-GENERATED = re.compile(r"\b([a-z0-9]+(?:-[a-z0-9]+)*?)-(?:[a-f0-9]{8,10}-)?[bcdfghjklmnpqrstvwxz2456789]{5}\b")
+# What controllers and generateName make (apimachinery's rand.SafeEncodeString alphabet): a pod-template
+# hash (a hash of the Go struct's printed form, which only Go reproduces) and 5-character name suffixes
+SAFE_ENCODED = re.compile(r"(?<=-)[bcdfghjklmnpqrstvwxz2456789]{5}(?:[bcdfghjklmnpqrstvwxz2456789]{3,5})?\b")
+TEMPLATE_HASH = re.compile(r"(pod-template-hash[=:]\s*\"?)[bcdfghjklmnpqrstvwxz2456789]{8,10}")
+# each server's own certificate (kubectl auth whoami's credential id)
+FINGERPRINT = re.compile(r"X509SHA256=[0-9a-f]{64}")
+# kubectl diff's temporary directories and file times
+DIFF_DIR = re.compile(r"/tmp/(LIVE|MERGED)-\d+")
+FILE_TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d+ [+-]\d{4}")
 RESOURCE_VERSION = re.compile(r'("resourceVersion":\s*")\d+(")')
 SPACES = re.compile(r"[ \t]+")
 
@@ -59,6 +66,11 @@ class Normaliser:
         text = TIMESTAMP.sub("<time>", text)
         text = IPV4.sub("<ip>", text)
         text = RESOURCE_VERSION.sub(r"\1<rv>\2", text)
+        text = TEMPLATE_HASH.sub(r"\1<hash>", text)
+        text = SAFE_ENCODED.sub("<hash>", text)
+        text = FINGERPRINT.sub("X509SHA256=<fingerprint>", text)
+        text = DIFF_DIR.sub(r"/tmp/\1-<n>", text)
+        text = FILE_TIME.sub("<time>", text)
         for pattern, replacement in self.extra:
             text = pattern.sub(replacement, text)
         lines = []
@@ -133,10 +145,20 @@ class Client:
 
     # -- recorded
     def record(self, key: str, seen: Any) -> Any:
+        key = key.replace(self.namespace, "NS")
         if any(step.key == key for step in self.steps):
             raise ValueError(f"step {key!r} recorded twice: give it a key of its own")
         self.steps.append(Step(key, seen))
         return seen
+
+    def rollout_status(self, target: str, key: str | None = None) -> None:
+        """``kubectl rollout status`` until done; only its exit code and last line are compared (the
+        progress lines before it follow the controllers' timing)."""
+        done = self.run_kubectl("rollout", "status", target, "--timeout=150s")
+        last = (done.stdout.strip().splitlines() or [""])[-1]
+        self.record(key or f"kubectl rollout status {target}",
+                    {"rc": done.returncode, "last line": self.norm.text(last),
+                     "stderr": self.norm.text(done.stderr)})
 
     def kubectl(self, *args: str, input: str | None = None, key: str | None = None, json_out: bool = False,
                 check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -218,7 +240,8 @@ class Outcome:
         parts = []
         if self.unexpected:
             parts.append("the sandbox differs from the real API server (fix the sandbox, or list the step in"
-                         f" tests/differential/allowlist.yaml with a reason):\n\n" + "\n\n".join(self.unexpected))
+                         " tests/differential/allowlist.yaml with a reason):\n\n"
+                         + "\n\n".join(self.unexpected))
         if self.stale:
             parts.append("allow-listed steps that no longer differ: remove them from"
                          " tests/differential/allowlist.yaml (the list only shrinks):\n  "

@@ -72,7 +72,10 @@ def configmap_verbs(c: Client) -> None:
     c.kubectl("get", "configmap", "--show-labels")
     c.kubectl("patch", "configmap", "cm1", "--type=merge", "-p", '{"data":{"c":"d"}}')
     c.kubectl("patch", "configmap", "cm1", "--type=json", "-p", '[{"op":"add","path":"/data/e","value":"f"}]')
-    c.kubectl("patch", "configmap", "cm1", "--type=json", "-p", '[{"op":"test","path":"/data/a","value":"x"}]')
+    c.kubectl("patch", "configmap", "cm1", "--type=json", "-p",
+              '[{"op":"test","path":"/data/a","value":"x"}]')
+    c.kubectl("patch", "configmap", "cm1", "--type=json", "-p", '[{"op":"remove","path":"/data/missing"}]')
+    c.kubectl("patch", "configmap", "cm1", "--type=json", "-p", '[{"op":"replace","path":"/x/y","value":1}]')
     c.kubectl("patch", "configmap", "cm1", "--type=strategic", "-p", '{"data":{"g":"h"}}')
     c.kubectl("patch", "configmap", "cm1", "--type=merge", "-p", "{not json")
     c.kubectl("get", "configmap", "cm1", "-o", "jsonpath={.data}")
@@ -145,6 +148,8 @@ def imperative_create(c: Client) -> None:
         done = c.kubectl(*args)
         if done.returncode != 0:
             continue
+        if kind == "resourcequota":  # the quota controller's first status, not the race with it
+            c.run_kubectl("wait", f"{kind}/{name}", "--for=jsonpath={.status.hard.pods}=10", WAIT)
         c.kubectl("get", kind, name)
         c.kubectl("get", kind, name, "-o", "wide")
         c.kubectl("get", kind, name, "-o", "json", json_out=True)
@@ -168,7 +173,7 @@ def job_to_completion(c: Client) -> None:
 @scenario
 def deployment_rollout(c: Client) -> None:
     c.kubectl("create", "deployment", "web", "--image=nginx:1.26", "--replicas=2")
-    c.kubectl("rollout", "status", "deployment/web", WAIT)
+    c.rollout_status("deployment/web")
     c.kubectl("get", "deployment", "web")
     c.kubectl("get", "deployment", "web", "-o", "wide")
     c.kubectl("get", "deployment", "web", "-o",
@@ -178,25 +183,27 @@ def deployment_rollout(c: Client) -> None:
     c.kubectl("get", "deployment", "web", "-o", "jsonpath={.status.conditions[*].reason}",
               key="deployment condition reasons")
     c.kubectl("set", "image", "deployment/web", "nginx=nginx:1.27")
-    c.kubectl("rollout", "status", "deployment/web", WAIT, key="rollout status after set image")
+    c.rollout_status("deployment/web", key="rollout status after set image")
     c.kubectl("rollout", "history", "deployment/web")
     c.kubectl("rollout", "history", "deployment/web", "--revision=1")
     c.kubectl("rollout", "undo", "deployment/web")
-    c.kubectl("rollout", "status", "deployment/web", WAIT, key="rollout status after undo")
+    c.rollout_status("deployment/web", key="rollout status after undo")
     c.kubectl("get", "deployment", "web", "-o", "jsonpath={.spec.template.spec.containers[0].image}",
               key="image after undo")
     c.kubectl("rollout", "pause", "deployment/web")
     c.kubectl("rollout", "pause", "deployment/web", key="pause again")
     c.kubectl("rollout", "resume", "deployment/web")
     c.kubectl("rollout", "restart", "deployment/web")
-    c.kubectl("rollout", "status", "deployment/web", WAIT, key="rollout status after restart")
+    c.rollout_status("deployment/web", key="rollout status after restart")
     c.kubectl("scale", "deployment/web", "--replicas=3")
-    c.kubectl("rollout", "status", "deployment/web", WAIT, key="rollout status after scale")
+    c.rollout_status("deployment/web", key="rollout status after scale")
     c.kubectl("scale", "deployment/web", "--replicas=1", "--current-replicas=2")
     c.kubectl("get", "deployment", "web", "-o", "jsonpath={.spec.replicas}", key="replicas after scale")
-    c.kubectl("get", "replicasets", "-l", "app=web", "-o",
-              "jsonpath={range .items[*]}{.metadata.annotations.deployment\\.kubernetes\\.io/revision}"
-              " {.spec.replicas}{'\\n'}{end}", key="replicasets: revision and replicas")
+    done = c.run_kubectl("get", "replicasets", "-l", "app=web", "-o",
+                         "jsonpath={range .items[*]}"
+                         "{.metadata.annotations.deployment\\.kubernetes\\.io/revision}"
+                         " {.spec.replicas}{'\\n'}{end}")
+    c.record("replicasets: revision and replicas", (done.returncode, sorted(done.stdout.split("\n"))))
     c.kubectl("set", "env", "deployment/web", "MODE=test")
     c.kubectl("set", "resources", "deployment/web", "--limits=cpu=200m,memory=64Mi")
     c.kubectl("get", "deployment", "web", "-o", "jsonpath={.spec.template.spec.containers[0]}",
@@ -210,7 +217,7 @@ def delete_cascades(c: Client) -> None:
     for name in ("orphan", "fg", "bg"):
         c.run_kubectl("create", "deployment", name, "--image=nginx:1.27")
     for name in ("orphan", "fg", "bg"):
-        c.kubectl("rollout", "status", f"deployment/{name}", WAIT)
+        c.rollout_status(f"deployment/{name}")
     c.kubectl("delete", "deployment", "orphan", "--cascade=orphan")
     c.kubectl("delete", "deployment", "fg", "--cascade=foreground")
     c.kubectl("delete", "deployment", "bg", "--cascade=background")
@@ -267,9 +274,9 @@ def discovery(c: Client) -> None:
 @scenario
 def events_and_describe(c: Client) -> None:
     c.kubectl("create", "deployment", "ev", "--image=nginx:1.27")
-    c.kubectl("rollout", "status", "deployment/ev", WAIT)
+    c.rollout_status("deployment/ev")
     c.kubectl("scale", "deployment/ev", "--replicas=2")
-    c.kubectl("rollout", "status", "deployment/ev", WAIT, key="rollout status after scale")
+    c.rollout_status("deployment/ev", key="rollout status after scale")
     done = c.run_kubectl("get", "events", "-o", "json")
     events = json.loads(done.stdout)["items"] if done.returncode == 0 else []
     # which controllers told what, about which kind (not how often or when)
@@ -356,3 +363,7 @@ def raw_http(c: Client) -> None:
     c.http("DELETE", f"{base}/raw?dryRun=All", key="DELETE missing dry-run")
     c.http("GET", f"/api/v1/namespaces/{ns}/nosuchresource", key="GET unknown resource")
     c.http("GET", "/apis/nosuchgroup.example.com/v1", key="GET unknown group")
+    c.http("GET", "/apis/nosuchgroup.example.com/v1/things", key="GET unknown group's resource")
+    c.http("GET", "/apis/apps/v9/deployments", key="GET unknown version of a served group")
+    c.http("GET", "/api/v2", key="GET unknown core version")
+    c.http("GET", "/nosuchpath", key="GET unknown path")

@@ -115,10 +115,13 @@ def test_rapid_edits_coalesce(cluster: Cluster, start_operator) -> None:
     # slower than a run); what coalescing guarantees does not: no generation runs twice, runs follow the
     # generations in order, the final one runs once, and not one run per edit. (A run held in flight
     # through a burst, so exactly one follow-up: tests/e2e/test_generations.py.)
+    # A run that failed (a loaded API server can time a task out) is retried on the same generation:
+    # that is a retry, not a lost coalescing, so only successful runs count.
     runs = sorted(op.runs("busy"), key=lambda r: (r["started"], r["generation"]))
-    generations = [r["generation"] for r in runs]
-    assert generations == sorted(set(generations)), generations
-    assert generations[-1] == 21 and len(runs) < 21, generations
+    seen = [(r["generation"], r["result"]) for r in runs]
+    generations = [r["generation"] for r in runs if r["result"] == "successful"]
+    assert generations == sorted(set(generations)), seen
+    assert generations[-1] == 21 and len(runs) < 21, seen
 
 
 def test_cr_values_are_inert_to_jinja(cluster: Cluster, start_operator) -> None:
