@@ -606,6 +606,23 @@ class Api:
                 new.pop("status", None)
             else:
                 new["status"] = status
+        elif subresource == "ephemeralcontainers":  # pods: only spec.ephemeralContainers, and only added to
+            wanted = (new.get("spec") or {}).get("ephemeralContainers") or []
+            new = copy.deepcopy(view)
+            existing = (view.get("spec") or {}).get("ephemeralContainers") or []
+            if not isinstance(wanted, list):
+                wanted = []
+            kept = {c.get("name"): c for c in wanted if isinstance(c, dict)}
+            removed = [c.get("name", "") for c in existing if c.get("name") not in kept]
+            changed = [c.get("name", "") for c in existing
+                       if c.get("name") in kept and kept[c.get("name")] != c]
+            for names, verb in ((removed, "removed"), (changed, "changed")):
+                if names:  # ValidatePodEphemeralContainersUpdate's wording (the newline is its own)
+                    quoted = ", ".join(json.dumps(n) for n in names)
+                    raise self._invalid(rtype, name, [schema.forbidden(
+                        "spec.ephemeralContainers",
+                        f"existing ephemeral containers {quoted} may not be {verb}\n")])
+            new.setdefault("spec", {})["ephemeralContainers"] = wanted
         elif subresource in (None, "finalize"):
             if subresource == "finalize":  # namespaces: only spec.finalizers may change
                 spec = new.get("spec")

@@ -26,6 +26,7 @@ from ansible_operator_sandbox.errors import ApiError
 from ansible_operator_sandbox.timeutil import now, rfc3339
 
 NODE_NAME = "sandbox-node"
+NODE_LEASE_NAMESPACE = "kube-node-lease"
 NODE_IP = "10.0.0.1"
 ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 DEFAULT_SERVICE_ACCOUNT = "default"
@@ -86,6 +87,7 @@ class ClusterObjects:
 
     def ensure_all(self) -> None:
         self.ensure_node()
+        self.renew_node_lease()
         self.ensure_kubernetes_service()
         for _, ns in list(self.api.store.items("/namespaces")):
             self.ensure_namespace(ns["metadata"]["name"])
@@ -145,6 +147,24 @@ class ClusterObjects:
                 },
             },
         )
+
+    def renew_node_lease(self) -> None:
+        """The kubelet's heartbeat: the Node's Lease in kube-node-lease, renewed every 10 s (40 s)."""
+        lease_type = self._type("coordination.k8s.io", "leases")
+        node = self.api.store.peek(("/nodes", "", NODE_NAME))
+        if node is None or self.api.store.peek(("/namespaces", "", NODE_LEASE_NAMESPACE)) is None:
+            return
+        now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        lease = self.api.store.peek(("coordination.k8s.io/leases", NODE_LEASE_NAMESPACE, NODE_NAME))
+        if lease is None:
+            self._create(lease_type, NODE_LEASE_NAMESPACE, {
+                "metadata": {"name": NODE_NAME, "namespace": NODE_LEASE_NAMESPACE, "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Node", "name": NODE_NAME, "uid": node["metadata"]["uid"]}]},
+                "spec": {"holderIdentity": NODE_NAME, "leaseDurationSeconds": 40, "renewTime": now}})
+            return
+        body = copy.deepcopy(lease)
+        body.setdefault("spec", {})["renewTime"] = now
+        self.api.update(lease_type, NODE_LEASE_NAMESPACE, NODE_NAME, body)
 
     def ensure_node(self) -> None:
         if self.api.store.peek(("/nodes", "", NODE_NAME)) is not None:

@@ -8,6 +8,7 @@ them.
 from __future__ import annotations
 
 import copy
+import hashlib
 from typing import Any
 
 from ansible_operator_sandbox.api import Api
@@ -119,7 +120,7 @@ class EndpointsControl:
     def _slice(self, svc: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         meta = svc["metadata"]
         labels = dict(meta.get("labels") or {}, **{SERVICE_NAME: meta["name"], MANAGED_BY: SLICE_CONTROLLER})
-        name = f"{meta['name']}-{meta['uid'][:5]}"[:63]
+        name = f"{meta['name'][:57]}-{_suffix(meta['uid'])}"
         body = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                 "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels,
                              "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": meta["name"],
@@ -135,3 +136,13 @@ class EndpointsControl:
                 "ports": self._ports(svc, pods)}
         self._write(self._type("discovery.k8s.io", "endpointslices"), meta["namespace"], name, body,
                     ("endpoints", "ports", "addressType"))
+
+
+_SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's rand.String, as generateName uses
+
+
+def _suffix(uid: str) -> str:
+    """The slice's generateName suffix, derived from the Service's uid so that every sync finds the same
+    slice (the real controller generates it once and finds it again by label)."""
+    digest = hashlib.sha256(uid.encode()).digest()
+    return "".join(_SAFE_ALPHABET[b % len(_SAFE_ALPHABET)] for b in digest[:5])

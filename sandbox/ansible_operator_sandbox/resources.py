@@ -89,7 +89,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     _b("", "v1", "ServiceAccount", "serviceaccounts", True, ("sa",), ("token",)),
     _b("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", True, ("pvc",), ("status",)),
     _b("", "v1", "PersistentVolume", "persistentvolumes", False, ("pv",), ("status",)),
-    _b("", "v1", "Pod", "pods", True, ("po",), ("status", "eviction"), _ALL),
+    _b("", "v1", "Pod", "pods", True, ("po",), ("status", "eviction", "ephemeralcontainers"), _ALL),
     _b("", "v1", "Event", "events", True, ("ev",), ()),
     _b("", "v1", "Endpoints", "endpoints", True, ("ep",), ()),
     _b("", "v1", "Node", "nodes", False, ("no",), ("status",)),

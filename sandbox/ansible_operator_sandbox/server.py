@@ -116,6 +116,23 @@ def _page_not_found() -> web.Response:
     """What kube-apiserver's mux answers for a path no API group/version serves (plain text)."""
     return web.Response(status=404, text="404 page not found\n")
 
+
+def _csr_requestor(body: Any, user: auth.UserInfo | None) -> None:
+    """The CSR registry's PrepareForCreate: spec.username/uid/groups/extra are the requesting user's,
+    whatever the body says (non-secure mode: everyone is the admin)."""
+    if not isinstance(body, dict) or not isinstance(body.get("spec"), dict):
+        return
+    user = user or auth.UserInfo(auth.ADMIN_USER, (auth.MASTERS, auth.AUTHENTICATED))
+    spec = body["spec"]
+    for field in ("username", "uid", "groups", "extra"):
+        spec.pop(field, None)
+    spec["username"] = user.name
+    if user.uid:
+        spec["uid"] = user.uid
+    spec["groups"] = list(user.groups)
+    if user.extra:
+        spec["extra"] = {k: list(v) for k, v in user.extra.items()}
+
 def _list_items(rtype: ResourceType, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A typed list's items carry no apiVersion/kind on a real server (the list names them once); custom
     resources' (unstructured) items keep theirs."""
@@ -485,6 +502,8 @@ class ApiServer:
             return await self._review(request, route)
         body = await self._body(request)
         warnings: list[str] = []
+        if (route.rtype.group, route.rtype.kind) == ("certificates.k8s.io", "CertificateSigningRequest"):
+            _csr_requestor(body, request.get(USER_KEY))
         obj = self.api.create(route.rtype, route.namespace, body, self._write_opts(request), warnings)
         return _json(obj, 201, self._warning_headers(warnings))
 

@@ -35,6 +35,7 @@ import asyncio
 import copy
 import datetime as dt
 import logging
+import time
 from typing import Any, Callable
 
 from croniter import croniter
@@ -62,6 +63,7 @@ log = logging.getLogger(__name__)
 
 DELAY = 0.15  # seconds between a change and the simulated controller's status write
 CRON_TICK = 0.5
+NODE_LEASE_RENEW = 10.0  # the kubelet's heartbeat interval
 FAIL_ANNOTATION = "sandbox.ansible-operator.dev/fail"
 
 _WORKLOADS = {"apps/deployments", "apps/statefulsets", "apps/replicasets", "apps/daemonsets",
@@ -588,11 +590,18 @@ class Simulator:
 
     # ---- cronjobs --------------------------------------------------------------------------------
     async def _cron_loop(self) -> None:
+        last_heartbeat = 0.0
         while self._running:
             try:
                 self._cron_tick()
             except Exception:
                 log.exception("simulated CronJob controller failed")
+            if time.monotonic() - last_heartbeat >= NODE_LEASE_RENEW:
+                last_heartbeat = time.monotonic()
+                try:
+                    self.cluster.renew_node_lease()
+                except ApiError as e:
+                    log.debug("node lease: %s", e.message)
             await asyncio.sleep(CRON_TICK)
 
     def _cron_tick(self) -> None:

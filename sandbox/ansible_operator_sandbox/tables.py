@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from ansible_operator_sandbox import conversion
 from ansible_operator_sandbox.resources import ResourceType
-from ansible_operator_sandbox.timeutil import age, duration_between
+from ansible_operator_sandbox.timeutil import age, duration_between, human_duration
 
 Column = dict[str, Any]
 
@@ -313,6 +313,58 @@ def _job_duration(o: dict[str, Any]) -> str:
     return age(start) if not end else duration_between(start, end)
 
 
+def _node_status(o: dict[str, Any]) -> str:
+    ready = next((c.get("status") for c in _g(o, "status", "conditions", default=[]) or []
+                  if c.get("type") == "Ready"), None)
+    text = {"True": "Ready", "False": "NotReady"}.get(str(ready), "Unknown")
+    return text + (",SchedulingDisabled" if _g(o, "spec", "unschedulable") else "")
+
+
+def _node_roles(o: dict[str, Any]) -> str:
+    labels = (o.get("metadata") or {}).get("labels") or {}
+    roles = {k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/") and "/" in k}
+    if labels.get("kubernetes.io/role"):
+        roles.add(labels["kubernetes.io/role"])
+    return ",".join(sorted(r for r in roles if r)) or "<none>"
+
+
+def _node_address(kind: str) -> Cell:
+    return lambda o: next((a.get("address") for a in _g(o, "status", "addresses", default=[]) or []
+                           if a.get("type") == kind), "<none>")
+
+
+def _node_info(field: str) -> Cell:
+    return lambda o: _g(o, "status", "nodeInfo", field, default="") or "<unknown>"
+
+
+def _slice_ports(o: dict[str, Any]) -> str:
+    ports = o.get("ports")
+    if ports is None:
+        return "<unset>"
+    return ",".join(str(p.get("port", "<unset>")) for p in ports if isinstance(p, dict)) or "<unset>"
+
+
+def _slice_endpoints(o: dict[str, Any]) -> str:
+    addresses = [a for e in o.get("endpoints") or [] for a in (e.get("addresses") or [])]
+    if not addresses:
+        return "<unset>"
+    shown = ",".join(addresses[:3])
+    return shown + (f" + {len(addresses) - 3} more..." if len(addresses) > 3 else "")
+
+
+def _csr_condition(o: dict[str, Any]) -> str:
+    types = [c.get("type") for c in _g(o, "status", "conditions", default=[]) or []]
+    words = [t for t in ("Approved", "Denied", "Failed") if t in types]
+    if _g(o, "status", "certificate"):
+        words.append("Issued")
+    return ",".join(words) or "Pending"
+
+
+def _csr_duration(o: dict[str, Any]) -> str:
+    seconds = _g(o, "spec", "expirationSeconds")
+    return human_duration(float(seconds)) if seconds else "<none>"
+
+
 def _apiservice_available(o: dict[str, Any]) -> str:
     for c in _g(o, "status", "conditions", default=[]) or []:
         if c.get("type") == "Available":
@@ -362,13 +414,6 @@ _BUILTIN: dict[tuple[str, str], list[tuple[Column, Cell]]] = {
         (_wide("Node"), lambda o: _g(o, "spec", "nodeName", default="<none>")),
         (_wide("Nominated Node"), lambda o: _g(o, "status", "nominatedNodeName", default="<none>")),
         (_wide("Readiness Gates"), _readiness_gates),
-    ],
-    ("", "Event"): [
-        (_col("Type"), lambda o: o.get("type", "")),
-        (_col("Reason"), lambda o: o.get("reason", "")),
-        (_col("Object"), lambda o: (f"{_g(o, 'involvedObject', 'kind', default='')}/"
-                                    f"{_g(o, 'involvedObject', 'name', default='')}".lower())),
-        (_col("Message"), lambda o: o.get("message", "")),
     ],
     ("", "ResourceQuota"): [(_col("Request"), _quota(False)), (_col("Limit"), _quota(True))],
     ("", "Endpoints"): [
@@ -467,6 +512,29 @@ _BUILTIN: dict[tuple[str, str], list[tuple[Column, Cell]]] = {
          f"{_g(o, 'spec', 'parameters', 'kind', default='')}/"
          f"{_g(o, 'spec', 'parameters', 'name', default='')}"),
     ],
+    ("", "Node"): [
+        (_col("Status"), _node_status),
+        (_col("Roles"), _node_roles),
+        (AGE, _meta_age),
+        (_col("Version"), lambda o: _g(o, "status", "nodeInfo", "kubeletVersion", default="")),
+        (_wide("Internal-IP"), _node_address("InternalIP")),
+        (_wide("External-IP"), _node_address("ExternalIP")),
+        (_wide("OS-Image"), _node_info("osImage")),
+        (_wide("Kernel-Version"), _node_info("kernelVersion")),
+        (_wide("Container-Runtime"), _node_info("containerRuntimeVersion")),
+    ],
+    ("discovery.k8s.io", "EndpointSlice"): [
+        (_col("AddressType"), lambda o: o.get("addressType", "")),
+        (_col("Ports"), _slice_ports),
+        (_col("Endpoints"), _slice_endpoints),
+    ],
+    ("certificates.k8s.io", "CertificateSigningRequest"): [
+        (AGE, _meta_age),
+        (_col("SignerName"), lambda o: _g(o, "spec", "signerName", default="")),
+        (_col("Requestor"), lambda o: _g(o, "spec", "username", default="")),
+        (_col("RequestedDuration"), _csr_duration),
+        (_col("Condition"), _csr_condition),
+    ],
     ("apiregistration.k8s.io", "APIService"): [
         (_col("Service"), lambda o: "Local" if not _g(o, "spec", "service") else
          f"{_g(o, 'spec', 'service', 'namespace', default='')}/"
@@ -482,8 +550,42 @@ _BUILTIN: dict[tuple[str, str], list[tuple[Column, Cell]]] = {
 }
 
 
+def _event_time(first: bool) -> Cell:
+    """Last Seen / First Seen: the legacy timestamp, else the (micro) eventTime, as an age."""
+    def cell(o: dict[str, Any]) -> str:
+        stamp = o.get("firstTimestamp" if first else "lastTimestamp") or o.get("eventTime")
+        return age(stamp) if stamp else "<unknown>"
+    return cell
+
+
+def _event_source(o: dict[str, Any]) -> str:
+    """formatEventSource: ``component, host``, or the reporting controller of a new-style Event."""
+    source = o.get("source") or {}
+    if source.get("component"):
+        return ", ".join(v for v in (source.get("component"), source.get("host")) if v)
+    return o.get("reportingComponent") or ""
+
+
+# printEvent's columns: Name is not first (it is a wide column at the end), and there is no Age.
+_EVENT_COLUMNS: list[tuple[Column, Cell]] = [
+    (_col("Last Seen"), _event_time(False)),
+    (_col("Type"), lambda o: o.get("type", "")),
+    (_col("Reason"), lambda o: o.get("reason", "")),
+    (_col("Object"), lambda o: f"{str(_g(o, 'involvedObject', 'kind', default='')).lower()}/"
+                               f"{_g(o, 'involvedObject', 'name', default='')}"),
+    (_wide("Subobject"), lambda o: _g(o, "involvedObject", "fieldPath", default="")),
+    (_wide("Source"), _event_source),
+    (_col("Message"), lambda o: str(o.get("message", "")).strip()),
+    (_wide("First Seen"), _event_time(True)),
+    (_wide("Count"), lambda o: o.get("count", 0)),
+    (_col("Name", fmt="name", priority=1), lambda o: (o.get("metadata") or {}).get("name", "")),
+]
+
+
 def columns_for(rtype: ResourceType) -> list[tuple[Column, Callable[[dict[str, Any]], Any]]]:
     """(column definition, cell function) pairs, Name first."""
+    if rtype.builtin and (rtype.group, rtype.kind) == ("", "Event"):
+        return list(_EVENT_COLUMNS)
     out: list[tuple[Column, Callable[[dict[str, Any]], Any]]] = [
         (NAME, lambda o: (o.get("metadata") or {}).get("name", ""))]
     if not rtype.builtin and rtype.printer_columns:

@@ -49,6 +49,8 @@ FINGERPRINT = re.compile(r"X509SHA256=[0-9a-f]{64}")
 DIFF_DIR = re.compile(r"/tmp/(LIVE|MERGED)-\d+")
 FILE_TIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d+ [+-]\d{4}")
 RESOURCE_VERSION = re.compile(r'("resourceVersion":\s*")\d+(")')
+# Event names: <object>.<unix nanoseconds in hex>
+EVENT_SUFFIX = re.compile(r"(?<=[a-z0-9])\.[0-9a-f]{15,16}\b")
 SPACES = re.compile(r"[ \t]+")
 
 
@@ -71,6 +73,7 @@ class Normaliser:
         text = FINGERPRINT.sub("X509SHA256=<fingerprint>", text)
         text = DIFF_DIR.sub(r"/tmp/\1-<n>", text)
         text = FILE_TIME.sub("<time>", text)
+        text = EVENT_SUFFIX.sub(".<hex>", text)
         for pattern, replacement in self.extra:
             text = pattern.sub(replacement, text)
         lines = []
@@ -90,7 +93,13 @@ class Normaliser:
                 out[key] = self.obj(item)
             return out
         if isinstance(value, list):
-            return [self.obj(item) for item in value]
+            items = [self.obj(item) for item in value]
+            if items and all(isinstance(i, dict) and "type" in i and "lastTransitionTime" in i
+                             for i in items):
+                # conditions: their order follows the history of transitions (a controller appends the
+                # one that changed last), which timing decides
+                items.sort(key=lambda i: str(i["type"]))
+            return items
         if isinstance(value, str):
             return self.text(value)
         return value

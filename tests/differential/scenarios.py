@@ -9,6 +9,8 @@ the namespace in their names (each run's own; normalised to ``NS``).
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 from typing import Any, Callable
 
 from .harness import Client
@@ -39,6 +41,13 @@ def bootstrap_objects(c: Client) -> None:
     c.kubectl("get", "prioritylevelconfigurations", "exempt", "-o", "name")
     c.kubectl("get", "serviceaccount", "default", "-o", "name")
     c.kubectl("get", "configmap", "kube-root-ca.crt", "-o", "name")
+    # (the holder is the kubelet's node name; kwok, the real control plane's kubelet here, writes its own id)
+    nodes = {n.split("/", 1)[1] for n in c.run_kubectl("get", "nodes", "-o", "name").stdout.split()}
+    leases = c.run_kubectl("get", "leases", "-n", "kube-node-lease", "-o", "jsonpath={range .items[*]}"
+                           "{.metadata.name} {.spec.leaseDurationSeconds}{'\\n'}{end}")
+    c.record("every Node has a heartbeat Lease (duration)",
+             sorted((name in nodes, duration) for name, _, duration in
+                    (line.partition(" ") for line in leases.stdout.splitlines())))
 
 
 @scenario
@@ -284,6 +293,14 @@ def events_and_describe(c: Client) -> None:
         (e["involvedObject"]["kind"], e["reason"], (e.get("source") or {}).get("component")
          or e.get("reportingComponent") or "")
         for e in events if e["involvedObject"]["kind"] in ("Deployment", "ReplicaSet")}))
+    # the table kubectl prints (rows sorted: two servers' events of one second come in either order)
+    for args in (("get", "events", "--field-selector=involvedObject.name=ev"),
+                 ("get", "events", "--field-selector=involvedObject.name=ev", "-o", "wide"),
+                 ("events", "--for=deployment/ev")):
+        done = c.run_kubectl(*args)
+        lines = c.norm.text(done.stdout).splitlines()
+        c.record("kubectl " + " ".join(args), (done.returncode, lines[:1], sorted(lines[1:]),
+                                               c.norm.text(done.stderr)))
     done = c.run_kubectl("describe", "deployment", "ev")
     c.record("describe deployment: section headings",
              [line.split(":", 1)[0] for line in done.stdout.splitlines() if line and not line[0].isspace()])
@@ -367,3 +384,234 @@ def raw_http(c: Client) -> None:
     c.http("GET", "/apis/apps/v9/deployments", key="GET unknown version of a served group")
     c.http("GET", "/api/v2", key="GET unknown core version")
     c.http("GET", "/nosuchpath", key="GET unknown path")
+
+
+@scenario
+def watch_sequence(c: Client) -> None:
+    """A watch from a list's resourceVersion sees ADDED, MODIFIED, DELETED in order, each with the object;
+    a watch from resourceVersion 0 starts with the current state as ADDED events."""
+    import threading
+
+    import kubernetes
+
+    api = c.api_client()
+    try:
+        core = kubernetes.client.CoreV1Api(api)
+        ns = c.namespace
+        core.create_namespaced_config_map(ns, {"metadata": {"name": "before"}, "data": {"v": "0"}})
+        rv = core.list_namespaced_config_map(ns).metadata.resource_version
+        seen: list[Any] = []
+        done = threading.Event()
+
+        def watch() -> None:
+            w = kubernetes.watch.Watch()
+            for event in w.stream(core.list_namespaced_config_map, ns, resource_version=rv,
+                                  timeout_seconds=60, field_selector="metadata.name=w"):
+                obj = event["object"]
+                seen.append((event["type"], obj.metadata.name, obj.data))
+                if event["type"] == "DELETED":
+                    w.stop()
+            done.set()
+
+        thread = threading.Thread(target=watch, daemon=True)
+        thread.start()
+        core.create_namespaced_config_map(ns, {"metadata": {"name": "w"}, "data": {"v": "1"}})
+        core.patch_namespaced_config_map("w", ns, {"data": {"v": "2"}})
+        core.delete_namespaced_config_map("w", ns)
+        done.wait(60)
+        c.record("watch from a list's resourceVersion", seen)
+        initial: list[Any] = []
+        w = kubernetes.watch.Watch()
+        for event in w.stream(core.list_namespaced_config_map, ns, resource_version="0", timeout_seconds=2):
+            initial.append((event["type"], event["object"].metadata.name))
+        c.record("watch from resourceVersion 0: the current state first", sorted(initial))
+    finally:
+        api.close()
+
+
+_PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  module_defaults:
+    group/kubernetes.core.k8s:
+      namespace: "{{ ns }}"
+  tasks:
+    - name: apply (create)
+      kubernetes.core.k8s:
+        apply: true
+        definition: {apiVersion: v1, kind: ConfigMap, metadata: {name: kc}, data: {a: "1"}}
+      register: apply_create
+    - name: apply (unchanged)
+      kubernetes.core.k8s:
+        apply: true
+        definition: {apiVersion: v1, kind: ConfigMap, metadata: {name: kc}, data: {a: "1"}}
+      register: apply_unchanged
+    - name: check mode with diff
+      kubernetes.core.k8s:
+        definition: {apiVersion: v1, kind: ConfigMap, metadata: {name: kc}, data: {a: "2"}}
+      check_mode: true
+      diff: true
+      register: check_diff
+    - name: merge patch
+      kubernetes.core.k8s:
+        state: patched
+        merge_type: merge
+        definition: {apiVersion: v1, kind: ConfigMap, metadata: {name: kc}, data: {b: "2"}}
+      register: merge_patch
+    - name: json patch
+      kubernetes.core.k8s_json_patch:
+        kind: ConfigMap
+        name: kc
+        namespace: "{{ ns }}"
+        patch: [{op: add, path: /data/c, value: "3"}]
+      register: json_patch
+    - name: info, managedFields hidden
+      kubernetes.core.k8s_info:
+        kind: ConfigMap
+        name: kc
+        namespace: "{{ ns }}"
+        hidden_fields: [metadata.managedFields]
+      register: info
+    - name: a Deployment, waited for
+      kubernetes.core.k8s:
+        wait: true
+        wait_timeout: 150
+        wait_condition: {type: Available, status: "True"}
+        definition:
+          apiVersion: apps/v1
+          kind: Deployment
+          metadata: {name: kd}
+          spec:
+            replicas: 1
+            selector: {matchLabels: {app: kd}}
+            template:
+              metadata: {labels: {app: kd}}
+              spec: {containers: [{name: c, image: "nginx:1.26"}]}
+      register: deployment
+    - name: new image, waited for
+      kubernetes.core.k8s:
+        wait: true
+        wait_timeout: 150
+        definition:
+          apiVersion: apps/v1
+          kind: Deployment
+          metadata: {name: kd}
+          spec: {template: {spec: {containers: [{name: c, image: "nginx:1.27"}]}}}
+      register: new_image
+    - name: scale
+      kubernetes.core.k8s_scale:
+        kind: Deployment
+        name: kd
+        namespace: "{{ ns }}"
+        replicas: 2
+        wait_timeout: 150
+      register: scale
+    - name: rollback
+      kubernetes.core.k8s_rollback:
+        api_version: apps/v1
+        kind: Deployment
+        name: kd
+        namespace: "{{ ns }}"
+      register: rollback
+    - name: delete, waited for
+      kubernetes.core.k8s:
+        state: absent
+        wait: true
+        wait_timeout: 150
+        kind: ConfigMap
+        name: kc
+      register: absent
+    - name: what each task saw
+      ansible.builtin.copy:
+        dest: "{{ out }}"
+        content: "{{ {'apply_create': apply_create, 'apply_unchanged': apply_unchanged,
+                      'check_diff': check_diff, 'merge_patch': merge_patch, 'json_patch': json_patch,
+                      'info': info, 'deployment': deployment, 'new_image': new_image, 'scale': scale,
+                      'rollback': rollback, 'absent': absent} | to_json }}"
+"""
+
+# What a task's result reports that depends on the moment or the cluster, not on the API's behaviour
+_VOLATILE_RESULT_KEYS = ("duration", "invocation", "warnings", "deprecations")
+
+
+@scenario
+def kubernetes_core_modules(c: Client) -> None:
+    """The operations roles use, through kubernetes.core's modules (apply, check/diff mode, merge and
+    JSON patches, k8s_info with hidden_fields, wait conditions, scale, rollback, delete with wait)."""
+    import os
+    import sys
+
+    playbook = c.workdir / "play.yml"
+    playbook.write_text(_PLAYBOOK)
+    out = c.workdir / "results.json"
+    ansible_playbook = Path(sys.executable).with_name("ansible-playbook")
+    env = {**c.env, "K8S_AUTH_KUBECONFIG": str(c.kubeconfig), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
+           "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
+    done = subprocess.run([str(ansible_playbook), "-i", "localhost,", "-c", "local", str(playbook),
+                           "-e", f"ns={c.namespace}", "-e", f"out={out}"], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=c.workdir)
+    c.record("ansible-playbook exit code", done.returncode)
+    if done.returncode != 0:
+        c.record("ansible-playbook output (on failure)", done.stdout[-3000:] + done.stderr[-2000:])
+        return
+    results = json.loads(out.read_text())
+    for name, result in results.items():
+        result = {k: v for k, v in result.items() if k not in _VOLATILE_RESULT_KEYS}
+        if "diff" in result:  # the before/after objects: only what the module changes is compared
+            result["diff"] = {k: (v or {}).get("data") if isinstance(v, dict) else v
+                              for k, v in result["diff"].items()}
+        c.record(name, c.norm.obj(result))
+    del os
+
+
+def _csr_pem() -> str:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    csr = (x509.CertificateSigningRequestBuilder()
+           .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "someone")]))
+           .sign(key, hashes.SHA256()))
+    return csr.public_bytes(serialization.Encoding.PEM).decode()
+
+
+@scenario
+def cluster_kinds_tables(c: Client) -> None:
+    """Printer columns of kinds a cluster makes: Nodes (headers: node names differ), EndpointSlices of a
+    Service with ready pods, a CertificateSigningRequest before and after approval."""
+    import base64
+
+    done = c.run_kubectl("get", "nodes", "-o", "wide")
+    c.record("kubectl get nodes -o wide: columns",
+             (done.returncode, c.norm.text(done.stdout).splitlines()[:1]))
+    c.run_kubectl("create", "deployment", "sliced", "--image=nginx:1.27", "--replicas=2")
+    c.run_kubectl("expose", "deployment", "sliced", "--port=80", "--target-port=8080")
+    c.rollout_status("deployment/sliced")
+    c.run_kubectl("wait", "endpointslice", "-l", "kubernetes.io/service-name=sliced",
+                  "--for=jsonpath={.endpoints[1].conditions.ready}=true", WAIT)
+    c.kubectl("get", "endpointslices", "-l", "kubernetes.io/service-name=sliced")
+    name = f"csr-{c.namespace}"
+    c.kubectl("apply", "-f", "-", key="apply csr", input=json.dumps({
+        "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {"request": base64.b64encode(_csr_pem().encode()).decode(),
+                 "signerName": "example.com/signer", "usages": ["client auth"], "expirationSeconds": 3600}}))
+    c.kubectl("get", "csr", name)
+    c.kubectl("certificate", "approve", name)
+    c.kubectl("get", "csr", name, key="get csr after approval")
+    c.run_kubectl("delete", "csr", name, "--ignore-not-found")
+
+
+@scenario
+def ephemeral_containers(c: Client) -> None:
+    """``kubectl debug`` adds an ephemeral container through pods/ephemeralcontainers."""
+    c.run_kubectl("run", "target", "--image=nginx:1.27", "--restart=Never")
+    c.run_kubectl("wait", "pod/target", "--for=condition=Ready", WAIT)
+    c.kubectl("debug", "target", "--image=busybox:1.36", "--container=dbg", "--", "sleep", "60")
+    c.kubectl("get", "pod", "target", "-o", "jsonpath={.spec.ephemeralContainers[*].name}",
+              key="ephemeral containers after debug")
+    c.kubectl("patch", "pod", "target", "--subresource=ephemeralcontainers", "--type=json",
+              "-p", '[{"op":"remove","path":"/spec/ephemeralContainers/0"}]', key="remove one")
