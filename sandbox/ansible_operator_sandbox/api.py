@@ -13,7 +13,6 @@ import builtins
 import copy
 import json
 import logging
-import random
 import re
 import uuid
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from ansible_operator_sandbox import (
     labels,
     managedfields,
     nodeports,
+    objectmeta,
     patching,
     protobuf,
     schema,
@@ -56,7 +56,6 @@ from ansible_operator_sandbox.timeutil import now_rfc3339
 
 log = logging.getLogger(__name__)
 
-_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 #: kinds whose names must be DNS labels (63 chars), as in kube-apiserver
@@ -527,7 +526,7 @@ class Api:
                 err = schema.required("metadata.name", "name or generateName is required")
                 raise self._invalid(rtype, "", [err])
             for _ in range(20):
-                name = gen + "".join(random.choice(_NAME_CHARS) for _ in range(5))
+                name = gen + objectmeta.random_suffix()
                 if self.store.peek(self.key(rtype, meta.get("namespace"), name)) is None:
                     break
             meta["name"] = name

@@ -13,6 +13,7 @@ from typing import Any
 
 from ansible_operator_sandbox.api import Api
 from ansible_operator_sandbox.errors import ApiError
+from ansible_operator_sandbox.objectmeta import SAFE_ALPHABET
 
 MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
 SLICE_CONTROLLER = "endpointslice-controller.k8s.io"
@@ -138,11 +139,8 @@ class EndpointsControl:
                     ("endpoints", "ports", "addressType"))
 
 
-_SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's rand.String, as generateName uses
-
-
 def _suffix(uid: str) -> str:
     """The slice's generateName suffix, derived from the Service's uid so that every sync finds the same
     slice (the real controller generates it once and finds it again by label)."""
     digest = hashlib.sha256(uid.encode()).digest()
-    return "".join(_SAFE_ALPHABET[b % len(_SAFE_ALPHABET)] for b in digest[:5])
+    return "".join(SAFE_ALPHABET[b % len(SAFE_ALPHABET)] for b in digest[:5])

@@ -218,8 +218,12 @@ def _service(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | Non
             port.setdefault("protocol", "TCP")
             if "port" in port:
                 port.setdefault("targetPort", port["port"])
-    # ServiceStatus always serialises loadBalancer (a struct, not a pointer): {} on create, whatever a
-    # client sent there (kubectl sends "status": {})
+    _load_balancer_status(obj, old)
+
+
+def _load_balancer_status(obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """ServiceStatus and IngressStatus always serialise loadBalancer (a struct, not a pointer): {} on
+    create, whatever a client sent there (kubectl sends "status": {})."""
     status = obj.get("status") if isinstance(obj.get("status"), dict) and obj.get("status") else None
     obj["status"] = status or (old or {}).get("status") or {}
     obj["status"].setdefault("loadBalancer", {})
@@ -350,7 +354,6 @@ def _qos_class(spec: dict[str, Any]) -> str:
 
 
 SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
-_SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's rand.String
 
 
 def _mount_service_account_token(spec: dict[str, Any]) -> None:
@@ -359,7 +362,7 @@ def _mount_service_account_token(spec: dict[str, Any]) -> None:
     volumes = spec.setdefault("volumes", [])
     if not isinstance(volumes, list):
         return
-    name = "kube-api-access-" + "".join(random.choice(_SAFE_ALPHABET) for _ in range(5))
+    name = "kube-api-access-" + objectmeta.random_suffix()
     volumes.append({"name": name, "projected": {"defaultMode": 420, "sources": [
         {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
@@ -430,10 +433,7 @@ def _priority_class(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any
 
 
 def _ingress(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-    """IngressStatus serialises loadBalancer always (a struct, not a pointer), as ServiceStatus does."""
-    status = obj.get("status") if isinstance(obj.get("status"), dict) and obj.get("status") else None
-    obj["status"] = status or (old or {}).get("status") or {}
-    obj["status"].setdefault("loadBalancer", {})
+    _load_balancer_status(obj, old)
 
 
 def _ingress_class(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:

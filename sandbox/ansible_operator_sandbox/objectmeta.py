@@ -9,12 +9,23 @@ or a name-like string up to 63 characters; all annotations together may not exce
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from ansible_operator_sandbox import schema
 from ansible_operator_sandbox.labels import label_value_errors, qualified_name_errors
 
 ANNOTATIONS_MAX_BYTES = 256 * 1024
+
+
+#: apimachinery's rand.String alphabet (no vowels, no look-alikes): generateName suffixes, pod-template
+#: hashes, the service-account volume's name
+SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def random_suffix(length: int = 5) -> str:
+    """What ``generateName`` appends (``rand.String(5)``)."""
+    return "".join(random.choice(SAFE_ALPHABET) for _ in range(length))
 
 
 def validate_labels(labels: Any, path: str = "metadata.labels") -> list[schema.FieldError]:

@@ -53,24 +53,23 @@ class Recorder:
             log.debug("event %s/%s not recorded: %s", namespace, reason, e.message)
 
     def pod_created(self, owner: dict[str, Any], pod: dict[str, Any]) -> None:
-        kind = owner.get("kind", "")
-        name = (pod.get("metadata") or {}).get("name", "")
-        if kind == "StatefulSet":
-            message = f"create Pod {name} in StatefulSet {owner['metadata']['name']} successful"
-        else:
-            message = f"Created pod: {name}"
-        if kind in POD_OWNERS:
-            self.normal(owner, "SuccessfulCreate", message, POD_OWNERS[kind])
+        self._pod_event(owner, pod, "SuccessfulCreate", "create", "Created")
 
     def pod_deleted(self, owner: dict[str, Any], pod: dict[str, Any]) -> None:
+        self._pod_event(owner, pod, "SuccessfulDelete", "delete", "Deleted")
+
+    def _pod_event(self, owner: dict[str, Any], pod: dict[str, Any], reason: str, verb: str,
+                   done: str) -> None:
+        """The pod controllers' wording: StatefulSet's own, ``Created pod: x`` for the others."""
         kind = owner.get("kind", "")
+        if kind not in POD_OWNERS:
+            return
         name = (pod.get("metadata") or {}).get("name", "")
         if kind == "StatefulSet":
-            message = f"delete Pod {name} in StatefulSet {owner['metadata']['name']} successful"
+            message = f"{verb} Pod {name} in StatefulSet {owner['metadata']['name']} successful"
         else:
-            message = f"Deleted pod: {name}"
-        if kind in POD_OWNERS:
-            self.normal(owner, "SuccessfulDelete", message, POD_OWNERS[kind])
+            message = f"{done} pod: {name}"
+        self.normal(owner, reason, message, POD_OWNERS[kind])
 
     def scaled(self, deployment: dict[str, Any], rs_name: str, old: int, new: int) -> None:
         """The Deployment controller's ScalingReplicaSet (``Scaled up replica set X from 0 to 2``)."""
