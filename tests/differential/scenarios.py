@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -590,8 +591,14 @@ def cluster_kinds_tables(c: Client) -> None:
     c.run_kubectl("create", "deployment", "sliced", "--image=nginx:1.27", "--replicas=2")
     c.run_kubectl("expose", "deployment", "sliced", "--port=80", "--target-port=8080")
     c.rollout_status("deployment/sliced")
-    c.run_kubectl("wait", "endpointslice", "-l", "kubernetes.io/service-name=sliced",
-                  "--for=jsonpath={.endpoints[1].conditions.ready}=true", WAIT)
+    # kubectl wait's jsonpath gives up at once while the slice has no endpoints yet: poll instead
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        ready = c.run_kubectl("get", "endpointslices", "-l", "kubernetes.io/service-name=sliced", "-o",
+                              "jsonpath={.items[*].endpoints[*].conditions.ready}").stdout.split()
+        if ready.count("true") == 2:
+            break
+        time.sleep(0.5)
     c.kubectl("get", "endpointslices", "-l", "kubernetes.io/service-name=sliced")
     name = f"csr-{c.namespace}"
     c.kubectl("apply", "-f", "-", key="apply csr", input=json.dumps({
