@@ -129,6 +129,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
     shutdown = _Shutdown()
     stop = shutdown.stop
     shutdown.install()
+    asyncio.get_running_loop().set_exception_handler(_quiet_stream_close)
 
     cleanups: list[Any] = []
     exit_code = 0
@@ -310,6 +311,25 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             except Exception:
                 log.exception("error during shutdown")
     return exit_code
+
+
+def _quiet_stream_close(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's exception handler: as asyncio's, except for one shutdown artefact of kopf.
+
+    kopf's watcher awaits inside its ``async for`` over ``infinite_watch``; cancelled there, it leaves the
+    generator open, and ``asyncio.run`` closes every open generator at exit *concurrently*: the inner
+    ``streaming_block`` first, then ``infinite_watch``, whose ``async with`` finds it closed and raises
+    ``RuntimeError: generator didn't stop after athrow()``. Nothing is lost (the streams' connections are
+    closed with kopf's session), so that one goes to the debug log rather than as an error with a
+    traceback on every such exit."""
+    agen = context.get("asyncgen")
+    exc = context.get("exception")
+    code = getattr(agen, "ag_code", None)
+    if (isinstance(exc, RuntimeError) and "didn't stop after athrow" in str(exc)
+            and code is not None and code.co_name == "infinite_watch" and "kopf" in code.co_filename):
+        log.debug("%s: %s (kopf's watch stream, closed at exit)", context.get("message"), exc)
+        return
+    loop.default_exception_handler(context)
 
 
 class _Shutdown:

@@ -1,10 +1,12 @@
 """Reconcile one object: decide (run, finalize, or nothing), run the role, write the outcome.
 
-Called by the work queue with an object key; never concurrently for the same key. Reads the latest
-object from the intake cache, so a follow-up run after coalesced edits sees the newest spec.
+Called by the work queue with an object key; never concurrently for the same key. The intake cache
+says whether the object is there; each run then reads it from the API (the cache may lag), so a
+follow-up run after coalesced edits sees the newest spec and a deletion is never missed.
 
-    obj ─► deleting? ─► finalizer run ─► remove finalizer
-      └──► ensure finalizer ─► extra vars ─► Running ─► executor run ─► RunResult ─► status + Event
+    key ─► cache ─► API read ─► deleting? ─► finalizer run ─► remove finalizer
+                                   └──► ensure finalizer ─► extra vars ─► Running ─► executor run
+                                                                          ─► RunResult ─► status + Event
 """
 
 from __future__ import annotations
@@ -101,10 +103,19 @@ class Reconciler:
             return await self._reconcile(key)
 
     async def _reconcile(self, key: ObjectKey) -> ReconcileOutcome:
-        obj = self.cache.get(key)
-        if obj is None:
+        cached = self.cache.get(key)
+        if cached is None:
             return ReconcileOutcome()  # deleted meanwhile: nothing to do
         await self.resolve()
+        # The cache can lag the API: each watch is its own stream. When the garbage collector deletes a
+        # dependent of an owner being deleted in the foreground, the dependent's event may re-queue the
+        # owner before the owner's own update (deletionTimestamp) arrives here; a run from the cache would
+        # re-create that dependent under an owner that is waiting for it to go. After our finalizer is
+        # removed, the same lag would start a second finalizer run (a snapshot, a deregistration). So
+        # every run starts from the object as the API has it now (a quorum read).
+        obj = await self._confirm(cached)
+        if obj is None:
+            return ReconcileOutcome()  # gone, or gone and re-created: the cache's event for it follows
         meta = obj["metadata"]
         overrides = annotation_overrides(self.watch, meta.get("annotations"))
         for name, value, reason in overrides["invalid"]:
@@ -114,14 +125,7 @@ class Reconciler:
         if meta.get("deletionTimestamp"):
             if not (finalizer and finalizer.name in (meta.get("finalizers") or [])):
                 return ReconcileOutcome()
-            # The cache can lag the API: after our finalizer is removed, garbage collection of the
-            # dependents may re-queue the object before its own DELETED event arrives. A finalizer run
-            # is not idempotent (a snapshot, a deregistration), so confirm against the API first.
-            fresh = await self.rt.kube.get(self.resource, meta.get("namespace"), meta["name"])
-            if (fresh is None or fresh["metadata"].get("uid") != meta.get("uid")
-                    or finalizer.name not in (fresh["metadata"].get("finalizers") or [])):
-                return ReconcileOutcome()
-            return await self._finalize(fresh, overrides)
+            return await self._finalize(obj, overrides)
 
         if finalizer and finalizer.name not in (meta.get("finalizers") or []):
             obj = await self._add_finalizer(obj)
@@ -135,7 +139,8 @@ class Reconciler:
 
         if self.watch.manage_status:
             await self._write_status(obj, lambda cur, gen: status.running_status(cur, generation=gen,
-                                                                                  now=utcnow()))
+                                                                                  now=utcnow()),
+                                     fresh=obj)
 
         result = await self._run(obj, "reconcile", variables, role=self.watch.role,
                                  playbook=self.watch.playbook,
@@ -152,6 +157,14 @@ class Reconciler:
             return ReconcileOutcome(failed=True)
         requeue = result.requeue_after if result.requeue_after is not None else overrides["reconcile_period"]
         return ReconcileOutcome(requeue_after=requeue)
+
+    async def _confirm(self, cached: dict[str, Any]) -> dict[str, Any] | None:
+        """The object as the API has it now, if it is still the one the cache holds (same uid)."""
+        meta = cached["metadata"]
+        fresh = await self.rt.kube.get(self.resource, meta.get("namespace"), meta["name"])
+        if fresh is None or fresh["metadata"].get("uid") != meta.get("uid"):
+            return None
+        return fresh
 
     def _newer_generation(self, key: ObjectKey, obj: dict[str, Any]) -> bool:
         latest = self.cache.get(key)
@@ -361,14 +374,17 @@ class Reconciler:
     # -- writing the outcome -----------------------------------------------------------------------
 
     async def _write_status(self, obj: dict[str, Any],
-                            build: Callable[[dict[str, Any] | None, int | None], dict[str, Any]]) -> None:
+                            build: Callable[[dict[str, Any] | None, int | None], dict[str, Any]],
+                            *, fresh: dict[str, Any] | None = None) -> None:
         """Read the object fresh (roles may have written status meanwhile), build, write; retry on conflict.
 
-        ``build`` gets the fresh status and the generation of ``obj`` (the object the run used)."""
+        ``build`` gets the fresh status and the generation of ``obj`` (the object the run used); ``fresh``:
+        a body just read from the API, which saves the first read."""
         meta = obj["metadata"]
         namespace, name = meta.get("namespace"), meta["name"]
         for attempt in range(_STATUS_WRITE_ATTEMPTS):
-            fresh = await self.rt.kube.get(self.resource, namespace, name)
+            if fresh is None or attempt:
+                fresh = await self.rt.kube.get(self.resource, namespace, name)
             if fresh is None:
                 return
             fresh_meta = fresh["metadata"]

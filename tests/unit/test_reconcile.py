@@ -13,7 +13,7 @@ from ansible_operator.kube import ApiError, ResourceRef
 from ansible_operator.owners import PassThroughCredentials
 from ansible_operator.queue import ObjectKey
 from ansible_operator.reconcile import Reconciler, Runtime
-from ansible_operator.watches import Watch
+from ansible_operator.watches import Finalizer, Watch
 
 REF = ResourceRef("cache.example.com", "v1alpha1", "memcacheds", True)
 KEY = ObjectKey("ns", "a")
@@ -53,10 +53,12 @@ class EditingExecutor:
     def __init__(self, kube: FakeKube, cache: ObjectCache) -> None:
         self.kube, self.cache = kube, cache
         self.seen_generations: list[int] = []
+        self.roles: list[str | None] = []
 
     async def run(self, request: RunRequest, on_event: Any) -> RunOutcome:
         meta_var = request.extra_vars["ansible_operator_meta"]
         self.seen_generations.append(request.extra_vars["_cache_example_com_memcached"]["metadata"]["generation"])
+        self.roles.append(request.role)
         assert meta_var["name"] == "a"
         if self.kube.obj["metadata"]["generation"] == 1:
             self.kube.obj["metadata"]["generation"] = 2
@@ -176,3 +178,41 @@ async def test_a_listing_removes_runs_of_objects_deleted_while_the_operator_was_
     reconciler.cache.listed(None, frozenset({(KEY, "u1")}))  # a cluster-wide listing covers every namespace
     await janitor.settle()
     assert kept.exists() and not other_ns.exists()
+
+
+async def test_a_run_starts_from_the_api_not_from_a_lagging_cache(tmp_path: Path) -> None:
+    """The cache still holds the object as it was; the API already has it deleting (foreground deletion,
+    its dependent's DELETED event re-queued it first): running the role would re-create that dependent."""
+    reconciler, kube, executor = make(tmp_path)
+    kube.obj["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", generation=2)
+    outcome = await reconciler(KEY)
+    assert executor.seen_generations == [] and kube.status_patches == [] and kube.events == []
+    assert not outcome.failed and outcome.requeue_after is None
+
+    # with a finalizer, the finalizer runs instead, on the object as the API has it
+    finalizer = Finalizer(name="test/finalizer", role="/tmp/fin", playbook=None)
+    reconciler.watch = Watch(group="cache.example.com", version="v1alpha1", kind="Memcached",
+                             role="/tmp/role", playbook=None, vars={}, finalizer=finalizer,
+                             reconcile_period=None)
+    kube.obj["metadata"]["finalizers"] = ["test/finalizer"]
+    await reconciler(KEY)
+    assert executor.seen_generations == [2] and executor.roles == ["/tmp/fin"]
+
+    # gone from the API, or re-created under the same name (another uid): nothing runs
+    cached = reconciler.cache.get(KEY)
+    assert cached is not None
+    kube.obj = None  # type: ignore[assignment]
+    await reconciler(KEY)
+    kube.obj = dict(copy.deepcopy(cached), metadata={"name": "a", "namespace": "ns", "uid": "u2",
+                                                     "generation": 1, "resourceVersion": "9"})
+    await reconciler(KEY)
+    assert executor.seen_generations == [2]
+
+
+async def test_a_run_uses_the_newest_spec_even_before_the_cache_has_it(tmp_path: Path) -> None:
+    reconciler, kube, executor = make(tmp_path)
+    kube.obj["metadata"]["generation"] = 3
+    kube.obj["spec"]["size"] = 7
+    await reconciler(KEY)
+    assert executor.seen_generations == [3]
+    assert kube.status_patches[-1]["status"]["observedGeneration"] == 3
