@@ -4,8 +4,8 @@
     python scripts/gen_k8s_openapi.py --swagger /tmp/k8sopenapi/swagger-v1.32.json
 
 The input is Kubernetes' published ``api/openapi-spec/swagger.json`` for the release the sandbox reports
-(1.32). kubernetes/kubernetes is too large to clone for one file; the kubernetes-client/python repository
-carries the same file unprocessed, e.g.::
+(1.32). Rather than clone kubernetes/kubernetes for one file, take the copy kubernetes-client/python keeps
+unprocessed at its release tag for 1.32 (v32.0.1), e.g.::
 
     git clone -q --filter=blob:none https://github.com/kubernetes-client/python /tmp/kcp
     git -C /tmp/kcp show v32.0.1:kubernetes/swagger.json.unprocessed > /tmp/k8sopenapi/swagger-v1.32.json
@@ -34,7 +34,8 @@ GROUP_VERSIONS = {
     ("apiregistration.k8s.io", "v1"), ("apps", "v1"), ("authentication.k8s.io", "v1"),
     ("authorization.k8s.io", "v1"), ("autoscaling", "v1"), ("autoscaling", "v2"), ("batch", "v1"),
     ("certificates.k8s.io", "v1"), ("coordination.k8s.io", "v1"), ("discovery.k8s.io", "v1"),
-    ("events.k8s.io", "v1"), ("networking.k8s.io", "v1"), ("node.k8s.io", "v1"), ("policy", "v1"),
+    ("events.k8s.io", "v1"), ("flowcontrol.apiserver.k8s.io", "v1"), ("networking.k8s.io", "v1"),
+    ("node.k8s.io", "v1"), ("policy", "v1"),
     ("rbac.authorization.k8s.io", "v1"), ("scheduling.k8s.io", "v1"), ("storage.k8s.io", "v1"),
 }
 # request/response bodies every API path shares (the published paths refer to them)

@@ -3,14 +3,17 @@
 
     python scripts/gen_k8s_proto.py --src /tmp/k8ssrc [--release v0.32.9]
 
-``--src`` holds checkouts (or ``git archive`` extracts) of four public repositories at the same release:
-``api`` (k8s.io/api), ``apimachinery``, ``apiextensions-apiserver`` and ``kube-aggregator``, plus
-``gnostic-models`` (the OpenAPI v2 protobuf that client-go's ``OpenAPISchema()`` asks ``/openapi/v2``
-for), e.g.::
+``--src`` holds the sources of four Go modules at the same release: ``api`` (k8s.io/api), ``apimachinery``,
+``apiextensions-apiserver`` and ``kube-aggregator``, plus ``gnostic-models`` (the OpenAPI v2 protobuf that
+client-go's ``OpenAPISchema()`` asks ``/openapi/v2`` for). No clones are needed: the Go module proxy has
+them, and ``go mod download -json`` prints the directory it unpacked each into, e.g.::
 
-    for r in api apimachinery apiextensions-apiserver kube-aggregator; do
-      git clone -q --depth 1 -b v0.32.9 https://github.com/kubernetes/$r /tmp/k8ssrc/$r; done
-    git clone -q --depth 1 -b v0.6.9 https://github.com/google/gnostic-models /tmp/k8ssrc/gnostic-models
+    mkdir /tmp/k8ssrc && cd /tmp/k8ssrc && export GOFLAGS=-mod=mod
+    for m in api apimachinery apiextensions-apiserver kube-aggregator; do
+      ln -s "$(go mod download -json k8s.io/$m@v0.32.9 | jq -r .Dir)" $m; done
+    ln -s "$(go mod download -json github.com/google/gnostic-models@v0.6.9 | jq -r .Dir)" gnostic-models
+
+(checkouts of the GitHub repositories at those tags work as well).
 
 Needs ``grpcio-tools`` (it ships protoc):
 ``python -m venv /tmp/gen && /tmp/gen/bin/pip install grpcio-tools``, then run this script with that
@@ -59,6 +62,7 @@ API_GROUP_VERSIONS = [
     "coordination/v1",
     "discovery/v1",
     "events/v1",
+    "flowcontrol/v1",
     "networking/v1",
     "node/v1",
     "policy/v1",

@@ -483,13 +483,18 @@ class Api:
         return self.present(rtype, self._require(rtype, namespace, name))
 
     def list(self, rtype: ResourceType, namespace: str | None, label_selector: str = "",
-             field_selector: str = "") -> tuple[list[dict[str, Any]], int]:
+             field_selector: str = "", at: int | None = None) -> tuple[list[dict[str, Any]], int]:
+        """The objects now, or ``at`` a past resourceVersion (``resourceVersionMatch=Exact``; raises
+        TooOldResourceVersion when the history no longer reaches back to it), and the list's version."""
         accept = self.make_filter(rtype, label_selector, field_selector)
+        where = namespace if rtype.namespaced else None
+        stored = (self.store.items(rtype.group_resource, where) if at is None
+                  else self.store.items_at(rtype.group_resource, where, at))
         items = []
-        for _, obj in self.store.items(rtype.group_resource, namespace if rtype.namespaced else None):
+        for _, obj in stored:
             if accept is None or accept(obj):
                 items.append(self.present(rtype, copy.deepcopy(obj)))
-        return items, self.store.resource_version
+        return items, self.store.resource_version if at is None else at
 
     def make_filter(self, rtype: ResourceType, label_selector: str, field_selector: str
                     ) -> Callable[[dict[str, Any]], bool] | None:

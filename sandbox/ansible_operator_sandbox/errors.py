@@ -14,17 +14,21 @@ from ansible_operator_sandbox.resources import ResourceType
 class ApiError(Exception):
     """An API failure rendered as a ``Status`` object with an HTTP code."""
 
-    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None,
+                 metadata: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.message = message
         self.details = details
+        self.metadata = metadata or {}
+        """ListMeta of the Status (a 410 for an expired continue token carries a fresh token)."""
 
     def status(self) -> dict[str, Any]:
         """The ``Status`` in metav1.Status field order (kind, apiVersion, metadata, status, message, reason,
         details, code), details in StatusDetails order (name, group, kind, uid, causes, retryAfterSeconds)."""
-        body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": dict(self.metadata),
+                                "status": "Failure",
                                 "message": self.message, "reason": self.reason}
         if self.details is not None:
             body["details"] = _ordered_details(self.details)

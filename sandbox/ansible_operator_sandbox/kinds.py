@@ -13,7 +13,7 @@ import binascii
 import copy
 import ipaddress
 import random
-from typing import Any
+from typing import Any, TypeGuard
 
 from ansible_operator_sandbox import builtin_schemas, objectmeta, schema
 from ansible_operator_sandbox.builtin_schemas import go_json_kind
@@ -91,6 +91,8 @@ _GENERATION_KINDS = frozenset(
         ("policy", "PodDisruptionBudget"),
         ("discovery.k8s.io", "EndpointSlice"),
         ("scheduling.k8s.io", "PriorityClass"),
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
         ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
         ("apiextensions.k8s.io", "CustomResourceDefinition"),
@@ -432,6 +434,107 @@ def _priority_class(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any
         )
 
 
+def _raise_invalid(rtype: ResourceType, obj: dict[str, Any], errors: list[schema.FieldError]) -> None:
+    if errors:
+        name = (obj.get("metadata") or {}).get("name", "")
+        raise invalid(rtype, name, [e.cause() for e in errors],
+                      schema.invalid_message(f"{rtype.kind}.{rtype.group}", name, errors))
+
+
+def _int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _flow_schema(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """SetDefaults_FlowSchemaSpec (matchingPrecedence 1000), and the checks of ValidateFlowSchema a client
+    meets first, in its order and words (read off a 1.36 server)."""
+    spec = obj.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        return
+    if not spec.get("matchingPrecedence"):
+        spec["matchingPrecedence"] = 1000
+    errors: list[schema.FieldError] = []
+    precedence = spec["matchingPrecedence"]
+    if _int(precedence) and precedence <= 0:
+        errors.append(schema.invalid("spec.matchingPrecedence", precedence, "must be a positive value"))
+    elif _int(precedence) and precedence > 10000:
+        errors.append(schema.invalid("spec.matchingPrecedence", precedence, "must not be greater than 10000"))
+    method = spec.get("distinguisherMethod")
+    if isinstance(method, dict) and method.get("type") not in ("ByNamespace", "ByUser"):
+        errors.append(schema.not_supported("spec.distinguisherMethod.type", {"Type": method.get("type", "")},
+                                           ("ByNamespace", "ByUser")))
+    if not (spec.get("priorityLevelConfiguration") or {}).get("name"):
+        errors.append(schema.required("spec.priorityLevelConfiguration.name",
+                                      "must reference a priority level"))
+    for i, rule in enumerate(spec.get("rules") or []):
+        if isinstance(rule, dict) and not rule.get("subjects"):
+            errors.append(schema.required(f"spec.rules[{i}].subjects",
+                                          "subjects must contain at least one value"))
+    _raise_invalid(rtype, obj, errors)
+
+
+def _priority_level(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """The v1 defaults of a PriorityLevelConfiguration (nominalConcurrencyShares 30 when limited, 0 when
+    exempt; lendablePercent 0; queues 64, handSize 8, queueLengthLimit 50) and the checks of
+    ValidatePriorityLevelConfiguration a client meets first, in its words (read off a 1.36 server). The fixed
+    specs of the mandatory ``exempt`` and ``catch-all`` levels are not checked."""
+    spec = obj.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        return
+    limited, exempt = spec.get("limited"), spec.get("exempt")
+    if isinstance(limited, dict):
+        limited.setdefault("nominalConcurrencyShares", 30)
+        limited.setdefault("lendablePercent", 0)
+        queuing = (limited.get("limitResponse") or {}).get("queuing")
+        if isinstance(queuing, dict):
+            for k, v in (("handSize", 8), ("queues", 64), ("queueLengthLimit", 50)):
+                if not queuing.get(k):
+                    queuing[k] = v
+    if isinstance(exempt, dict):
+        exempt.setdefault("nominalConcurrencyShares", 0)
+        exempt.setdefault("lendablePercent", 0)
+    errors: list[schema.FieldError] = []
+    type_ = spec.get("type")
+    name = (obj.get("metadata") or {}).get("name", "")
+    if type_ and (type_ == "Exempt") != (name == "exempt"):
+        errors.append(schema.invalid("spec.type", type_,
+                                     "must be 'Exempt' if and only if `name` is 'exempt'"))
+    if type_ == "Exempt":
+        if limited is not None:
+            errors.append(schema.forbidden("spec.limited", "must be nil if the type is not Limited"))
+    elif type_ == "Limited":
+        if exempt is not None:
+            errors.append(schema.forbidden("spec.exempt", "must be nil if the type is Limited"))
+        if limited is None:
+            errors.append(schema.required("spec.limited", "must not be empty when type is Limited"))
+    elif not type_:
+        errors.append(schema.required("spec.type"))
+    else:
+        errors.append(schema.not_supported("spec.type", type_, ("Exempt", "Limited")))
+    if type_ == "Limited" and isinstance(limited, dict):
+        response = limited.get("limitResponse") or {}
+        queuing = response.get("queuing") if isinstance(response, dict) else None
+        path = "spec.limited.limitResponse"
+        if not response.get("type"):
+            errors.append(schema.required(f"{path}.type"))
+        elif response["type"] not in ("Queue", "Reject"):
+            errors.append(schema.not_supported(f"{path}.type", response["type"], ("Queue", "Reject")))
+        elif response["type"] == "Queue" and queuing is None:
+            errors.append(schema.required(f"{path}.queuing",
+                                          "must not be empty if limited.limitResponse.type is Limited"))
+        elif response["type"] == "Reject" and queuing is not None:
+            errors.append(schema.forbidden(f"{path}.queuing",
+                                           "must be nil if limited.limitResponse.type is not Limited"))
+        if response.get("type") == "Queue" and isinstance(queuing, dict):
+            queues, hand = queuing.get("queues"), queuing.get("handSize")
+            if _int(queues) and queues <= 0:
+                errors.append(schema.invalid(f"{path}.queuing.queues", queues, "must be positive"))
+            if _int(queues) and _int(hand) and hand > queues:
+                errors.append(schema.invalid(f"{path}.queuing.handSize", hand,
+                                             f"should not be greater than queues ({queues})"))
+    _raise_invalid(rtype, obj, errors)
+
+
 def _ingress(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
     _load_balancer_status(obj, old)
 
@@ -704,6 +807,8 @@ _NORMALIZERS = {
     ("", "Pod"): _pod,
     ("", "ReplicationController"): _replication_controller,
     ("scheduling.k8s.io", "PriorityClass"): _priority_class,
+    ("flowcontrol.apiserver.k8s.io", "FlowSchema"): _flow_schema,
+    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"): _priority_level,
     ("networking.k8s.io", "IngressClass"): _ingress_class,
     ("networking.k8s.io", "Ingress"): _ingress,
     ("storage.k8s.io", "CSIDriver"): _csi_driver,

@@ -192,6 +192,8 @@ _CONDITION_KINDS = (
     "CustomResourceDefinition",
     "APIService",
     "CertificateSigningRequest",
+    "FlowSchema",
+    "PriorityLevelConfiguration",
 )
 for _k in _CONDITION_KINDS:
     _KIND_LISTS.setdefault(_k, {})[("status", "conditions")] = "type"

@@ -33,6 +33,12 @@ class Recorder:
         self.event_type = api.registry.get("", "v1", "events")
 
     def normal(self, obj: dict[str, Any], reason: str, message: str, component: str) -> None:
+        self.record(obj, "Normal", reason, message, component)
+
+    def warning(self, obj: dict[str, Any], reason: str, message: str, component: str) -> None:
+        self.record(obj, "Warning", reason, message, component)
+
+    def record(self, obj: dict[str, Any], type_: str, reason: str, message: str, component: str) -> None:
         meta = obj.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
         stamp = now_rfc3339()
@@ -43,7 +49,7 @@ class Recorder:
                                "name": meta.get("name", ""), "uid": meta.get("uid", ""),
                                "apiVersion": obj.get("apiVersion", ""),
                                "resourceVersion": meta.get("resourceVersion", "")},
-            "reason": reason, "message": message, "type": "Normal", "count": 1,
+            "reason": reason, "message": message, "type": type_, "count": 1,
             "source": {"component": component}, "firstTimestamp": stamp, "lastTimestamp": stamp,
             "eventTime": None, "reportingComponent": component, "reportingInstance": "",
         }

@@ -125,6 +125,11 @@ BUILTINS: tuple[ResourceType, ...] = (
     _b("networking.k8s.io", "v1", "IngressClass", "ingressclasses", False, (), ()),
     _b("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", True, (), ()),
     _b("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, ("pc",), ()),
+    # API Priority and Fairness configuration: stored and printed, the Dangling condition kept
+    # (sandbox/simulate.py); the sandbox does not queue or throttle requests by it
+    _b("flowcontrol.apiserver.k8s.io", "v1", "FlowSchema", "flowschemas", False, (), ("status",)),
+    _b("flowcontrol.apiserver.k8s.io", "v1", "PriorityLevelConfiguration", "prioritylevelconfigurations",
+       False, (), ("status",)),
     _b("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", False, (), ()),
     _b(
         "certificates.k8s.io",

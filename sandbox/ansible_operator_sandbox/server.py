@@ -9,14 +9,23 @@ sends can produce a 500 or stop the server.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 from typing import Any
 
 from aiohttp import web
 
-from ansible_operator_sandbox import auth, conversion, discovery, openapi, patching, protobuf, tables
+from ansible_operator_sandbox import (
+    apf,
+    auth,
+    conversion,
+    discovery,
+    listoptions,
+    openapi,
+    patching,
+    protobuf,
+    tables,
+)
 from ansible_operator_sandbox.api import MAX_REQUEST_BYTES, Api, WriteOptions, decode_body, patch_kind
 from ansible_operator_sandbox.errors import (
     ApiError,
@@ -74,23 +83,18 @@ def _partial(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _paginate(items: list[dict[str, Any]], rv: int, limit: str, token: str
+def _paginate(items: list[dict[str, Any]], rv: int, limit: str, after: tuple[str, str] | None
               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``limit``/``continue`` paging over the (namespace, name)-sorted list.
 
-    The token records the last returned namespace/name; the next page continues after it in the *current*
-    state (the real server continues a snapshot; for a sandbox the difference is not observable by clients
-    that page once through).
+    A page continues after the last object of the previous one (``after``, from its token) in the
+    *current* state (the real server continues a snapshot; for a sandbox the difference is not observable by
+    clients that page once through).
     """
     meta: dict[str, Any] = {"resourceVersion": str(rv)}
     start = 0
-    if token:
-        try:
-            after = json.loads(base64.urlsafe_b64decode(token.encode()))
-            last = (str(after["ns"]), str(after["name"]))
-        except (ValueError, KeyError, TypeError):
-            raise bad_request("continue key is not valid: illegal base64 data") from None
-        start = next((i for i, o in enumerate(items) if _sort_key(o) > last), len(items))
+    if after is not None:
+        start = next((i for i, o in enumerate(items) if _sort_key(o) > after), len(items))
     try:
         n = int(limit) if limit else 0
     except ValueError:
@@ -98,8 +102,7 @@ def _paginate(items: list[dict[str, Any]], rv: int, limit: str, token: str
     if n <= 0 or start + n >= len(items):
         return items[start:], meta
     page = items[start:start + n]
-    ns, name = _sort_key(page[-1])
-    meta["continue"] = base64.urlsafe_b64encode(json.dumps({"ns": ns, "name": name}).encode()).decode()
+    meta["continue"] = listoptions.encode_continue(rv, _sort_key(page[-1]))
     meta["remainingItemCount"] = len(items) - start - n
     return page, meta
 
@@ -209,7 +212,8 @@ class ApiServer:
     def bootstrap(self) -> None:
         """What kube-apiserver creates at start (kept if it already exists in the data dir): the four
         namespaces, the bootstrap RBAC policy (cluster-admin, admin/edit/view, the system: roles; enforced
-        only in secure mode) and the system PriorityClasses."""
+        only in secure mode), the system PriorityClasses and the API Priority and Fairness configuration
+        (:mod:`apf`)."""
         ns_type = self.registry.get("", "v1", "namespaces")
         assert ns_type is not None
         for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
@@ -227,6 +231,7 @@ class ApiServer:
             self._create_missing("scheduling.k8s.io", "priorityclasses", {
                 "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
                 "value": value, "description": description, "preemptionPolicy": "PreemptLowerPriority"})
+        apf.ensure_bootstrap(self.api)
 
         now = now_rfc3339()
         for group, versions in self.registry.groups().items():
@@ -484,9 +489,24 @@ class ApiServer:
 
     def _list(self, request: web.Request, route: Route) -> web.Response:
         q = request.query
-        items, rv = self.api.list(route.rtype, route.namespace, q.get("labelSelector", ""),
-                                  q.get("fieldSelector", ""))
-        items, list_meta = _paginate(items, rv, q.get("limit", ""), q.get("continue", ""))
+        options = listoptions.parse(q, watch=False)
+        current = self.store.resource_version
+        after = None
+        if options.continue_token:
+            token_rv, after = listoptions.decode_continue(options.continue_token)
+            expired = self.store.too_old(token_rv)
+            if expired is not None and expired.compacted:
+                raise ApiError(410, "Expired", listoptions.CONTINUE_TOO_OLD,
+                               metadata={"continue": listoptions.encode_continue(current, after)})
+        elif options.resource_version and options.resource_version > current:
+            raise listoptions.too_large(options.resource_version, current)
+        exact = options.resource_version if options.match == listoptions.EXACT else None
+        try:
+            items, rv = self.api.list(route.rtype, route.namespace, q.get("labelSelector", ""),
+                                      q.get("fieldSelector", ""), at=exact)
+        except TooOldResourceVersion:
+            raise ApiError(410, "Expired", listoptions.LIST_TOO_OLD) from None
+        items, list_meta = _paginate(items, rv, q.get("limit", ""), after)
         table = self._maybe_table(request, route.rtype, items, str(rv))
         if table is not None:
             table["metadata"].update(list_meta)
@@ -692,11 +712,9 @@ class ApiServer:
         if single:
             field_selector = ",".join(filter(None, [field_selector, f"metadata.name={single}"]))
         accept = self.api.make_filter(rtype, q.get("labelSelector", ""), field_selector)
-        rv_param = q.get("resourceVersion", "")
-        try:
-            since = int(rv_param) if rv_param not in ("", "0") else None
-        except ValueError:
-            raise bad_request(f"invalid resourceVersion {rv_param!r}") from None
+        options = listoptions.parse(q, watch=True)
+        # "0", none, or sendInitialEvents (a watch-list): the current state first, then what follows
+        since = None if options.send_initial_events else options.resource_version or None
         try:
             # an integer like the real parameter; 0 or unset means no client-chosen timeout
             timeout = int(q["timeoutSeconds"]) if q.get("timeoutSeconds") else None
@@ -715,9 +733,9 @@ class ApiServer:
         try:
             watcher, replay = self.store.watch(rtype.group_resource, namespace, since, accept)
         except TooOldResourceVersion as e:
-            status = ApiError(
-                410, "Expired", f"too old resource version: {e.requested} ({e.oldest})"
-            ).status()
+            # compacted away (etcd's words), or out of the history's window (the watch cache's)
+            message = listoptions.WATCH_TOO_OLD if e.compacted else str(e)
+            status = ApiError(410, "Expired", message).status()
             error_line = _dumps({"type": "ERROR", "object": status}) + b"\n"
             replay = []
         if watcher is not None and since is None:

@@ -13,7 +13,10 @@ containers exist here, so these controllers write the status a healthy cluster c
   Deployments keep ReplicaSets with revisions, StatefulSets/DaemonSets ControllerRevisions (:mod:`rollout`);
   the workloads create their Pods (:mod:`pods`); a template naming a missing ServiceAccount stalls the
   rollout as admission would.
-* Pod: scheduled on the one Node, ``Running`` and Ready (a Job's pods ``Succeeded``).
+* Pod: scheduled on the one Node, ``Running`` and Ready (a Job's pods ``Succeeded``); while the Node is
+  cordoned (``spec.unschedulable``, tainted ``node.kubernetes.io/unschedulable`` as the node lifecycle
+  controller does) a new pod that does not tolerate it stays ``Pending`` (``PodScheduled=False``,
+  ``Unschedulable``, a ``FailedScheduling`` Event) until the Node is uncordoned.
 * Service: Endpoints and an EndpointSlice of its ready Pods (:mod:`endpoints`); PodDisruptionBudget: status
   from the Pods it selects (:mod:`disruption`).
 * Cluster objects (:mod:`cluster`): the ``default`` ServiceAccount and ``kube-root-ca.crt`` in every
@@ -23,6 +26,8 @@ containers exist here, so these controllers write the status a healthy cluster c
   annotation ``sandbox.ansible-operator.dev/fail: "true"`` the Job fails instead (``Failed``,
   ``BackoffLimitExceeded``) so failure paths are testable. ``spec.suspend: true`` keeps it idle.
 * PersistentVolumeClaim: ``Pending`` → ``Bound`` with a made-up volume and the requested capacity.
+* FlowSchema: the ``Dangling`` condition kube-apiserver's APF config consumer applies (whether the priority
+  level it names exists), kept current as FlowSchemas and PriorityLevelConfigurations change (:mod:`apf`).
 * CronJob: creates Jobs (owned by the CronJob) on schedule with croniter, honours ``suspend`` and
   ``concurrencyPolicy``, records ``lastScheduleTime``/``lastSuccessfulTime``/``active`` and trims history.
   Besides standard 5-field schedules, a 6th field (seconds, croniter syntax) is accepted so tests need not
@@ -40,6 +45,7 @@ from typing import Any, Callable
 
 from croniter import croniter
 
+from ansible_operator_sandbox import apf
 from ansible_operator_sandbox.api import Api
 from ansible_operator_sandbox.cluster import (
     DEFAULT_SERVICE_ACCOUNT,
@@ -71,6 +77,12 @@ _WORKLOADS = {"apps/deployments", "apps/statefulsets", "apps/replicasets", "apps
 _SIMULATED = _WORKLOADS | {"batch/jobs", "/persistentvolumeclaims", "/pods"}
 _ENDPOINTS = "endpoints-controller"  # scheduling key of a namespace's Endpoints/EndpointSlice/PDB status sync
 _QUOTA = "resourcequota-controller"  # scheduling key of a namespace's ResourceQuota status sync
+_APF = "apf-config-consumer"  # scheduling key of the FlowSchemas' Dangling condition sync
+_NODES = "node-lifecycle"  # scheduling key of the cordon taint sync (and of pods waiting for the node)
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+#: kube-scheduler 1.36's words for a pod that fits no node because the one node is cordoned
+UNSCHEDULABLE_MESSAGE = ("0/1 nodes are available: 1 node(s) were unschedulable. no new claims to deallocate,"
+                         " preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
 
 
 def _omit_zero(d: dict[str, Any]) -> dict[str, Any]:
@@ -106,6 +118,7 @@ class Simulator:
         for gr in _SIMULATED:
             for key, _ in list(self.store.items(gr)):
                 self._schedule(key)
+        self._schedule((_APF, "", ""))
         self._cron_task = self._loop.create_task(self._cron_loop())
 
     async def stop(self) -> None:
@@ -131,6 +144,10 @@ class Simulator:
         if ev.namespace and (ev.group_resource == "/resourcequotas"
                              or any(True for _ in self.store.items("/resourcequotas", ev.namespace))):
             self._schedule((_QUOTA, ev.namespace, ""))
+        if ev.group_resource in (apf.FLOWSCHEMAS, apf.PRIORITY_LEVELS):
+            self._schedule((_APF, "", ""))
+        if ev.group_resource == "/nodes" and ev.type != "DELETED":
+            self._schedule((_NODES, "", ""))
         if ev.group_resource == "/serviceaccounts" and ev.type == "ADDED":
             # pods refused for want of this ServiceAccount can be created now
             for gr in ("apps/deployments", "apps/replicasets", "/replicationcontrollers"):
@@ -189,6 +206,22 @@ class Simulator:
                 self._quota.sync_namespace(key[1])
             except Exception:
                 log.exception("simulated resource quota controller for %s failed", key[1])
+            return
+        if key[0] == _NODES:
+            try:
+                self._sync_nodes()
+            except ApiError as e:  # a concurrent write: its event reschedules us
+                log.debug("simulated node lifecycle controller: %s", e.message)
+            except Exception:
+                log.exception("simulated node lifecycle controller failed")
+            return
+        if key[0] == _APF:
+            try:
+                apf.sync_conditions(self.api)
+            except ApiError as e:  # e.g. a FlowSchema deleted meanwhile: its event reschedules us
+                log.debug("simulated APF config consumer: %s", e.message)
+            except Exception:
+                log.exception("simulated APF config consumer failed")
             return
         if key[0] == _ENDPOINTS:
             try:
@@ -468,13 +501,73 @@ class Simulator:
             },
         )
 
+    def _sync_nodes(self) -> None:
+        """The node lifecycle controller's NoSchedule taint on a cordoned node, removed on uncordon; then
+        the pods left Pending meanwhile get scheduled."""
+        rtype = self.registry.get("", "v1", "nodes")
+        assert rtype is not None
+        schedulable = False
+        for _, node in list(self.store.items("/nodes")):
+            spec = node.get("spec") or {}
+            taints = list(spec.get("taints") or [])
+            ours = [t for t in taints if t.get("key") == UNSCHEDULABLE_TAINT]
+            others = [t for t in taints if t.get("key") != UNSCHEDULABLE_TAINT]
+            if spec.get("unschedulable"):
+                wanted = others + (ours[:1] or [{"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule",
+                                                 "timeAdded": rfc3339(now())}])
+            else:
+                wanted, schedulable = others, True
+            if wanted != taints:
+                body = copy.deepcopy(node)
+                body["spec"] = {k: v for k, v in spec.items() if k != "taints"}
+                if wanted:
+                    body["spec"]["taints"] = wanted
+                self.api.update(rtype, None, node["metadata"]["name"], body)
+        if schedulable:
+            for key, pod in list(self.store.items("/pods")):
+                if not (pod.get("spec") or {}).get("nodeName"):
+                    self._schedule(key)
+
+    def _cordoned(self, pod: dict[str, Any]) -> bool:
+        """Whether the one node is cordoned and ``pod`` does not tolerate that (the scheduler's
+        NodeUnschedulable filter)."""
+        node = self.store.peek(("/nodes", "", NODE_NAME))
+        if node is None or not (node.get("spec") or {}).get("unschedulable"):
+            return False
+        for t in (pod.get("spec") or {}).get("tolerations") or []:
+            if not isinstance(t, dict):
+                continue
+            key = t.get("key")
+            matches = key == UNSCHEDULABLE_TAINT or (not key and t.get("operator") == "Exists")
+            if matches and t.get("effect") in (None, "", "NoSchedule"):
+                return False
+        return True
+
+    def _unschedulable(self, rtype: ResourceType, pod: dict[str, Any]) -> None:
+        status = pod.get("status") or {}
+        if any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+               for c in status.get("conditions") or []):
+            return  # already said so (once: a new transition time would be a new event, forever)
+        condition = {"type": "PodScheduled", "status": "False", "lastProbeTime": None,
+                     "lastTransitionTime": rfc3339(now()), "reason": "Unschedulable",
+                     "message": UNSCHEDULABLE_MESSAGE}
+        generation = pod["metadata"].get("generation")
+        if generation:
+            condition["observedGeneration"] = generation
+        self._write_status(rtype, pod, {"phase": "Pending", "conditions": [condition],
+                                        "qosClass": status.get("qosClass", "BestEffort")})
+        self._recorder.warning(pod, "FailedScheduling", UNSCHEDULABLE_MESSAGE, "default-scheduler")
+
     def _pod(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
         """Pods are reported scheduled, started and Ready (nothing runs); the fail annotation makes them
-        Failed."""
+        Failed. Not while the node is cordoned (a pod not yet on it stays Pending)."""
         status = obj.get("status") or {}
         if status.get("phase") in ("Running", "Succeeded", "Failed"):
             return
         spec = obj.get("spec") or {}
+        if not spec.get("nodeName") and self._cordoned(obj):
+            self._unschedulable(rtype, obj)
+            return
         now_s = rfc3339(now())
         job = self._controller(obj, "batch/v1", "Job", "batch/jobs")
         failed = _fails(obj) or (job is not None and _fails(job))

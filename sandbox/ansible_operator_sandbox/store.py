@@ -37,10 +37,13 @@ WATCH_QUEUE_LIMIT = 50_000
 class TooOldResourceVersion(Exception):
     """The requested resourceVersion is older than the retained history (→ 410 Gone)."""
 
-    def __init__(self, requested: int, oldest: int) -> None:
+    def __init__(self, requested: int, oldest: int, compacted: bool = False) -> None:
         super().__init__(f"too old resource version: {requested} ({oldest})")
         self.requested = requested
         self.oldest = oldest
+        self.compacted = compacted
+        """Gone by :meth:`Store.compact` (as by an etcd compaction) rather than out of the history's window
+        (as out of the watch cache's): the real server words the two differently."""
 
 
 @dataclass
@@ -95,6 +98,7 @@ class Store:
         self._rv = 0
         self._history: collections.deque[Event] = collections.deque(maxlen=HISTORY_LIMIT)
         self._compacted = 0  # every event with rv > _compacted is in history
+        self._etcd_compacted = 0  # the last compact(): resourceVersions before it are gone from "etcd" too
         self._watchers: set[Watcher] = set()
         self._listeners: list[Callable[[Event], None]] = []
         self._db: sqlite3.Connection | None = None
@@ -247,8 +251,36 @@ class Store:
         watch-gap test, through an in-process sandbox): no flag, endpoint or signal exposes it. Returns the
         resourceVersion compacted at."""
         self._history.clear()
-        self._compacted = self._rv
+        self._compacted = self._etcd_compacted = self._rv
         return self._rv
+
+    def too_old(self, resource_version: int) -> TooOldResourceVersion | None:
+        """Why the history no longer reaches back to ``resource_version`` (None: it does)."""
+        if resource_version >= self._compacted:
+            return None
+        return TooOldResourceVersion(resource_version, self._compacted + 1,
+                                     compacted=resource_version < self._etcd_compacted)
+
+    def items_at(self, group_resource: str, namespace: str | None, resource_version: int
+                 ) -> list[tuple[Key, dict[str, Any]]]:
+        """Objects of one resource as they were at ``resource_version`` (a list with
+        ``resourceVersionMatch=Exact``): the current ones with the history after it undone. Raises
+        TooOldResourceVersion when the history no longer reaches back that far."""
+        error = self.too_old(resource_version)
+        if error is not None:
+            raise error
+        state = dict(self.items(group_resource, namespace))
+        for ev in reversed(self._history):
+            if ev.rv <= resource_version:
+                break
+            if ev.group_resource != group_resource or (namespace is not None and ev.namespace != namespace):
+                continue
+            key = (group_resource, ev.namespace, str((ev.obj.get("metadata") or {}).get("name") or ""))
+            if ev.old is None:
+                state.pop(key, None)
+            else:
+                state[key] = ev.old
+        return sorted(state.items())
 
     # ---- watch -----------------------------------------------------------------------------------
     def add_listener(self, fn: Callable[[Event], None]) -> None:
@@ -289,8 +321,9 @@ class Store:
         """
         replay: list[Event] = []
         if since is not None:
-            if since < self._compacted:
-                raise TooOldResourceVersion(since, self._compacted + 1)
+            error = self.too_old(since)
+            if error is not None:
+                raise error
             # history is ordered by rv: scan from the end (recent watches are the common case)
             for ev in reversed(self._history):
                 if ev.rv <= since:

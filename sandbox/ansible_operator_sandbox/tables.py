@@ -373,6 +373,19 @@ def _apiservice_available(o: dict[str, Any]) -> str:
     return "Unknown"
 
 
+def _dangling(o: dict[str, Any]) -> str:
+    """printFlowSchema's MissingPL: the status of the Dangling condition, ``?`` before it is written."""
+    for c in _g(o, "status", "conditions", default=[]) or []:
+        if isinstance(c, dict) and c.get("type") == "Dangling":
+            return str(c.get("status", ""))
+    return "?"
+
+
+def _queuing(field: str) -> Cell:
+    """printPriorityLevelConfiguration's queuing cells: ``<none>`` unless limited with queuing."""
+    return lambda o: _g(o, "spec", "limited", "limitResponse", "queuing", field, default="<none>")
+
+
 _BUILTIN: dict[tuple[str, str], list[tuple[Column, Cell]]] = {
     # k8s.io/kubernetes/pkg/printers/internalversion/printers.go, column for column (Age where it stands;
     # priority 1 = -o wide)
@@ -494,6 +507,37 @@ _BUILTIN: dict[tuple[str, str], list[tuple[Column, Cell]]] = {
         (_col("Global-Default", "boolean"), lambda o: bool(o.get("globalDefault", False))),
         (AGE, _meta_age),
         (_col("PreemptionPolicy"), lambda o: o.get("preemptionPolicy", "PreemptLowerPriority")),
+    ],
+    ("flowcontrol.apiserver.k8s.io", "FlowSchema"): [
+        (_col("PriorityLevel", desc="`name` is the name of the priority level configuration being "
+                                    "referenced"),
+         lambda o: _g(o, "spec", "priorityLevelConfiguration", "name", default="")),
+        (_col("MatchingPrecedence", desc="`matchingPrecedence` is used to choose among the FlowSchemas "
+                                         "that match a given request."),
+         lambda o: _g(o, "spec", "matchingPrecedence", default=0)),
+        (_col("DistinguisherMethod", desc="`distinguisherMethod` defines how to compute the flow "
+                                          "distinguisher for requests that match this schema."),
+         lambda o: _g(o, "spec", "distinguisherMethod", "type", default="<none>")),
+        (AGE, _meta_age),
+        (_col("MissingPL", desc="references a broken or non-existent PriorityLevelConfiguration"), _dangling),
+    ],
+    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"): [
+        (_col("Type", desc="`type` indicates whether this priority level is subject to limitation on "
+                           "request execution."),
+         lambda o: _g(o, "spec", "type", default="")),
+        (_col("NominalConcurrencyShares", desc="`nominalConcurrencyShares` (NCS) contributes to the "
+                                               "computation of the NominalConcurrencyLimit (NominalCL) "
+                                               "of this level."),
+         lambda o: _g(o, "spec", "limited", "nominalConcurrencyShares", default="<none>")),
+        (_col("Queues", desc="`queues` is the number of queues for this priority level."),
+         _queuing("queues")),
+        (_col("HandSize", desc="`handSize` is a small positive number that configures the shuffle "
+                               "sharding of requests into queues."),
+         _queuing("handSize")),
+        (_col("QueueLengthLimit", desc="`queueLengthLimit` is the maximum number of requests allowed to "
+                                       "be waiting in a given queue of this priority level at a time."),
+         _queuing("queueLengthLimit")),
+        (AGE, _meta_age),
     ],
     ("policy", "PodDisruptionBudget"): [
         (_col("Min Available"), _pdb_value("minAvailable")),
@@ -624,6 +668,12 @@ def _row_object(obj: dict[str, Any], include: str) -> dict[str, Any] | None:
     }
 
 
+def _precedence_order(o: dict[str, Any]) -> tuple[Any, str]:
+    """FlowSchemaSequence: lowest matchingPrecedence first, then by name."""
+    precedence = _g(o, "spec", "matchingPrecedence", default=0)
+    return (precedence if isinstance(precedence, int) else 0, str(_g(o, "metadata", "name", default="")))
+
+
 def to_table(
     rtype: ResourceType,
     objects: list[dict[str, Any]],
@@ -632,6 +682,8 @@ def to_table(
     with_columns: bool = True,
 ) -> dict[str, Any]:
     cols = columns_for(rtype)
+    if rtype.builtin and (rtype.group, rtype.kind) == ("flowcontrol.apiserver.k8s.io", "FlowSchema"):
+        objects = sorted(objects, key=_precedence_order)  # printFlowSchemaList sorts its rows
     rows = []
     for obj in objects:
         row: dict[str, Any] = {"cells": [_safe_cell(fn, obj) for _, fn in cols]}

@@ -268,6 +268,22 @@ KINDS = [
     ),
     Kind("NodeV1Api", "runtime_class", "node.k8s.io/runtimeclasses", {"handler": "runc"}, namespaced=False),
     Kind(
+        "FlowcontrolApiserverV1Api",
+        "flow_schema",
+        "flowcontrol.apiserver.k8s.io/flowschemas",
+        {"spec": {"priorityLevelConfiguration": {"name": "global-default"}}},
+        namespaced=False,
+        generation=True,
+    ),
+    Kind(
+        "FlowcontrolApiserverV1Api",
+        "priority_level_configuration",
+        "flowcontrol.apiserver.k8s.io/prioritylevelconfigurations",
+        {"spec": {"type": "Limited", "limited": {"limitResponse": {"type": "Reject"}}}},
+        namespaced=False,
+        generation=True,
+    ),
+    Kind(
         "CertificatesV1Api",
         "certificate_signing_request",
         "certificates.k8s.io/certificatesigningrequests",

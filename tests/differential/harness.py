@@ -138,6 +138,9 @@ class Client:
         self.norm = Normaliser(namespace)
         self.steps: list[Step] = []
         self.workdir = workdir
+        self.compact: Callable[[], int] | None = None
+        """Drop the server's watch history now (scenarios in ``COMPACTING`` only): etcd compaction on a
+        private real control plane without a watch cache, ``Store.compact()`` on the sandbox."""
 
     # -- raw, not recorded
     def run_kubectl(self, *args: str, input: str | None = None, timeout: float = 120
@@ -197,6 +200,16 @@ class Client:
             seen = {k: parsed.get(k) for k in fields}
         self.record(key or f"{method} {path}", {"status": status, "body": self.norm.obj(seen)})
         return parsed
+
+    def watch(self, path: str) -> tuple[int, list[dict[str, Any]]]:
+        """A raw watch request (``path`` with ``watch=1`` and a ``timeoutSeconds``), read to its end: the
+        status code and the events (an error response as its one Status)."""
+        status, payload = self.request("GET", path)
+        events = []
+        for line in payload.splitlines():
+            if line.strip():
+                events.append(json.loads(line))
+        return status, events
 
     def request(self, method: str, path: str, body: Any = None, content_type: str | None = "application/json"
                 ) -> tuple[int, bytes]:

@@ -17,11 +17,19 @@ from typing import Any, Callable
 from .harness import Client
 
 SCENARIOS: dict[str, Callable[[Client], None]] = {}
+PRIVATE: set[str] = set()
+"""Scenarios that need a control plane of their own (they drop its watch history with ``Client.compact``,
+or drain its node): a private real one, and the sandbox."""
 
 
 def scenario(fn: Callable[[Client], None]) -> Callable[[Client], None]:
     SCENARIOS[fn.__name__] = fn
     return fn
+
+
+def private(fn: Callable[[Client], None]) -> Callable[[Client], None]:
+    PRIVATE.add(fn.__name__)
+    return scenario(fn)
 
 
 WAIT = "--timeout=150s"
@@ -428,6 +436,211 @@ def watch_sequence(c: Client) -> None:
         c.record("watch from resourceVersion 0: the current state first", sorted(initial))
     finally:
         api.close()
+
+
+def _events(events: list[dict[str, Any]]) -> list[Any]:
+    """What a client takes from watch events: type, and the object's name (a bookmark: its annotations;
+    an error: its Status, resourceVersions in the message made ``<rv>``)."""
+    out: list[Any] = []
+    for event in events:
+        obj = event.get("object") or {}
+        meta = obj.get("metadata") or {}
+        if event.get("type") == "BOOKMARK":
+            out.append(("BOOKMARK", obj.get("kind"), meta.get("annotations"),
+                        bool(meta.get("resourceVersion"))))
+        elif event.get("type") == "ERROR" or obj.get("kind") == "Status":
+            out.append((event.get("type"), _status(obj)))
+        else:
+            out.append((event.get("type"), meta.get("name")))
+    return out
+
+
+def _status(obj: dict[str, Any]) -> dict[str, Any]:
+    import re
+
+    return {"code": obj.get("code"), "reason": obj.get("reason"), "status": obj.get("status"),
+            "message": re.sub(r"\d+", "<rv>", str(obj.get("message"))),
+            "continue": bool((obj.get("metadata") or {}).get("continue"))}
+
+
+@scenario
+def watch_bookmarks(c: Client) -> None:
+    """A watch-list (``sendInitialEvents``, client-go's streaming list): the current objects as ADDED, then
+    a BOOKMARK annotated ``k8s.io/initial-events-end``; the parameters it needs, refused without them."""
+    ns = c.namespace
+    for name in ("b1", "b2"):
+        c.run_kubectl("create", "configmap", name, "--from-literal=k=v")
+    base = f"/api/v1/namespaces/{ns}/configmaps?watch=1&timeoutSeconds=3&sendInitialEvents=true"
+    for key, query in (
+        ("watch-list: initial events, then the bookmark", "&resourceVersionMatch=NotOlderThan"
+                                                         "&allowWatchBookmarks=true"),
+        ("watch-list without allowWatchBookmarks", "&resourceVersionMatch=NotOlderThan"),
+        ("watch-list without resourceVersionMatch", "&allowWatchBookmarks=true"),
+        ("watch-list with resourceVersionMatch=Exact",
+         "&allowWatchBookmarks=true&resourceVersionMatch=Exact&resourceVersion=1"),
+    ):
+        status, events = c.watch(base + query)
+        # after the initial-events-end bookmark come the server's periodic bookmarks: timing, not state
+        until = next((i for i, e in enumerate(events)
+                      if ((e.get("object") or {}).get("metadata") or {}).get("annotations")), len(events))
+        c.record(key, {"status": status, "events": c.norm.obj(_events(events[:until + 1]))})
+    status, payload = c.request("GET", f"/api/v1/namespaces/{ns}/configmaps?sendInitialEvents=true")
+    c.record("sendInitialEvents on a list",
+             {"status": status, "body": c.norm.obj(_status(json.loads(payload)))})
+
+
+@scenario
+def api_priority_and_fairness(c: Client) -> None:
+    """flowcontrol.apiserver.k8s.io/v1: the bootstrap configuration, its tables, the Dangling condition."""
+    c.kubectl("get", "flowschemas")
+    c.kubectl("get", "prioritylevelconfigurations", "-o", "wide")
+    c.kubectl("get", "flowschema", "catch-all", "-o", "json", json_out=True)
+    c.kubectl("get", "prioritylevelconfiguration", "exempt", "-o", "json", json_out=True)
+    fs, pl = f"fs-{c.namespace}", f"pl-{c.namespace}"
+    c.kubectl("create", "-f", "-", input=json.dumps({
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema", "metadata": {"name": fs},
+        "spec": {"priorityLevelConfiguration": {"name": pl}}}),
+        key="create a FlowSchema naming a missing level")
+    c.kubectl("wait", f"flowschema/{fs}", "--for=condition=Dangling=True", "--timeout=30s",
+              key="wait for Dangling=True")
+    c.kubectl("get", "flowschema", fs, "-o", "json", json_out=True, key="FlowSchema, its level missing")
+    c.kubectl("create", "-f", "-", input=json.dumps({
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+        "metadata": {"name": pl},
+        "spec": {"type": "Limited", "limited": {"limitResponse": {"type": "Queue", "queuing": {}}}}}),
+        key="create the PriorityLevelConfiguration")
+    c.kubectl("wait", f"flowschema/{fs}", "--for=condition=Dangling=False", "--timeout=30s",
+              key="wait for Dangling=False")
+    c.kubectl("get", "flowschema", fs, "-o", "wide", key="FlowSchema table, its level found")
+    c.kubectl("get", "prioritylevelconfiguration", pl, "-o", "json", json_out=True,
+              key="PriorityLevelConfiguration with its defaults")
+    c.kubectl("patch", "flowschema", fs, "--type=merge", "-p", '{"spec":{"matchingPrecedence":500}}',
+              "-o", "jsonpath={.metadata.generation}", key="generation after a spec change")
+    c.kubectl("create", "-f", "-", input=json.dumps({
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+        "metadata": {"name": f"bad-{c.namespace}"}, "spec": {"type": "Limited"}}),
+        key="an invalid PriorityLevelConfiguration")
+    c.kubectl("delete", "prioritylevelconfiguration", pl)
+    c.kubectl("wait", f"flowschema/{fs}", "--for=condition=Dangling=True", "--timeout=30s",
+              key="wait for Dangling=True again")
+    c.kubectl("delete", "flowschema", fs)
+
+
+@scenario
+def list_resource_versions(c: Client) -> None:
+    """The list parameters of consistency (resourceVersion, resourceVersionMatch, continue) as the API
+    server validates them: the 422s, 400s and the 504 of a resourceVersion from the future."""
+    import re
+
+    ns = c.namespace
+    c.norm.extra.append((re.compile(r"current: \d+"), "current: <rv>"))  # each server's own revision
+    c.run_kubectl("create", "configmap", "one", "--from-literal=k=v")
+    for query in ("resourceVersionMatch=Exact", "resourceVersion=0&resourceVersionMatch=Exact",
+                  "resourceVersion=5&resourceVersionMatch=Bogus", "resourceVersion=abc",
+                  "resourceVersion=abc&resourceVersionMatch=Exact", "limit=1&continue=abc",
+                  "resourceVersion=5&resourceVersionMatch=NotOlderThan&limit=1&continue=abc",
+                  "watch=1&resourceVersion=5&resourceVersionMatch=NotOlderThan",
+                  "resourceVersion=99999999", "resourceVersion=99999999&resourceVersionMatch=Exact"):
+        c.http("GET", f"/api/v1/namespaces/{ns}/configmaps?{query}", key=f"list ?{query}",
+               fields=("kind", "code", "reason", "message", "details"))
+    c.http("GET", f"/api/v1/namespaces/{ns}/configmaps?resourceVersion=0", key="list ?resourceVersion=0",
+           fields=("kind",))
+
+
+@private
+def watch_across_compaction(c: Client) -> None:
+    """Watches, lists and continue tokens from before a compaction get 410 Expired; from after it, work."""
+    assert c.compact is not None
+    ns = c.namespace
+    for name in ("a", "b"):
+        c.run_kubectl("create", "configmap", name, "--from-literal=k=v")
+    status, payload = c.request("GET", f"/api/v1/namespaces/{ns}/configmaps?limit=1")
+    first = json.loads(payload)
+    old_rv, token = first["metadata"]["resourceVersion"], first["metadata"].get("continue")
+    c.record("a first page before the compaction", {"status": status, "items": len(first["items"]),
+                                                    "continue": bool(token)})
+    c.run_kubectl("label", "configmap", "a", "x=1")
+    c.run_kubectl("create", "configmap", "c", "--from-literal=k=v")
+    c.compact()
+    status, events = c.watch(f"/api/v1/namespaces/{ns}/configmaps?watch=1&timeoutSeconds=5"
+                             f"&resourceVersion={old_rv}")
+    c.record("watch from before the compaction", {"status": status, "events": _events(events)})
+    for key, query in (("list at an exact resourceVersion from before it",
+                        f"resourceVersion={old_rv}&resourceVersionMatch=Exact"),
+                       ("list not older than a resourceVersion from before it",
+                        f"resourceVersion={old_rv}&resourceVersionMatch=NotOlderThan"),
+                       ("the next page with a continue token from before it", f"limit=1&continue={token}")):
+        status, payload = c.request("GET", f"/api/v1/namespaces/{ns}/configmaps?{query}")
+        body = json.loads(payload)
+        seen = (_status(body) if body.get("kind") == "Status"
+                else sorted(n for i in body.get("items") or [] if len(n := i["metadata"]["name"]) == 1))
+        c.record(key, {"status": status, "body": seen})
+    status, payload = c.request("GET", f"/api/v1/namespaces/{ns}/configmaps")
+    new_rv = json.loads(payload)["metadata"]["resourceVersion"]
+    c.run_kubectl("create", "configmap", "d", "--from-literal=k=v")
+    c.run_kubectl("delete", "configmap", "b")
+    status, events = c.watch(f"/api/v1/namespaces/{ns}/configmaps?watch=1&timeoutSeconds=3"
+                             f"&resourceVersion={new_rv}")
+    c.record("watch from after the compaction", {"status": status, "events": _events(events)})
+
+
+_DRAINED = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web, drain: "yes"}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bare, labels: {drain: "yes"}}
+spec: {containers: [{name: bare, image: "nginx:1.27"}]}
+"""
+
+
+@private
+def drain_a_node(c: Client) -> None:
+    """kubectl drain, as kubernetes.core's k8s_drain does it: cordon; pods without a controller refused
+    unless forced; the others evicted (pods/eviction) and re-created by their controller, which the
+    cordoned node no longer takes; uncordon."""
+    import re
+
+    node = c.run_kubectl("get", "nodes", "-o", "jsonpath={.items[0].metadata.name}").stdout.strip()
+    c.norm.extra.append((re.compile(re.escape(node)), "NODE"))
+    c.run_kubectl("apply", "-f", "-", input=_DRAINED)
+    c.run_kubectl("rollout", "status", "deployment/web", WAIT)
+    c.run_kubectl("wait", "pod/bare", "--for=condition=Ready", WAIT)
+    drain = ("drain", node, "--pod-selector=drain=yes", "--ignore-daemonsets", "--timeout=90s")
+    refused = c.run_kubectl(*drain)
+    c.record("drain refused: a pod without a controller",
+             {"rc": refused.returncode, "stdout": c.norm.text(refused.stdout),
+              "stderr": sorted(c.norm.text(refused.stderr).splitlines())})
+    c.run_kubectl("wait", f"node/{node}", "--timeout=60s",  # the node lifecycle controller taints it
+                  "--for=jsonpath={.spec.taints[*].key}=node.kubernetes.io/unschedulable")
+    c.kubectl("get", "node", node, "-o", "jsonpath={.spec.unschedulable} {.spec.taints[*].key}",
+              key="cordoned: unschedulable, tainted")
+    forced = c.run_kubectl(*drain, "--force")
+    c.record("drain --force", {"rc": forced.returncode,
+                               "stdout": sorted(c.norm.text(forced.stdout).splitlines()),
+                               "stderr": sorted(c.norm.text(forced.stderr).splitlines())})
+    deadline = time.monotonic() + 60  # the ReplicaSet controller re-creates the evicted pods
+    while time.monotonic() < deadline:
+        if len(c.run_kubectl("get", "pods", "-l", "app=web", "-o", "name").stdout.split()) == 2:
+            break
+        time.sleep(0.5)
+    c.kubectl("wait", "pods", "-l", "app=web", "--for=condition=PodScheduled=false", WAIT,
+              key="the deployment's new pods: not scheduled")
+    c.kubectl("get", "pods", "-l", "app=web", "-o",
+              "jsonpath={range .items[*]}{.status.phase} {.spec.nodeName}{'\\n'}{end}",
+              key="the deployment's new pods: Pending, on no node")
+    c.kubectl("uncordon", node, key="kubectl uncordon NODE")
+    c.run_kubectl("wait", "pods", "-l", "app=web", "--for=condition=Ready", WAIT)
+    c.kubectl("get", "pods", "-l", "app=web", "-o", "jsonpath={range .items[*]}{.status.phase}{'\\n'}{end}",
+              key="after uncordon: Running again")
 
 
 _PLAYBOOK = """
