@@ -153,12 +153,14 @@ class Simulator:
             for gr in ("apps/deployments", "apps/replicasets", "/replicationcontrollers"):
                 for key, _ in list(self.store.items(gr, ev.namespace)):
                     self._schedule(key)
+        if ev.group_resource in ("/pods", "apps/replicasets"):
+            # a controller replaces the Pods it loses and counts the ready ones (a Deployment: through its
+            # ReplicaSets' status)
+            for ref in (ev.obj.get("metadata") or {}).get("ownerReferences") or []:
+                owner_gr = _CONTROLLER_KINDS.get((ref.get("apiVersion"), ref.get("kind")))
+                if owner_gr is not None and ref.get("controller"):
+                    self._schedule((owner_gr, ev.namespace, ref.get("name", "")))
         if ev.type == "DELETED":
-            if ev.group_resource == "/pods":  # a controller replaces the Pods it loses
-                for ref in (ev.obj.get("metadata") or {}).get("ownerReferences") or []:
-                    owner_gr = _CONTROLLER_KINDS.get((ref.get("apiVersion"), ref.get("kind")))
-                    if owner_gr is not None and ref.get("controller"):
-                        self._schedule((owner_gr, ev.namespace, ref.get("name", "")))
             return
         if ev.group_resource in _SIMULATED:
             meta = ev.obj.get("metadata") or {}
@@ -321,23 +323,32 @@ class Simulator:
                 cond("Progressing", "False", "ProgressDeadlineExceeded",
                      f'ReplicaSet "{rs_name}" has timed out progressing.')]
         else:
+            ready = min(sum(self._ready_pods(rs) for rs in self._rollout.replica_sets(obj)), replicas)
             status = _omit_zero(
                 {
                     "observedGeneration": obj["metadata"].get("generation", 1),
                     "replicas": replicas,
                     "updatedReplicas": updated,
-                    "readyReplicas": replicas,
-                    "availableReplicas": replicas,
+                    "readyReplicas": ready,
+                    "availableReplicas": ready,
+                    "unavailableReplicas": replicas - ready,
                 }
             )
             if paused:  # the controller only syncs scale and reports the pause (DeploymentPaused, Unknown)
                 progressing = cond("Progressing", "Unknown", "DeploymentPaused", "Deployment is paused")
+            elif ready < replicas or updated < replicas:
+                progressing = cond("Progressing", "True", "ReplicaSetUpdated",
+                                   f'ReplicaSet "{rs_name}" is progressing.')
             else:
                 progressing = cond("Progressing", "True", "NewReplicaSetAvailable",
                                    f'ReplicaSet "{rs_name}" has successfully progressed.')
-            status["conditions"] = [
-                cond("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability."),
-                progressing]
+            if ready >= replicas - _max_unavailable(spec, replicas):
+                available = cond("Available", "True", "MinimumReplicasAvailable",
+                                 "Deployment has minimum availability.")
+            else:
+                available = cond("Available", "False", "MinimumReplicasUnavailable",
+                                 "Deployment does not have minimum availability.")
+            status["conditions"] = [available, progressing]
         if _conditions_equal(old, status):
             status["conditions"] = old["conditions"]
         self._write_status(rtype, obj, status)
@@ -460,10 +471,18 @@ class Simulator:
             )
             return
         self._pods.replicas(obj, rtype.api_version, rtype.kind, replicas)
+        ready = min(self._ready_pods(obj), replicas)
         status = {"observedGeneration": obj["metadata"].get("generation", 1), "replicas": replicas,
-                  **_omit_zero({"fullyLabeledReplicas": replicas, "readyReplicas": replicas,
-                                "availableReplicas": replicas})}
+                  **_omit_zero({"fullyLabeledReplicas": replicas, "readyReplicas": ready,
+                                "availableReplicas": ready})}
         self._write_status(rtype, obj, status)
+
+    def _ready_pods(self, owner: dict[str, Any]) -> int:
+        """The owner's pods that are Ready (what a controller counts as ready and, with no minReadySeconds,
+        available): a pod the scheduler could not place (a cordoned node) is not."""
+        return sum(1 for pod in self._pods.owned(owner)
+                   if any(c.get("type") == "Ready" and c.get("status") == "True"
+                          for c in (pod.get("status") or {}).get("conditions") or []))
 
     def _daemonset(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
         revision = self._history.sync(obj, "DaemonSet")
@@ -817,7 +836,8 @@ class Simulator:
 #: (apiVersion, kind) of the controllers that own Pods -> their group/resource
 _CONTROLLER_KINDS = {("apps/v1", "ReplicaSet"): "apps/replicasets", ("v1", "ReplicationController"):
                      "/replicationcontrollers", ("apps/v1", "StatefulSet"): "apps/statefulsets",
-                     ("apps/v1", "DaemonSet"): "apps/daemonsets"}
+                     ("apps/v1", "DaemonSet"): "apps/daemonsets",
+                     ("apps/v1", "Deployment"): "apps/deployments"}
 
 
 def _max_unavailable(spec: dict[str, Any], replicas: int) -> int:

@@ -569,4 +569,4 @@ def test_a_cordoned_node_takes_no_new_pods_until_uncordoned(api):
     pod = wait_for(lambda: (p := core.read_namespaced_pod("waits", "default")).status.phase == "Running"
                    and p)
     assert pod.spec.node_name == node
-    assert not core.read_node(node).spec.taints
+    wait_for(lambda: not core.read_node(node).spec.taints)

@@ -828,8 +828,19 @@ def cluster_kinds_tables(c: Client) -> None:
 @scenario
 def ephemeral_containers(c: Client) -> None:
     """``kubectl debug`` adds an ephemeral container through pods/ephemeralcontainers."""
+    import re
+
     c.run_kubectl("run", "target", "--image=nginx:1.27", "--restart=Never")
     c.run_kubectl("wait", "pod/target", "--for=condition=Ready", WAIT)
+    node = c.run_kubectl("get", "pod", "target", "-o", "jsonpath={.spec.nodeName}").stdout.strip()
+    if node:
+        c.norm.extra.append((re.compile(rf"\b{re.escape(node)}\b"), "NODE"))
+    c.kubectl("get", "pod", "target", "-o", "wide")
+    c.kubectl("get", "pod", "target", "-o", "jsonpath={range .spec.volumes[*]}{.projected.sources}{end}"
+              " {.spec.containers[0].volumeMounts}", key="the ServiceAccount's projected token volume")
+    c.run_kubectl("create", "deployment", "wide", "--image=nginx:1.27")
+    c.run_kubectl("rollout", "status", "deployment/wide", WAIT)
+    c.kubectl("get", "pods", "-l", "app=wide", "-o", "wide", key="a deployment's pods -o wide")
     c.kubectl("debug", "target", "--image=busybox:1.36", "--container=dbg", "--", "sleep", "60")
     c.kubectl("get", "pod", "target", "-o", "jsonpath={.spec.ephemeralContainers[*].name}",
               key="ephemeral containers after debug")
