@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 import kubernetes
 import urllib3
+import yaml
 from kubernetes.client.rest import ApiException
 
 log = logging.getLogger(__name__)
@@ -49,20 +50,32 @@ def load_client_config(kubeconfig: str | os.PathLike[str] | None = None) -> kube
         existing = [p for p in candidates if Path(p).expanduser().is_file()]
         if not existing:
             raise ConfigError(f"kubeconfig not found: {explicit}")
-        kubernetes.config.load_kube_config(config_file=existing[0], client_configuration=configuration)
+        _load_kubeconfig(existing[0], configuration)
         return configuration
     default = Path("~/.kube/config").expanduser()
     if default.is_file():
-        kubernetes.config.load_kube_config(config_file=str(default), client_configuration=configuration)
+        _load_kubeconfig(str(default), configuration)
         return configuration
     try:
         load_incluster_config(configuration)
     except kubernetes.config.ConfigException as exc:
         raise ConfigError(
-            "no cluster configuration: pass --kubeconfig, set $KUBECONFIG, create ~/.kube/config,"
-            " or run inside a pod with a service account"
-        ) from exc
+            f"no cluster configuration ({' '.join(str(exc).split())}): pass --kubeconfig, set $KUBECONFIG,"
+            " create ~/.kube/config, or run inside a pod with a service account"
+        ) from None
     return configuration
+
+
+def _load_kubeconfig(path: str, configuration: kubernetes.client.Configuration) -> None:
+    """kubectl's reading of a kubeconfig file; what it cannot use is a ConfigError of one line."""
+    try:
+        kubernetes.config.load_kube_config(config_file=path, client_configuration=configuration)
+    except (kubernetes.config.ConfigException, yaml.YAMLError, OSError, ValueError, KeyError, TypeError,
+            AttributeError) as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, yaml.YAMLError):
+            reason = "not YAML: " + reason
+        raise ConfigError(f"kubeconfig {path}: {reason}") from None
 
 
 #: overrides where the service-account files are read from (tests; pods mounting them elsewhere)

@@ -212,7 +212,10 @@ def setup_logging(*, level: str = "INFO", fmt: str = "text", stream: TextIO | No
     root.setLevel(numeric)
     logging.captureWarnings(True)
     # The kubernetes client logs every request body at DEBUG; keep it quieter than our own debug output.
+    # Its connection pool also warns once per retry ("Retrying (Retry(total=2...)) after connection
+    # broken"): the failed call itself is what the runner reports, so those are debug output too.
     logging.getLogger("urllib3").setLevel(max(numeric, logging.INFO))
+    logging.getLogger("urllib3.connectionpool").setLevel(max(numeric, logging.ERROR))
     return handler
 
 

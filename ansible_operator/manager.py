@@ -92,6 +92,9 @@ def main(args: argparse.Namespace) -> int:
     except kube_mod.ConfigError as exc:
         log.error("%s", exc)
         return 2
+    except StartupError as exc:
+        log.error("%s", exc)
+        return 1
     except OSError as exc:  # a listener could not bind: say which, no traceback
         log.error("%s", exc)
         return 1
@@ -133,6 +136,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
 
     cleanups: list[Any] = []
     exit_code = 0
+    started = False  # the API server answered: from here on, a stop is a shutdown (and says so)
     namespaces = _namespaces(args)
     try:
         kubeconfig = args.kubeconfig
@@ -141,6 +145,10 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         configuration = await asyncio.to_thread(kube_mod.load_client_config, kubeconfig)
         kube = kube_mod.Kube(configuration)
         cleanups.append(kube.close)
+        await _wait_for_api(kube, configuration.host, args.api_unreachable_timeout, stop)
+        if stop.is_set():
+            return exit_code
+        started = True
 
         metrics = Metrics()
         # Before the executor starts: its processes inherit the environment (as the SDK's os.Setenv).
@@ -247,7 +255,10 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         kopf_ready = asyncio.Event()
         kopf_stop = asyncio.Event()  # set after the drain: kopf watches (feeding paused queues) until then
         # kopf.operator() is spawn_tasks() + run_tasks(); called apart so that SIGINT/SIGTERM stay ours (see
-        # _Shutdown) and kopf is told which tasks are not its own to wait for when it stops.
+        # _Shutdown) and kopf is told which tasks are not its own to wait for when it stops. The stop waiter
+        # is one of those: when kopf fails it cancels every other task, and a cancelled waiter looked like
+        # a requested stop (the operator exited 0 after losing its API server at start).
+        stop_waiter = asyncio.create_task(stop.wait(), name="stop-waiter")
         shutdown.settled.update(asyncio.all_tasks())
         kopf_tasks = await kopf.spawn_tasks(
             registry=registry, settings=settings, standalone=True,
@@ -269,12 +280,13 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         if args.leader_elect:
             elector_task = await _start_leader_election(args, kube, controllers, elector_state, metrics, stop)
 
-        waiters = [asyncio.create_task(stop.wait()), kopf_task] + ([elector_task] if elector_task else [])
+        waiters = [stop_waiter, kopf_task] + ([elector_task] if elector_task else [])
         done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        if kopf_task in done and not stop.is_set():
+        if not stop.is_set() and (kopf_task in done or stop_waiter.cancelled()):
             # kopf stops only when kopf_stop is set (below): ending before that is a crash
-            exc = kopf_task.exception()
-            log.error("watch streams stopped: %s", exc or "kopf ended")
+            exc = kopf_task.exception() if kopf_task.done() and not kopf_task.cancelled() else None
+            log.error("watch streams stopped: %s", (kube_mod.error_from_kopf(exc) if exc else None) or exc
+                      or "kopf ended")
             exit_code = 1
         shutdown.request()
         if elector_task is not None and elector_task in done and elector_state.get("lost"):
@@ -301,7 +313,8 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
                 w.cancel()
         await asyncio.gather(*waiters, return_exceptions=True)
     finally:
-        log.info("shutting down")
+        if started:
+            log.info("shutting down")
         for cleanup in reversed(cleanups):
             try:
                 result = cleanup()
@@ -311,6 +324,45 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             except Exception:
                 log.exception("error during shutdown")
     return exit_code
+
+
+class StartupError(Exception):
+    """The operator cannot start (exit 1, one line): no API server answered in time, or it refused us."""
+
+
+async def _wait_for_api(kube: Any, server: str, timeout: float, stop: asyncio.Event) -> None:
+    """controller-runtime's manager does not start without an API server; neither does this one. ``GET
+    /version`` until it answers, for at most ``--api-unreachable-timeout`` (0: for ever), then a
+    StartupError that says what was tried and what happened. A 401 (bad credentials) fails at once."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout if timeout else None
+    delay, said = 0.5, False
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(kube.request("GET", "/version"), timeout=10)
+            if said:
+                log.info("API server %s answered", server)
+            return
+        except kube_mod.ApiError as exc:
+            if exc.status == 401:
+                raise StartupError(f"API server {server} refused the credentials: {exc}") from None
+            if exc.status:  # any other answer: it is there (its errors are for the requests that follow)
+                return
+            reason = str(exc)
+        except Exception as exc:  # noqa: BLE001 - connection refused, TLS, DNS, timeout: all "no answer"
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+        if deadline is not None and loop.time() >= deadline:
+            raise StartupError(f"API server {server} unreachable for {timeout:.0f}s"
+                               f" (--api-unreachable-timeout): {reason}")
+        if not said:
+            log.warning("waiting for the API server %s: %s", server, reason)
+            said = True
+        wait = delay if deadline is None else min(delay, max(0.0, deadline - loop.time()))
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=wait)
+        except asyncio.TimeoutError:
+            pass
+        delay = min(delay * 2, 5.0)
 
 
 def _quiet_stream_close(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

@@ -30,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from ansible_operator.durations import parse_duration
+from ansible_operator.labels import SelectorError, label_selector_from_dict
 
 __all__ = [
     "WatchesError",
@@ -438,6 +439,11 @@ def _validate_selector(sel: _SelectorModel, fail: Any) -> dict[str, Any] | None:
                 expr["values"] = values
             exprs.append(expr)
         out["matchExpressions"] = exprs
+    if out:  # keys and values as the API server checks them (the selector goes into every list and watch)
+        try:
+            label_selector_from_dict(out)
+        except SelectorError as exc:
+            fail(f"invalid value for 'selector': {exc}")
     return out or None
 
 
