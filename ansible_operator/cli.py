@@ -15,8 +15,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from ansible_operator import __version__
 from ansible_operator.artifacts import size_argument
+from ansible_operator.version import VersionAction
 
 
 def verbosity_argument(text: str) -> int:
@@ -409,9 +409,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ansible-operator",
         description="Run Ansible roles as Kubernetes operators (Operator SDK watches.yaml compatible).",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+
+    # ---- version ---------------------------------------------------------------------------------
+    version = sub.add_parser("version", help="print the versions of the runner, ansible-core, ansible-runner,"
+                                             " kopf, the kubernetes client and Python")
+    version.set_defaults(module="ansible_operator.version")
 
     # ---- run -------------------------------------------------------------------------------------
     _add_run(sub)
