@@ -76,7 +76,8 @@ def test_bootstrap_configuration(api):
             assert meta["generation"] == 1
             assert obj["spec"] == specs[meta["name"]]
             managers = {(m["manager"], m["operation"], m.get("subresource")) for m in meta["managedFields"]}
-            expected = {("api-priority-and-fairness-config-producer-v1", "Update", None)}
+            expected: set[tuple[str, str, str | None]] = {
+                ("api-priority-and-fairness-config-producer-v1", "Update", None)}
             if plural == "flowschemas":
                 expected.add(("api-priority-and-fairness-config-consumer-v1", "Apply", "status"))
                 assert _dangling(obj) == _found(obj["spec"]["priorityLevelConfiguration"]["name"])

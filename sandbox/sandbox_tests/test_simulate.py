@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import time
+from typing import Any
 
 import kubernetes
 import pytest
@@ -552,7 +553,7 @@ def test_a_cordoned_node_takes_no_new_pods_until_uncordoned(api):
     try:
         wait_for(lambda: [t.key for t in core.read_node(node).spec.taints or []] == [taint_key])
         core.create_namespaced_pod("default", {"metadata": {"name": "waits"}, "spec": TEMPLATE["spec"]})
-        tolerant = copy.deepcopy(TEMPLATE["spec"])
+        tolerant: dict[str, Any] = copy.deepcopy(TEMPLATE["spec"])  # type: ignore[arg-type]
         tolerant["tolerations"] = [{"key": taint_key, "operator": "Exists", "effect": "NoSchedule"}]
         core.create_namespaced_pod("default", {"metadata": {"name": "tolerates"}, "spec": tolerant})
         wait_for(lambda: core.read_namespaced_pod("tolerates", "default").status.phase == "Running")
