@@ -114,8 +114,9 @@ class Reconciler:
         # removed, the same lag would start a second finalizer run (a snapshot, a deregistration). So
         # every run starts from the object as the API has it now (a quorum read).
         obj = await self._confirm(cached)
-        if obj is None:
-            return ReconcileOutcome()  # gone, or gone and re-created: the cache's event for it follows
+        if obj is None:  # gone, or gone and re-created: the cache's event for it follows
+            log.debug("not running for uid %s: the object is gone", cached["metadata"].get("uid"))
+            return ReconcileOutcome()
         meta = obj["metadata"]
         overrides = annotation_overrides(self.watch, meta.get("annotations"))
         for name, value, reason in overrides["invalid"]:
@@ -325,7 +326,8 @@ class Reconciler:
         )
         for hook in self.rt.hooks:
             hook.run_started(self.watch.key, phase)
-        log.info("%s run %s started (generation %s)", phase, run_id, meta.get("generation"))
+        log.info("%s run %s started (generation %s, uid %s)", phase, run_id, meta.get("generation"),
+                 meta.get("uid"))
         try:
             with log_context(run_id=run_id):
                 outcome = await self.rt.executor.run(request, on_event)

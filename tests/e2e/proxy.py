@@ -62,6 +62,8 @@ class TLSCutProxy:
         self.expired = 0  # 410 answers: ERROR events in watch streams or 410 responses
         self.refused = 0  # connections reset because the proxy was cut
         self._cut = False
+        self._held: str | None = None  # lists of collections whose path contains this wait for release()
+        self._released: asyncio.Event | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._server_ctx: ssl.SSLContext | None = None
         self._client_ctx: ssl.SSLContext | None = None
@@ -115,6 +117,21 @@ class TLSCutProxy:
 
     def restore(self) -> None:
         self._call(lambda: setattr(self, "_cut", False))
+
+    def hold_lists(self, path_part: str) -> None:
+        """From now on a list (not a watch) of a collection whose path contains ``path_part`` is held
+        back until :meth:`release` (the client waits for its answer; every other request goes through):
+        one resource's relist made to come after the others'."""
+        def do() -> None:
+            self._held, self._released = path_part, asyncio.Event()
+        self._call(do)
+
+    def release(self) -> None:
+        def do() -> None:
+            if self._released is not None:
+                self._released.set()
+            self._held = None
+        self._call(do)
 
     def close(self) -> None:
         """Stop listening (connections are refused from now on) and end every connection; idempotent."""
@@ -187,12 +204,26 @@ class TLSCutProxy:
                     # a request line or a 410 split across two reads is still seen, and seen once
                     inspect(tail + data, len(tail))
                     tail = data[-200:]
+                    released = self._released
+                    if inspect == self._requests and released is not None and self._held_list(data):
+                        await released.wait()
                 writer.write(data)
                 await writer.drain()
         except OSError:  # ConnectionError, ssl.SSLError
             pass
         finally:
             writer.transport.abort()
+
+    def _held_list(self, data: bytes) -> bool:
+        held = self._held
+        if held is None:
+            return False
+        for m in REQUEST_LINE.finditer(data):
+            path, _, query = m.group(2).decode().partition("?")
+            if m.group(1) == b"GET" and held in path and is_collection(path) \
+                    and not re.search(r"(^|&)watch=(1|true)", query):
+                return True
+        return False
 
     def _requests(self, data: bytes, seen: int) -> None:
         for m in REQUEST_LINE.finditer(data):
