@@ -7,7 +7,8 @@
 
 Run directories hold extra vars and task results in plain text, so everything here is private to the
 operator's user: the root and every directory down to a run's are 0700 (whatever the umask), ``run.json``
-0600; files the executor writes inside a run directory are out of other users' reach through it.
+0600; files the executor writes inside a run directory are out of other users' reach through it while it
+runs, and 0600 (directories 0700) once it ended (:func:`make_private`).
 
 Disk use is bounded three ways: per object (``maxRunnerArtifacts``: newest N runs, :func:`prune_runs`), per
 object lifetime (:func:`remove_runs_of` once the object is gone from the API, :func:`remove_absent` for
@@ -126,11 +127,37 @@ def object_dir(root: Path, obj: ObjectPath) -> Path:
 def new_run_dir(root: Path, obj: ObjectPath, run_id: str) -> Path:
     """The (new, empty, private) directory of one run."""
     run_dir = object_dir(root, obj) / run_id
-    # mkdir's mode is masked by the umask and not applied to the parents: set both explicitly.
-    run_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # mkdir's mode is masked by the umask and, with parents=True, not applied to the parents: each level
+    # below the root is made here, 0700 explicitly.
+    level = root
+    for part in run_dir.relative_to(root).parts[:-1]:
+        level = level / part
+        try:
+            level.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(level, 0o700)
     run_dir.mkdir(mode=0o700, exist_ok=False)
     os.chmod(run_dir, 0o700)
     return run_dir
+
+
+def make_private(run_dir: Path) -> None:
+    """At the end of a run: what the executor wrote (with the process umask, 0644/0755 typically) becomes
+    0600/0700 like the rest of the tree."""
+    for dirpath, dirnames, filenames in os.walk(run_dir):
+        for name in dirnames:
+            _chmod(os.path.join(dirpath, name), 0o700)
+        for name in filenames:
+            _chmod(os.path.join(dirpath, name), 0o600)
+
+
+def _chmod(path: str, mode: int) -> None:
+    try:
+        if not os.path.islink(path):
+            os.chmod(path, mode)
+    except OSError:  # removed meanwhile (pruning), or not ours: nothing to protect
+        pass
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:

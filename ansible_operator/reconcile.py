@@ -363,6 +363,7 @@ class Reconciler:
             changed_tasks=list(result.changed_tasks), error=result.error,
         )
         artifacts.write_summary(run_dir, summary)
+        artifacts.make_private(run_dir)
         artifacts.prune_runs(artifacts.object_dir(self.rt.artifacts_root, object_path),
                              keep=overrides["max_runner_artifacts"])
         if result.succeeded:

@@ -216,3 +216,30 @@ async def test_a_run_uses_the_newest_spec_even_before_the_cache_has_it(tmp_path:
     await reconciler(KEY)
     assert executor.seen_generations == [3]
     assert kube.status_patches[-1]["status"]["observedGeneration"] == 3
+
+
+async def test_the_artifacts_tree_is_private_after_a_run(tmp_path: Path) -> None:
+    """Directories 0700 and files 0600 all the way down, whatever the umask and whatever the executor
+    wrote (issue 20: the group/version/kind/namespace levels were 0755, executor files 0644)."""
+    import os
+    import stat
+
+    reconciler, kube, executor = make(tmp_path)
+    original_run = executor.run
+
+    async def writes_files(request: RunRequest, on_event: Any) -> RunOutcome:
+        out = request.private_data_dir / "artifacts" / request.run_id
+        out.mkdir(parents=True, mode=0o755)
+        (out / "stdout").write_text("task output")
+        os.chmod(out / "stdout", 0o644)
+        return await original_run(request, on_event)
+
+    executor.run = writes_files  # type: ignore[method-assign]
+    old_umask = os.umask(0o022)
+    try:
+        await reconciler(KEY)
+    finally:
+        os.umask(old_umask)
+    modes = {p: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.rglob("*") if ".lock" not in p.name}
+    assert modes and all(m == (0o700 if p.is_dir() else 0o600) for p, m in modes.items()), {
+        str(p.relative_to(tmp_path)): oct(m) for p, m in modes.items() if m not in (0o600, 0o700)}
