@@ -374,6 +374,7 @@ def _resolve_role(name: str, *, collections: list[Path], role_dirs: list[Path], 
     if path.is_absolute():
         if not path.is_dir():
             fail(f"'{key}': role directory {str(path)!r} does not exist")
+        _check_role_dir(path, fail, key)
         return str(path)
     parts = name.split(".")
     if len(parts) == 3 and all(parts):
@@ -382,13 +383,20 @@ def _resolve_role(name: str, *, collections: list[Path], role_dirs: list[Path], 
                 return name
     tried = [d / name for d in role_dirs]
     for candidate in tried:
-        if candidate.is_dir():
+        if candidate.is_dir():  # the first one found, as the SDK's lookup; then it must be a role
+            _check_role_dir(candidate, fail, key)
             return str(candidate.resolve())
     where = ", ".join(str(t) for t in tried[:6])
     more = f" and {len(tried) - 6} more" if len(tried) > 6 else ""
     coll = " as a collection role or" if len(parts) == 3 else ""
     fail(f"'{key}': role {name!r} not found{coll} (looked in {where}{more})")
     raise AssertionError("unreachable")
+
+
+def _check_role_dir(path: Path, fail: Any, key: str) -> None:
+    if not any((path / sub).is_dir() for sub in ROLE_SUBDIRS):
+        fail(f"'{key}': {str(path)!r} is not a role directory (it has none of "
+             f"{', '.join(d + '/' for d in ROLE_SUBDIRS)})")
 
 
 def _resolve_playbook(name: str, base: Path, fail: Any, key: str) -> Path:
@@ -398,7 +406,25 @@ def _resolve_playbook(name: str, base: Path, fail: Any, key: str) -> Path:
     path = path.resolve()
     if not path.is_file():
         fail(f"'{key}': playbook {str(path)!r} does not exist")
+    try:
+        plays = yaml.load(path.read_text(encoding="utf-8"), Loader=_PlaybookLoader)  # noqa: S506 - safe
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        fail(f"'{key}': {str(path)!r} is not a playbook: {' '.join(str(exc).split())[:200]}")
+    if not isinstance(plays, list) or not all(isinstance(play, dict) for play in plays):
+        fail(f"'{key}': {str(path)!r} is not a playbook (a YAML list of plays)")
     return path
+
+
+#: the subdirectories Ansible looks for in a role; a directory with none of them is not one
+ROLE_SUBDIRS = ("tasks", "handlers", "defaults", "vars", "meta", "files", "templates", "library",
+                "module_utils", "lookup_plugins", "filter_plugins")
+
+
+class _PlaybookLoader(yaml.SafeLoader):
+    """Safe YAML, with Ansible's own tags (``!unsafe``, ``!vault``) read as plain values."""
+
+
+_PlaybookLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 
 def _int_env(env: Mapping[str, str], names: Sequence[str], fail: Any) -> tuple[str, int] | None:

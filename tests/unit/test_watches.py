@@ -190,12 +190,12 @@ def test_undefined_env_var_is_an_error(project: Path) -> None:
 
 def test_role_lookup_order(project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     elsewhere = tmp_path_factory.mktemp("rolesenv")
-    (elsewhere / "roles" / "memcached").mkdir(parents=True)
+    (elsewhere / "roles" / "memcached" / "tasks").mkdir(parents=True)
     p = write(project, "- {group: a.io, version: v1, kind: A, role: memcached}\n")
     [w] = load(p, env={"ANSIBLE_ROLES_PATH": f"/does/not/exist:{elsewhere}"})
     assert w.role == str((elsewhere / "roles" / "memcached").resolve())
     extra = tmp_path_factory.mktemp("extra")
-    (extra / "memcached").mkdir()
+    (extra / "memcached" / "tasks").mkdir(parents=True)
     [w] = load(p, roles_search=[extra])
     assert w.role == str((extra / "memcached").resolve())
 
@@ -450,3 +450,28 @@ def test_annotation_verbosity_is_capped_by_the_operator(project: Path) -> None:
     )
     with pytest.raises(WatchesError, match="0..7"):
         load(p, max_annotation_verbosity=8)
+
+
+@pytest.mark.parametrize("entry, expected", [
+    ("role: /etc", "'/etc' is not a role directory (it has none of tasks/, handlers/"),
+    ("playbook: /etc/passwd", "'/etc/passwd' is not a playbook (a YAML list of plays)"),
+    ("playbook: notyaml.yml", "is not a playbook: "),
+    ("playbook: mapping.yml", "is not a playbook (a YAML list of plays)"),
+    ("role: empty", "roles/empty' is not a role directory"),
+])
+def test_role_and_playbook_must_be_a_role_and_a_playbook(project: Path, entry: str, expected: str) -> None:
+    """Issue 20: ``role:`` and ``playbook:`` accepted any directory or file."""
+    (project / "roles" / "empty").mkdir()
+    (project / "notyaml.yml").write_text("- {a: [\n")
+    (project / "mapping.yml").write_text("hosts: localhost\n")
+    p = write(project, f"- {{group: a.io, version: v1, kind: A, {entry}}}\n")
+    with pytest.raises(WatchesError) as exc:
+        load_watches(p, env={"HOME": str(project)})
+    assert expected in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+
+
+def test_a_playbook_with_ansible_tags_is_a_playbook(project: Path) -> None:
+    (project / "tagged.yml").write_text("- hosts: localhost\n  vars: {x: !unsafe '{{ y }}'}\n  tasks: []\n")
+    p = write(project, "- {group: a.io, version: v1, kind: A, playbook: tagged.yml}\n")
+    (watch,) = load(p)
+    assert watch.playbook == (project / "tagged.yml").resolve()
