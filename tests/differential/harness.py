@@ -64,6 +64,8 @@ class Normaliser:
 
     def text(self, text: str) -> str:
         text = text.replace(self.namespace, "NS")
+        # before SAFE_ENCODED: kubectl diff's /tmp/LIVE-<digits> is sometimes all of its alphabet's digits
+        text = DIFF_DIR.sub(r"/tmp/\1-<n>", text)
         text = UID.sub("<uid>", text)
         text = TIMESTAMP.sub("<time>", text)
         text = IPV4.sub("<ip>", text)
@@ -71,7 +73,6 @@ class Normaliser:
         text = TEMPLATE_HASH.sub(r"\1<hash>", text)
         text = SAFE_ENCODED.sub("<hash>", text)
         text = FINGERPRINT.sub("X509SHA256=<fingerprint>", text)
-        text = DIFF_DIR.sub(r"/tmp/\1-<n>", text)
         text = FILE_TIME.sub("<time>", text)
         text = EVENT_SUFFIX.sub(".<hex>", text)
         for pattern, replacement in self.extra:
