@@ -70,6 +70,7 @@ def cluster(tmp_path: Path, plane: ControlPlane | None) -> Iterator[Cluster]:
         c = Cluster(None, plane.kubeconfig, api)
         c.core.create_namespace({"metadata": {"name": NAMESPACE}})
         wait_for(lambda: c.served(NAMESPACE), 30, what="Widget CRD served")
+        _wait_for_the_collector(c)
         try:
             yield c
         finally:
@@ -87,6 +88,20 @@ def cluster(tmp_path: Path, plane: ControlPlane | None) -> Iterator[Cluster]:
         api.close()
         if c.sandbox is not None:
             c.sandbox.stop_thread()
+
+
+def _wait_for_the_collector(c: Cluster) -> None:
+    """The CRD was installed after kube-controller-manager started, so its garbage collector learns the
+    Widget kind at its next discovery sync (every 30 s) and until then collects nothing a Widget owns (CI
+    at 40b2ae7: a test waited 30 s for it, in vain). A canary proves it knows Widgets: a ConfigMap owned
+    by a Widget that is then deleted goes."""
+    owner = c.create_widget("gc-canary", {"color": "none"})
+    c.core.create_namespaced_config_map(c.ns, {"metadata": {"name": "gc-canary", "ownerReferences": [{
+        "apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": "gc-canary",
+        "uid": owner["metadata"]["uid"]}]}})
+    c.delete_widget("gc-canary")
+    wait_for(lambda: c.configmap("gc-canary") is None, 180,
+             what="kube-controller-manager's garbage collector collecting what a Widget owns")
 
 
 def _delete_for_good(c: Cluster, name: str) -> None:
@@ -132,7 +147,7 @@ def test_relist_after_410_runs_recreated_objects_and_forgets_deleted_ones(
         _delete_for_good(cluster, "again")
         _delete_for_good(cluster, "gone")
         wait_for(lambda: cluster.configmap("again-out") is None and cluster.configmap("gone-out") is None,
-                 30, what="the deleted widgets' ConfigMaps garbage-collected")
+                 60, what="the deleted widgets' ConfigMaps garbage-collected")
         cluster.create_widget("again", {"color": "green"})
         recreated = cluster.get_widget("again")
         assert recreated is not None and recreated["metadata"]["generation"] == 1
@@ -198,7 +213,7 @@ def test_no_run_for_an_object_deleted_during_the_gap_even_when_its_dependents_re
     _delete_for_good(cluster, "gone")
     # the collector takes the old ConfigMaps: the dependents' relist then re-queues their owners
     wait_for(lambda: cluster.configmap("again-out") is None and cluster.configmap("gone-out") is None,
-             30, what="the deleted widgets' ConfigMaps garbage-collected")
+             60, what="the deleted widgets' ConfigMaps garbage-collected")
     cluster.create_widget("again", {"color": "green"})
     recreated = cluster.get_widget("again")
     assert recreated is not None
