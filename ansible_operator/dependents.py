@@ -17,9 +17,9 @@ Which events re-queue the owner, following Operator SDK's ``DependentPredicate``
 Cluster-scoped dependents found only through the annotations are followed only with
 ``watchClusterScopedResources`` (``cluster_scoped=True``), as in Operator SDK.
 
-Implementation: each watch is kopf's own list/watch stream (``kopf._cogs.clients.watching.
-infinite_watch``), the very code that watches the custom resources: it lists, watches from the list's
-resourceVersion with bookmarks, lists again after ``410 Gone`` and retries failed requests with
+Implementation: each watch is kopf's own list/watch stream (its ``infinite_watch``, through
+:mod:`ansible_operator.kopfcompat`), the very code that watches the custom resources: it lists, watches from
+the list's resourceVersion with bookmarks, lists again after ``410 Gone`` and retries failed requests with
 ``settings.networking.error_backoffs``, through kopf's session and credentials (the vault shared with
 ``kopf.operator``, re-filled by its login handler after a 401). What is ours is only what a dependent
 watch decides: the owner mapping, the fingerprint, and the comparison of each relist with what we knew
@@ -39,6 +39,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
+from ansible_operator import kopfcompat
 from ansible_operator.kube import error_from_kopf
 from ansible_operator.owners import (
     ANNOTATION_PRIMARY_RESOURCE,
@@ -145,14 +146,9 @@ class _KindWatch:
     """One dependent kind (in one namespace or all) through kopf's ``infinite_watch``; re-queues owners."""
 
     def __init__(self, watcher: "DependentWatcher", kind: DependentKind, namespace: str | None) -> None:
-        from kopf._cogs.structs import references
-
         self.watcher = watcher
         self.kind = kind
         self.namespace = namespace
-        self.resource = references.Resource(group=kind.group, version=kind.version, plural=kind.plural,
-                                            kind=kind.kind, namespaced=kind.namespaced)
-        self._kopf_namespace = references.NamespaceName(namespace) if namespace else None
         self.known: dict[str, tuple[str, frozenset[OwnerKey]]] = {}  # uid -> (fingerprint, owners)
         self._listing: dict[str, tuple[str, frozenset[OwnerKey], dict[str, Any]]] = {}
         self.listings = 0
@@ -168,15 +164,15 @@ class _KindWatch:
         and retries failed requests (``settings.networking.error_backoffs``); only what kopf gives up on
         (a request that kept failing, a watch ``ERROR``) reaches this loop, which starts kopf's stream again
         after the longest of those backoffs."""
-        from kopf._cogs.clients import watching
-
         settings = self.watcher._settings
+        kind = self.kind
         while True:
             try:
                 await self.watcher._owner_kinds()
                 self._listing.clear()
-                async for item in watching.infinite_watch(settings=settings, resource=self.resource,
-                                                          namespace=self._kopf_namespace):
+                async for item in kopfcompat.infinite_watch(
+                        settings, group=kind.group, version=kind.version, plural=kind.plural, kind=kind.kind,
+                        namespaced=kind.namespaced, namespace=self.namespace):
                     self._on_item(item)
             except asyncio.CancelledError:
                 raise
@@ -187,9 +183,7 @@ class _KindWatch:
                 await asyncio.sleep(delay)
 
     def _on_item(self, item: Any) -> None:
-        from kopf._cogs.clients import watching
-
-        if item is watching.Bookmark.LISTED:
+        if kopfcompat.is_listed(item):
             self._listed()
             return
         if not isinstance(item, dict):
@@ -273,18 +267,13 @@ class DependentWatcher:
 
         Cluster-scoped kinds are always watched cluster-wide.
         """
-        from kopf._cogs.clients import auth, watching
-
-        bookmark = getattr(watching, "Bookmark", None)
-        if not hasattr(watching, "infinite_watch") or not hasattr(bookmark, "LISTED"):
-            raise RuntimeError("this kopf version has no watching.infinite_watch/Bookmark.LISTED: dependent"
-                               " watches cannot use kopf's stream; pin kopf to a known version")
+        kopfcompat.check()
         self._enqueue_fn = enqueue
         self._settings = settings
         # kopf's API calls take their credentials from this context variable; kopf sets it in its own
         # tasks, ours (started from the owner proxy's handlers) get a context of their own with it set.
         self._context = contextvars.copy_context()
-        self._context.run(auth.vault_var.set, vault)
+        kopfcompat.use_vault(self._context, vault)
         self._owner_gks = set(owner_kinds)
         self._cluster_scoped = cluster_scoped
         self._namespaces = tuple(sorted(set(namespaces)))
@@ -368,10 +357,8 @@ class DependentWatcher:
 
     async def _get_json(self, path: str) -> dict[str, Any]:
         """GET through kopf's client (its session, credentials and retries); typed errors."""
-        from kopf._cogs.clients import api
-
         try:
-            doc = await api.get(path, settings=self._settings, logger=log)
+            doc = await kopfcompat.get(path, self._settings, log)
         except Exception as exc:
             typed = error_from_kopf(exc)
             if typed is not None:

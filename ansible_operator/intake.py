@@ -21,9 +21,8 @@ Relists: after a watch ends in ``410 Gone`` kopf lists again, but hands over onl
 objects deleted during the gap produce no event at all. Like the informer's ``Replace``, every listing
 is compared with the cache when it ends (:meth:`WatchIntake.relisted`): a cached object the listing
 does not hold (same name and uid) was deleted during the gap and is forgotten as if ``DELETED`` had
-arrived. kopf has no public hook for "a listing ended", so :func:`install_relist_hook` wraps its
-``continuous_watch`` generator (the one place that lists, then yields ``Bookmark.LISTED``) and tells
-the intake of the listed resource; it fails loudly at start-up if kopf's internals change.
+arrived. kopf has no public hook for "a listing ended": :func:`install_relist_hook` installs one (in
+:mod:`ansible_operator.kopfcompat`, the one module that touches kopf's internals).
 
 The handler does no I/O and never blocks: it just records and enqueues.
 """
@@ -37,10 +36,11 @@ import logging
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import kopf
 
+from ansible_operator import kopfcompat
 from ansible_operator.queue import ObjectKey, WorkQueue
 from ansible_operator.watches import Watch
 
@@ -279,40 +279,15 @@ class WatchIntake:
 _LISTENERS: "weakref.WeakSet[WatchIntake]" = weakref.WeakSet()
 
 
-def _listing_ended(resource: Any, namespace: str | None,
+def _listing_ended(gvk: tuple[str, str, str], namespace: str | None,
                    listed: list[tuple[str | None, str, str | None]]) -> None:
     for intake in list(_LISTENERS):
         w = intake.watch
-        if (w.group, w.version, w.kind) == (resource.group, resource.version, resource.kind):
+        if (w.group, w.version, w.kind) == gvk:
             intake.relisted(namespace, listed)
 
 
 def install_relist_hook() -> None:
-    """Wrap kopf's ``continuous_watch`` (list, then ``Bookmark.LISTED``, then watch) so that every listing
-    that completes is reported to the intakes of its resource. Idempotent."""
-    from kopf._cogs.clients import watching
-
-    original = getattr(watching, "continuous_watch", None)
-    bookmark = getattr(getattr(watching, "Bookmark", None), "LISTED", None)
-    if original is None or bookmark is None:
-        raise RuntimeError("this kopf version has no watching.continuous_watch/Bookmark.LISTED: the relist"
-                           " hook (deletions during a watch gap) cannot be installed; pin kopf to a known"
-                           " version")
-    if getattr(original, "_relist_hook", False):
-        return
-
-    async def continuous_watch(**kwargs: Any) -> AsyncIterator[Any]:
-        listed: list[tuple[str | None, str, str | None]] | None = []
-        async for item in original(**kwargs):
-            if listed is not None:
-                if item is bookmark:
-                    _listing_ended(kwargs.get("resource"), kwargs.get("namespace"), listed)
-                    listed = None
-                elif isinstance(item, dict) and item.get("type") is None:
-                    meta = (item.get("object") or {}).get("metadata") or {}
-                    if meta.get("name"):
-                        listed.append((meta.get("namespace"), meta["name"], meta.get("uid")))
-            yield item
-
-    continuous_watch._relist_hook = True  # type: ignore[attr-defined]
-    watching.continuous_watch = continuous_watch
+    """Have every listing kopf completes reported to the intakes of its resource (a wrapper around kopf's
+    ``continuous_watch``, in :func:`ansible_operator.kopfcompat.install_relist_hook`). Idempotent."""
+    kopfcompat.install_relist_hook(_listing_ended)

@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import os
+import socket
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ import urllib3
 import yaml
 from kubernetes.client.rest import ApiException
 
+from ansible_operator import apijson, kopfcompat
+
 log = logging.getLogger(__name__)
 
 THROTTLE_RETRIES = 10
@@ -34,6 +37,30 @@ THROTTLE_RETRIES = 10
 ``maxRetries``), and so does kopf for the runner's watches and lists. The API server refused the request
 before handling it (max-in-flight limit, priority and fairness), so it is safe to send again whatever the
 verb."""
+
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds to connect (TCP and TLS) for each request the runner makes itself."""
+READ_TIMEOUT = 30.0
+"""Seconds the runner's own requests (status, Events, discovery, access reviews, reads) wait for an answer:
+a request on a connection nobody answers any more (a silent network cut, a hung API server) fails then,
+and is retried like any other failure, instead of wedging its caller for ever."""
+
+_KEEPALIVE = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)] + [
+    (socket.IPPROTO_TCP, getattr(socket, name), value)
+    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))
+    if hasattr(socket, name)
+]
+"""TCP keepalive for the runner's pooled connections: a peer gone without a word (a rebooted node, a lost
+NAT entry) is noticed after about a minute of silence, before a request is sent on it."""
+
+
+def with_keepalive(api_client: kubernetes.client.ApiClient) -> kubernetes.client.ApiClient:
+    """``api_client`` whose new connections have TCP keepalive (:data:`_KEEPALIVE`) on."""
+    pool_manager = api_client.rest_client.pool_manager
+    pool_manager.connection_pool_kw["socket_options"] = [
+        *urllib3.connection.HTTPConnection.default_socket_options, *_KEEPALIVE]
+    return api_client
 
 
 class ConfigError(Exception):
@@ -308,15 +335,13 @@ def typed_errors() -> Iterator[None]:
 
 
 def error_from_kopf(exc: BaseException) -> ApiError | None:
-    """The typed :class:`ApiError` for one of kopf's client errors (``kopf._cogs.clients.errors.APIError``
-    has the HTTP ``status`` and the ``Status`` payload); ``None`` for anything else."""
-    from kopf._cogs.clients import errors as kopf_errors
-
-    if not isinstance(exc, kopf_errors.APIError):
+    """The typed :class:`ApiError` for one of kopf's client errors (they carry the HTTP ``status`` and the
+    ``Status`` payload); ``None`` for anything else."""
+    parts = kopfcompat.api_error(exc)
+    if parts is None:
         return None
-    payload = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], dict) else {}
-    message = exc.message or (str(exc.args[0]) if exc.args and exc.args[0] else "")
-    return api_error(exc.status, str(payload.get("reason") or "Unknown"), message)
+    status, reason, message = parts
+    return api_error(status, reason, message)
 
 
 # ---- kopf's client: the one list/watch path (kopf's watch streams and the dependent watches) ----------
@@ -355,20 +380,17 @@ def kopf_connection_info(configuration: kubernetes.client.Configuration) -> Any:
 
 
 def kopf_vault(configuration: kubernetes.client.Configuration | None = None) -> Any:
-    """kopf's credentials vault (``kopf._cogs.structs.credentials.Vault``), for ``kopf.operator(vault=)``
-    and the dependent watches that share it. Empty: kopf's login handler fills it (and refills it after a
-    401). With a ``configuration``: filled from it at once, for use without ``kopf.operator`` (tests)."""
-    from kopf._cogs.structs.credentials import Vault
-
-    if configuration is None:
-        return Vault()
-    return Vault({"ansible-operator": kopf_connection_info(configuration)})
+    """kopf's credentials vault, for ``kopf.operator(vault=)`` and the dependent watches that share it.
+    Empty: kopf's login handler fills it (and refills it after a 401). With a ``configuration``: filled
+    from it at once, for use without ``kopf.operator`` (tests)."""
+    return kopfcompat.vault(None if configuration is None else kopf_connection_info(configuration))
 
 
 def call_raw(api_client: Any, method: str, path: str, query: list[tuple[str, str]], headers: dict[str, str],
-             body: Any) -> bytes:
+             body: Any, timeout: tuple[float, float] | None = (CONNECT_TIMEOUT, READ_TIMEOUT)) -> bytes:
     """One request through ``api_client`` (bearer token, TLS and proxy settings of its configuration); the
     answer's body, or ``ApiException`` for a non-2xx answer, with either generation of the client.
+    ``timeout``: (connect, read) seconds; ``urllib3``'s ``HTTPError`` when either runs out.
 
     The client up to 33.x (python-legacy generator) takes everything in ``call_api`` and raises on non-2xx
     answers itself; the pydantic-generated one (37) splits it into ``param_serialize`` and
@@ -378,11 +400,12 @@ def call_raw(api_client: Any, method: str, path: str, query: list[tuple[str, str
         response = api_client.call_api(
             path, method, query_params=query, header_params=headers, body=body,
             auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+            _request_timeout=timeout,
         )
         return bytes(response.data or b"")
     request = api_client.param_serialize(method, path, query_params=query, header_params=headers, body=body,
                                          auth_settings=["BearerToken"])
-    response = api_client.call_api(*request)
+    response = api_client.call_api(*request, _request_timeout=timeout)
     data = response.read()
     if not 200 <= response.status <= 299:
         raise ApiException(http_resp=response)
@@ -394,20 +417,26 @@ class Kube:
 
     def __init__(self, configuration: kubernetes.client.Configuration) -> None:
         self.configuration = configuration
-        self.api_client = kubernetes.client.ApiClient(configuration)
+        self.api_client = with_keepalive(kubernetes.client.ApiClient(configuration))
 
     def close(self) -> None:
         self.api_client.close()
 
+    def reset_connections(self) -> None:
+        """Close the pooled connections (after an outage some may be dead without a word): the next
+        requests connect afresh instead of each waiting out :data:`READ_TIMEOUT` on a dead one."""
+        self.api_client.rest_client.pool_manager.clear()
+
     async def request(self, method: str, path: str, *, body: Any = None, content_type: str | None = None,
-                      query: list[tuple[str, str]] | None = None) -> Any:
+                      query: list[tuple[str, str]] | None = None, read_timeout: float = READ_TIMEOUT) -> Any:
         """One API call; a ``429`` with ``Retry-After`` is sent again after that wait, up to
-        :data:`THROTTLE_RETRIES` times (then, or without ``Retry-After``, :class:`TooManyRequests`)."""
+        :data:`THROTTLE_RETRIES` times (then, or without ``Retry-After``, :class:`TooManyRequests`).
+        No answer within ``read_timeout`` seconds: :class:`ServerError` (status 0)."""
         retries = 0
         while True:
             try:
                 return await asyncio.to_thread(self._request_sync, method, path, body, content_type,
-                                               query or [])
+                                               query or [], read_timeout)
             except TooManyRequests as exc:
                 if exc.retry_after is None or retries >= THROTTLE_RETRIES:
                     raise
@@ -417,19 +446,20 @@ class Kube:
                 await asyncio.sleep(exc.retry_after)
 
     def _request_sync(self, method: str, path: str, body: Any, content_type: str | None,
-                      query: list[tuple[str, str]]) -> Any:
+                      query: list[tuple[str, str]], read_timeout: float = READ_TIMEOUT) -> Any:
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
         elif body is not None:
             headers["Content-Type"] = "application/json"  # the client 37 would send none
         try:
-            data = call_raw(self.api_client, method, path, query, headers, body)
+            data = call_raw(self.api_client, method, path, query, headers, body,
+                            (CONNECT_TIMEOUT, read_timeout))
         except ApiException as exc:
             raise error_from_api_exception(exc) from None
         except urllib3.exceptions.HTTPError as exc:  # no answer: refused, reset, timed out
             raise ServerError(0, "ServiceUnavailable", f"{method} {path}: {exc}") from None
-        return json.loads(data) if data else None
+        return apijson.loads(data) if data else None
 
     # -- the calls the runner needs ----------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ansible_operator import kopfcompat
 from ansible_operator import kube as kube_mod
 from ansible_operator.watches import Watch, WatchesError, load_watches
 
@@ -166,6 +167,9 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
 
         controllers_by_gk: dict[tuple[str, str], Controller] = {}
         # kopf's settings and credentials vault: its watch streams and the dependent watches share them
+        kopfcompat.check()
+        kopfcompat.install_bounded_decoding()  # no object can end kopf's watcher (nesting to 10,000 levels)
+        kopfcompat.install_watch_restarts()  # ApiReachability restarts them when an outage ends
         settings = kopf.OperatorSettings()
         vault = kube_mod.kopf_vault()
         credentials: Any = PassThroughCredentials(kubeconfig or os.environ.get("KUBECONFIG"))
@@ -217,10 +221,13 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             cleanups.append(c.queue.stop)
 
         ready = {"kopf": False}
-        api = ApiReachability(kube, args.api_unreachable_timeout)
-        if args.api_unreachable_timeout:
-            api_task = asyncio.create_task(api.watch(), name="api-reachability")
-            cleanups.append(api_task.cancel)
+        def recovered() -> int:  # connections from before the outage may be dead without a word
+            kube.reset_connections()
+            return kopfcompat.restart_watches()
+
+        api = ApiReachability(kube, args.api_unreachable_timeout, on_recovered=recovered)
+        api_task = asyncio.create_task(api.watch(), name="api-reachability")
+        cleanups.append(api_task.cancel)
 
         def is_ready() -> bool | tuple[bool, str]:
             # A stand-by replica (not the leader) is ready too: it watches and would take over at once.
@@ -242,7 +249,10 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         settings.peering.standalone = True
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
-        settings.watching.connect_timeout = 30
+        settings.watching.connect_timeout = kube_mod.CONNECT_TIMEOUT
+        # every other request of kopf's (lists, discovery) has a deadline too; its default is 5 minutes
+        settings.networking.connect_timeout = kube_mod.CONNECT_TIMEOUT
+        settings.networking.request_timeout = 60
         settings.networking.error_backoffs = [1, 2, 5, 10]
         if not await _may_watch_crds(kube):
             # kopf would otherwise retry the forbidden CRD watch for ~20 s (five ERROR lines) before giving
@@ -678,16 +688,22 @@ def _metrics_security(args: argparse.Namespace, kube: Any) -> dict[str, Any]:
 
 class ApiReachability:
     """Whether the API server answered recently: ``/readyz`` fails once it has not for ``timeout`` seconds
-    (``--api-unreachable-timeout``), while ``/healthz`` stays up (the process is fine; restarting it would
-    not bring the API server back). One ``GET /version`` at a time, every few seconds."""
+    (``--api-unreachable-timeout``; 0: never), while ``/healthz`` stays up (the process is fine; restarting
+    it would not bring the API server back). One ``GET /version`` at a time, every few seconds.
 
-    def __init__(self, kube: Any, timeout: float, *, clock: Any = time.monotonic) -> None:
+    An outage is logged once when it starts and once when it ends; when it ends every watch request is
+    restarted (``on_recovered``), so that none waits on a connection that died silently meanwhile."""
+
+    def __init__(self, kube: Any, timeout: float, *, clock: Any = time.monotonic,
+                 on_recovered: Callable[[], int] | None = None) -> None:
         self.kube = kube
         self.timeout = timeout
         self.period = max(0.5, min(5.0, timeout / 3)) if timeout else 5.0
         self._clock = clock
+        self._on_recovered = on_recovered
         self.last_ok = clock()
         self.error = ""
+        self._down_since: float | None = None
 
     def check(self) -> bool | tuple[bool, str]:
         if not self.timeout:
@@ -697,22 +713,37 @@ class ApiReachability:
             return True
         return False, f"API server unreachable for {silent:.0f}s" + (f": {self.error}" if self.error else "")
 
+    def _failed(self, error: str) -> None:
+        self.error = error
+        if self._down_since is None:
+            self._down_since = self.last_ok
+            log.warning("API server not answering: %s (checking every %gs)", error, self.period)
+
+    def _answered(self) -> None:
+        self.last_ok = self._clock()
+        self.error = ""
+        if self._down_since is not None:
+            restarted = self._on_recovered() if self._on_recovered is not None else 0
+            log.warning("API server answers again after %.0fs%s", self.last_ok - self._down_since,
+                        f"; restarting {restarted} watch request(s)" if restarted else "")
+            self._down_since = None
+
     async def watch(self) -> None:
         pending: asyncio.Future[Any] | None = None
         while True:
             if pending is None:
-                pending = asyncio.ensure_future(self.kube.request("GET", "/version"))
+                pending = asyncio.ensure_future(self.kube.request("GET", "/version",
+                                                                  read_timeout=max(self.period, 5.0)))
             done, _ = await asyncio.wait({pending}, timeout=self.period)
             if not done:
-                self.error = "no answer"
-                continue  # still waiting for the same request: never more than one in flight
+                self._failed("no answer")
+                continue  # still waiting for the same request (it has a deadline): never two in flight
             try:
                 pending.result()
             except Exception as exc:  # noqa: BLE001 - any failure means "no answer"
-                self.error = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+                self._failed(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
             else:
-                self.last_ok = self._clock()
-                self.error = ""
+                self._answered()
             pending = None
             await asyncio.sleep(self.period)
 

@@ -65,11 +65,11 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from ansible_operator.kube import ApiError, NotFound, bearer_token, check_response
+from ansible_operator.kube import CONNECT_TIMEOUT, ApiError, NotFound, bearer_token, check_response
 
 if TYPE_CHECKING:  # pragma: no cover
     import kubernetes.client
-    from aiohttp import ClientSession, web
+    from aiohttp import ClientSession, ClientTimeout, web
 
 log = logging.getLogger(__name__)
 
@@ -535,12 +535,12 @@ class OwnerProxy:
     # -- lifecycle ----------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
+        from aiohttp import ClientSession, TCPConnector, web
 
         # Pass bodies and Accept-Encoding through untouched: no added headers, no decompression.
         self._session = ClientSession(
             connector=TCPConnector(ssl=self._upstream.ssl, limit=0),
-            timeout=ClientTimeout(total=None, sock_connect=30),
+            timeout=_request_timeout(),
             auto_decompress=False,
             skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
         )
@@ -788,6 +788,8 @@ class OwnerProxy:
         if auth:
             headers["Authorization"] = auth
         url = self._upstream.base + request.rel_url.raw_path_qs
+        streams = (request.query.get("watch") in ("true", "1") or "/watch/" in request.path
+                   or request.query.get("follow") in ("true", "1"))
         try:
             upstream = await self._session.request(
                 request.method,
@@ -796,20 +798,19 @@ class OwnerProxy:
                 headers=headers,
                 allow_redirects=False,
                 server_hostname=self._upstream.server_hostname,
+                timeout=(_stream_timeout(request.query.get("timeoutSeconds")) if streams
+                         else _request_timeout()),
             )
-        except (ClientError, OSError) as exc:
-            return web.Response(
-                status=502,
-                body=_status_body(502, "BadGateway", f"owner proxy: upstream: {exc}"),
-                content_type="application/json",
-            )
-        streaming = (request.query.get("watch") in ("true", "1") or "/watch/" in request.path
-                     or request.query.get("follow") in ("true", "1")
-                     or upstream.headers.get("Content-Length") is None)
+        except (ClientError, OSError) as exc:  # TimeoutError included
+            return _upstream_failed(exc)
+        streaming = streams or upstream.headers.get("Content-Length") is None
         try:
             out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _RESPONSE_DROP}
             if not streaming:
-                data = await upstream.read()
+                try:
+                    data = await upstream.read()
+                except (ClientError, OSError) as exc:
+                    return _upstream_failed(exc)
                 return web.Response(status=upstream.status, body=data, headers=out_headers)
             # Watches and logs: pass each chunk on as soon as it arrives.
             response = web.StreamResponse(status=upstream.status, headers=out_headers)
@@ -918,6 +919,42 @@ class OwnerProxy:
             except NotFound:
                 return {}  # group/version not served
             return json.loads(data)
+
+
+READ_TIMEOUT = 60.0
+"""Seconds the owner proxy waits for the API server's next bytes on a role's request (watches and followed
+logs excepted); then the role's client gets 504, and a connection nobody answers is dropped."""
+TOTAL_TIMEOUT = 300.0
+"""Seconds one request of a role may take through the proxy in all (watches and followed logs excepted)."""
+
+
+def _request_timeout() -> "ClientTimeout":
+    from aiohttp import ClientTimeout
+
+    return ClientTimeout(total=TOTAL_TIMEOUT, sock_connect=CONNECT_TIMEOUT, sock_read=READ_TIMEOUT)
+
+
+def _upstream_failed(exc: BaseException) -> "web.Response":
+    """What a role's client gets when the API server did not answer in time (504) or at all (502)."""
+    from aiohttp import web
+
+    timed_out = isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower()
+    status, reason = (504, "Timeout") if timed_out else (502, "BadGateway")
+    what = f"no answer within {READ_TIMEOUT:g}s" if timed_out and not str(exc) else str(exc)
+    return web.Response(status=status, body=_status_body(status, reason, f"owner proxy: upstream: {what}"),
+                        content_type="application/json")
+
+
+def _stream_timeout(timeout_seconds: str | None) -> "ClientTimeout":
+    """A watch or a followed log: no limit between two chunks (a quiet watch is fine), but an end: the
+    timeout it asked the API server for (which ends it then) and a minute more; an hour without one."""
+    from aiohttp import ClientTimeout
+
+    try:
+        asked = max(0, int(timeout_seconds)) if timeout_seconds else 3600
+    except ValueError:
+        asked = 3600
+    return ClientTimeout(total=asked + 60, sock_connect=CONNECT_TIMEOUT)
 
 
 def _decode_object(response: "web.Response") -> dict[str, Any] | None:

@@ -85,6 +85,19 @@ class Widgets:
                 return None
             raise
 
+    def raw(self, method: str, path: str, body: bytes | None = None,
+            content_type: str = "application/json") -> tuple[int, bytes]:
+        """One request with a body sent as given (the ``kubernetes`` client would encode it first, and
+        Python's JSON encoder and decoder give up near 1,000 levels of nesting): (status, answer)."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        cfg = self.api.configuration
+        if cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken"):
+            headers["Authorization"] = cfg.get_api_key_with_prefix("BearerToken") or \
+                cfg.get_api_key_with_prefix("authorization")
+        answer = self.api.rest_client.pool_manager.request(method, cfg.host + path, body=body,
+                                                           headers=headers)
+        return answer.status, answer.data
+
     def served(self, ns: str) -> bool:
         """Whether the Widget CRD is served (a list in ``ns`` answers)."""
         try:

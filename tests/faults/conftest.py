@@ -29,6 +29,7 @@ import signal
 import ssl
 import subprocess
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator
@@ -108,6 +109,13 @@ class ProxyTLS:
         return ctx
 
 
+@dataclass(eq=False)
+class _Flow:
+    """One proxied connection; ``dead``: blackholed, it carries nothing any more."""
+
+    dead: bool = False
+
+
 class CutProxy:
     """A TCP proxy on 127.0.0.1 in front of ``upstream_port`` that can be cut and restored; with ``tls`` it
     terminates TLS on both sides (a real API server)."""
@@ -122,7 +130,11 @@ class CutProxy:
         self.expired = 0  # 410 Expired answers (ERROR events in watch streams or 410 responses)
         self.cuts = 0
         self.refused = 0  # connections reset because the proxy was cut
+        self.swallowed = 0  # connections accepted during a blackhole (never answered)
+        self.watch_times: list[float] = []  # time.monotonic() of each watch request
         self._cut = False
+        self._blackhole = False
+        self._live: set[_Flow] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
@@ -173,6 +185,20 @@ class CutProxy:
     def restore(self) -> None:
         self._call(lambda: setattr(self, "_cut", False))
 
+    def blackhole(self) -> None:
+        """From now on nothing is answered: open connections stay open but carry nothing, ever again (a
+        lost NAT entry, a dead load balancer), and new ones are accepted and never answered, until
+        :meth:`heal`. Connections from before :meth:`heal` stay silent after it."""
+        def do() -> None:
+            self._blackhole = True
+            for flow in self._live:
+                flow.dead = True
+        self._call(do)
+
+    def heal(self) -> None:
+        """New connections work again (the silent ones stay silent)."""
+        self._call(lambda: setattr(self, "_blackhole", False))
+
     def close(self) -> None:
         async def shutdown() -> None:
             if self._server is not None:
@@ -205,6 +231,18 @@ class CutProxy:
             self.refused += 1
             writer.transport.abort()
             return
+        if self._blackhole:
+            self.swallowed += 1
+            self._writers.add(writer)
+            try:
+                while await reader.read(65536):
+                    pass  # swallowed
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                self._writers.discard(writer)
+                writer.transport.abort()
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection(
                 "127.0.0.1", self.upstream_port, ssl=self._upstream_ssl,
@@ -218,20 +256,27 @@ class CutProxy:
                 w.transport.abort()
             return
         self._writers.update((writer, up_writer))
+        flow = _Flow(dead=self._blackhole)
+        self._live.add(flow)
         try:
-            await asyncio.gather(self._pump(reader, up_writer, self._requests),
-                                 self._pump(up_reader, writer, self._responses))
+            await asyncio.gather(self._pump(reader, up_writer, self._requests, flow),
+                                 self._pump(up_reader, writer, self._responses, flow))
         finally:
+            self._live.discard(flow)
             for w in (writer, up_writer):
                 self._writers.discard(w)
                 w.transport.abort()
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    inspect: Callable[[bytes, int], None]) -> None:
+                    inspect: Callable[[bytes, int], None], flow: _Flow) -> None:
         tail = b""
         try:
             while not self._cut:
                 data = await reader.read(65536)
+                if flow.dead and not self._cut:
+                    if not data:  # nor does a close get through: the other side never learns of it
+                        await asyncio.get_running_loop().create_future()  # until the proxy closes
+                    continue  # blackholed: dropped, the connection stays open
                 if not data or self._cut:
                     break
                 # a request line or status split across two reads is still seen, and seen once
@@ -254,6 +299,7 @@ class CutProxy:
                 continue
             if re.search(r"(^|&)watch=(1|true)", query):
                 self.watches[path] += 1
+                self.watch_times.append(time.monotonic())
             elif _is_collection(path):
                 self.lists[path] += 1
 

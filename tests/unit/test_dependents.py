@@ -25,6 +25,7 @@ async def test_relist_after_410_requeues_owners_of_deleted_and_changed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """kopf's real infinite_watch/continuous_watch (list, watch, 410, relist) with the HTTP calls scripted."""
     from kopf._cogs.clients import fetching, watching
+    from kopf._cogs.structs import references
     from kopf._cogs.structs.credentials import Vault
 
     listings = [
@@ -47,8 +48,10 @@ async def test_relist_after_410_requeues_owners_of_deleted_and_changed(
                                owner_kinds={("x.io", "Thing")}, cluster_scoped=False)
     watcher._kinds = OwnerKinds({("x.io", "Thing"): "x.io/v1"})
     kw = _KindWatch(watcher, CONFIGMAPS, "ns")
-    async for item in watching.infinite_watch(settings=settings, resource=kw.resource,
-                                              namespace=kw._kopf_namespace, _iterations=2):
+    resource = references.Resource(group="", version="v1", plural="configmaps", kind="ConfigMap",
+                                   namespaced=True)
+    async for item in watching.infinite_watch(settings=settings, resource=resource,
+                                              namespace=references.NamespaceName("ns"), _iterations=2):
         kw._on_item(item)
         if kw.listings == 1:
             assert kw.synced.is_set() and calls == []  # the first listing only records

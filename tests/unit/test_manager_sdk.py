@@ -56,6 +56,42 @@ async def test_readiness_follows_the_last_answer_from_the_api_server() -> None:
     assert ApiReachability(kube, 0).check() is True  # 0 turns the check off
 
 
+async def test_an_outage_is_logged_once_each_way_and_its_end_restarts_the_watches(caplog: Any) -> None:
+    kube = FakeKube()
+    restarts: list[int] = []
+
+    def recovered() -> int:
+        restarts.append(1)
+        return 3
+
+    api = ApiReachability(kube, 0, on_recovered=recovered)
+    api.period = 0.01
+    task = asyncio.create_task(api.watch())
+    try:
+        with caplog.at_level(logging.WARNING, logger="ansible_operator.manager"):
+            await kube.answered.wait()
+            kube.up = False
+            calls = kube.calls
+            while kube.calls < calls + 5:  # several failed probes: one line
+                await asyncio.sleep(0.01)
+            assert restarts == []
+            kube.up = True
+            while not restarts:
+                await asyncio.sleep(0.01)
+            calls = kube.calls
+            while kube.calls < calls + 3:  # answering again, and again: no more lines, no more restarts
+                await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("API server not answering: connection refused")
+    assert lines[1].startswith("API server answers again after")
+    assert "restarting 3 watch request(s)" in lines[1]
+    assert restarts == [1]
+
+
 EVENTS = [
     {"event": "playbook_on_play_start", "event_data": {"play": "reconcile"}},
     {"event": "playbook_on_task_start", "event_data": {"task": "make it"}},

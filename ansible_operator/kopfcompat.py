@@ -1,0 +1,255 @@
+"""kopf's private internals, in one place: every use of ``kopf._*`` by the runner is in this module.
+
+kopf's public API (``kopf.on.event``, ``kopf.operator``, settings, ``ConnectionInfo``) covers the event
+loop; the runner needs a few more of its parts, each for a reason:
+
+* **relists** (:func:`install_relist_hook`): kopf has no hook for "a listing ended", which the intake needs
+  to forget objects deleted during a watch gap (informer ``Replace``); the hook wraps
+  ``watching.continuous_watch``, the one place that lists, then yields ``Bookmark.LISTED``.
+* **dependent watches** (:func:`infinite_watch`, :func:`is_listed`, :func:`use_vault`, :func:`get`):
+  the watches of owned objects reuse kopf's list/watch stream (relists after 410, bookmarks, retries)
+  and its credentials vault and session instead of a second client.
+* **typed errors** (:func:`api_error`) and **the vault** (:func:`vault`) for ``kopf.operator(vault=)``.
+* **watch restarts** (:func:`install_watch_restarts`, :func:`restart_watches`): when the API server
+  answers again after an outage, every watch request is ended and resumed from its resourceVersion, rather
+  than waiting on a connection that may have died silently (client-go's HTTP/2 health check has the same
+  purpose).
+* **bounded decoding** (:func:`install_bounded_decoding`): every answer and watch event kopf reads is
+  decoded by :func:`ansible_operator.apijson.loads`, so that no object the API server accepts (nesting to
+  10,000 levels) can end kopf's watcher, and with it the operator (issue 20).
+
+:func:`check` runs at start-up and names whatever of this a kopf version lacks, so that a kopf upgrade
+fails loudly at once instead of misbehaving later; kopf is pinned to a tested range in ``pyproject.toml``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import json
+import types
+from typing import Any, AsyncIterator, Callable
+
+from ansible_operator import apijson
+
+#: (module, attribute) of kopf's internals used here; :func:`check` verifies each.
+_USED = (
+    ("kopf._cogs.clients.api", "request"),
+    ("kopf._cogs.clients.api", "stream"),
+    ("kopf._cogs.clients.api", "get"),
+    ("kopf._cogs.clients.api", "json"),
+    ("kopf._cogs.clients.auth", "vault_var"),
+    ("kopf._cogs.clients.errors", "APIError"),
+    ("kopf._cogs.clients.watching", "continuous_watch"),
+    ("kopf._cogs.clients.watching", "infinite_watch"),
+    ("kopf._cogs.clients.watching", "watch_objs"),
+    ("kopf._cogs.clients.watching", "Bookmark"),
+    ("kopf._cogs.structs.credentials", "Vault"),
+    ("kopf._cogs.structs.references", "Resource"),
+    ("kopf._cogs.structs.references", "NamespaceName"),
+)
+
+
+def check() -> None:
+    """Fail with one message naming every internal of kopf's that this version lacks."""
+    import importlib
+
+    missing = []
+    for module, attribute in _USED:
+        try:
+            found = hasattr(importlib.import_module(module), attribute)
+        except ImportError:
+            found = False
+        if not found:
+            missing.append(f"{module}.{attribute}")
+    from kopf._cogs.clients import watching
+
+    if not hasattr(getattr(watching, "Bookmark", None), "LISTED"):
+        missing.append("kopf._cogs.clients.watching.Bookmark.LISTED")
+    if missing:
+        raise RuntimeError(f"this kopf version lacks what the runner uses of it ({', '.join(missing)}); "
+                           "install a kopf version in the range pyproject.toml names")
+
+
+# ---- bounded decoding --------------------------------------------------------------------------------
+
+
+def install_bounded_decoding() -> None:
+    """Make kopf decode every answer (``api.get``/``post``/``patch``/``delete``, via ``api.request``) and
+    every watch event (``api.stream``) with :func:`ansible_operator.apijson.loads`. Idempotent."""
+    from kopf._cogs.clients import api
+
+    if getattr(api.request, "_bounded_decoding", False):
+        return
+    original = api.request
+
+    async def request(*args: Any, **kwargs: Any) -> Any:
+        response = await original(*args, **kwargs)
+        response.json = functools.partial(response.json, loads=apijson.loads)  # type: ignore[method-assign]
+        return response
+
+    request._bounded_decoding = True  # type: ignore[attr-defined]
+    api.request = request
+    # api.stream decodes each line with the module's ``json.loads``: give the module a json of its own
+    api.json = types.SimpleNamespace(**{**vars(json), "loads": apijson.loads})  # type: ignore[attr-defined,assignment]
+
+
+# ---- relists -----------------------------------------------------------------------------------------
+
+ListingEnded = Callable[[tuple[str, str, str], "str | None", list[tuple["str | None", str, "str | None"]]],
+                        None]
+"""Called with ((group, version, kind), namespace or None, [(namespace, name, uid), ...]) per listing."""
+
+
+def install_relist_hook(listing_ended: ListingEnded) -> None:
+    """Wrap kopf's ``continuous_watch`` so that every listing that completes is reported to
+    ``listing_ended``. Installed once per process (later calls keep the first callback)."""
+    from kopf._cogs.clients import watching
+
+    original = watching.continuous_watch
+    if getattr(original, "_relist_hook", False):
+        return
+    bookmark = watching.Bookmark.LISTED
+
+    async def continuous_watch(**kwargs: Any) -> AsyncIterator[Any]:
+        listed: list[tuple[str | None, str, str | None]] | None = []
+        resource = kwargs.get("resource")
+        async for item in original(**kwargs):
+            if listed is not None:
+                if item is bookmark:
+                    if resource is not None:
+                        listing_ended((resource.group, resource.version, resource.kind),
+                                      kwargs.get("namespace"), listed)
+                    listed = None
+                elif isinstance(item, dict) and item.get("type") is None:
+                    meta = (item.get("object") or {}).get("metadata") or {}
+                    if meta.get("name"):
+                        listed.append((meta.get("namespace"), meta["name"], meta.get("uid")))
+            yield item
+
+    continuous_watch._relist_hook = True  # type: ignore[attr-defined]
+    watching.continuous_watch = continuous_watch
+
+
+# ---- restarting watch requests -----------------------------------------------------------------------
+
+
+class _WatchRequest:
+    """One watch request kopf has open (``watching.watch_objs``), and whether it is being restarted."""
+
+    def __init__(self, task: asyncio.Task[Any] | None) -> None:
+        self.task = task
+        self.waiting = False  # awaiting kopf's stream (not handing an event to its consumer)
+        self.restarting = False
+
+
+_WATCH_REQUESTS: set[_WatchRequest] = set()
+
+
+def install_watch_restarts() -> None:
+    """Wrap kopf's ``watch_objs`` (one watch request) so that :func:`restart_watches` can end it; kopf's
+    ``continuous_watch`` then watches again from the last resourceVersion it saw, as after any disconnect,
+    so nothing is missed. Idempotent."""
+    from kopf._cogs.clients import watching
+
+    original = watching.watch_objs
+    if getattr(original, "_restartable", False):
+        return
+
+    async def watch_objs(**kwargs: Any) -> AsyncIterator[Any]:
+        request = _WatchRequest(asyncio.current_task())
+        _WATCH_REQUESTS.add(request)
+        stream: Any = original(**kwargs)  # an async generator
+        try:
+            while not request.restarting:
+                request.waiting = True
+                try:
+                    item = await stream.__anext__()
+                except StopAsyncIteration:
+                    return
+                except asyncio.CancelledError:
+                    if request.restarting and request.task is not None and request.task.uncancel() == 0:
+                        return  # our cancel (restart_watches), not the task's
+                    raise
+                finally:
+                    request.waiting = False
+                yield item
+        finally:
+            _WATCH_REQUESTS.discard(request)
+            await stream.aclose()
+
+    watch_objs._restartable = True  # type: ignore[attr-defined]
+    watching.watch_objs = watch_objs
+
+
+def restart_watches() -> int:
+    """End every open watch request (kopf reconnects each from its last resourceVersion): after the API
+    server was unreachable, a request on a connection that died silently would otherwise wait for kopf's
+    inactivity timeout. Call on the event loop. Returns how many were open."""
+    count = 0
+    for request in list(_WATCH_REQUESTS):
+        if request.restarting:
+            continue
+        request.restarting = True
+        count += 1
+        if request.waiting and request.task is not None:
+            request.task.cancel()  # raised where it awaits kopf's stream, inside the wrapper
+    return count
+
+
+# ---- kopf's stream, session and credentials, for the dependent watches -------------------------------
+
+
+def infinite_watch(settings: Any, *, group: str, version: str, plural: str, kind: str, namespaced: bool,
+                   namespace: str | None) -> AsyncIterator[Any]:
+    """kopf's list-then-watch stream of one resource (re-lists after 410, retries); yields raw events
+    (``{"type", "object"}``, ``type`` None for the listing) and :func:`is_listed` markers."""
+    from kopf._cogs.clients import watching
+    from kopf._cogs.structs import references
+
+    resource = references.Resource(group=group, version=version, plural=plural, kind=kind,
+                                   namespaced=namespaced)
+    where = references.NamespaceName(namespace) if namespace else None
+    stream: AsyncIterator[Any] = watching.infinite_watch(settings=settings, resource=resource,
+                                                         namespace=where)
+    return stream
+
+
+def is_listed(item: Any) -> bool:
+    """Whether a stream item is kopf's "the listing is complete" marker."""
+    from kopf._cogs.clients import watching
+
+    return item is watching.Bookmark.LISTED
+
+
+def use_vault(context: contextvars.Context, vault: Any) -> None:
+    """Make kopf's API calls made in ``context`` take their credentials from ``vault``."""
+    from kopf._cogs.clients import auth
+
+    context.run(auth.vault_var.set, vault)
+
+
+async def get(path: str, settings: Any, logger: Any) -> Any:
+    """GET through kopf's client (its session, credentials and retries)."""
+    from kopf._cogs.clients import api
+
+    return await api.get(path, settings=settings, logger=logger)
+
+
+def vault(connection: Any | None = None) -> Any:
+    """kopf's credentials vault, empty (kopf's login handler fills it) or holding one ``ConnectionInfo``."""
+    from kopf._cogs.structs.credentials import Vault
+
+    return Vault() if connection is None else Vault({"ansible-operator": connection})
+
+
+def api_error(exc: BaseException) -> tuple[int, str, str] | None:
+    """(HTTP status, reason, message) of one of kopf's client errors; None for anything else."""
+    from kopf._cogs.clients import errors
+
+    if not isinstance(exc, errors.APIError):
+        return None
+    payload = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], dict) else {}
+    message = exc.message or (str(exc.args[0]) if exc.args and exc.args[0] else "")
+    return exc.status or 0, str(payload.get("reason") or "Unknown"), message
