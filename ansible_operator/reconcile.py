@@ -32,6 +32,8 @@ from ansible_operator.watches import Watch, annotation_overrides
 log = logging.getLogger(__name__)
 
 _STATUS_WRITE_ATTEMPTS = 5
+_INTERRUPTED_WRITE_TIMEOUT = 5.0
+"""Seconds a stopped run may spend marking its CR `Running=False` (reason `Interrupted`) at shutdown."""
 _GONE_REMEMBERED = 10_000
 
 
@@ -143,9 +145,14 @@ class Reconciler:
                                                                                   now=utcnow()),
                                      fresh=obj)
 
-        result = await self._run(obj, "reconcile", variables, role=self.watch.role,
-                                 playbook=self.watch.playbook,
-                                 overrides=overrides)
+        try:
+            result = await self._run(obj, "reconcile", variables, role=self.watch.role,
+                                     playbook=self.watch.playbook,
+                                     overrides=overrides)
+        except asyncio.CancelledError:
+            if self.watch.manage_status:
+                await self._interrupted(obj)
+            raise
         await self._report(obj, result)
         if self._newer_generation(key, obj):
             # The spec changed during the run: it gets its own run now, whatever this one's outcome (the
@@ -375,6 +382,17 @@ class Reconciler:
         return result
 
     # -- writing the outcome -----------------------------------------------------------------------
+
+    async def _interrupted(self, obj: dict[str, Any]) -> None:
+        """The run was stopped (shutdown): say so in ``Running`` rather than leave ``Running=True`` with
+        nobody running. Best effort, for at most :data:`_INTERRUPTED_WRITE_TIMEOUT` seconds."""
+        message = "the operator stopped during the run; the next start runs it again"
+        try:
+            async with asyncio.timeout(_INTERRUPTED_WRITE_TIMEOUT):
+                await self._write_status(obj, lambda cur, gen: status.interrupted_status(
+                    cur, message=message, generation=gen, now=utcnow()))
+        except Exception as exc:  # noqa: BLE001 - unreachable, timed out: the restart re-runs it anyway
+            log.info("could not mark the interrupted run in status: %s", exc or type(exc).__name__)
 
     async def _write_status(self, obj: dict[str, Any],
                             build: Callable[[dict[str, Any] | None, int | None], dict[str, Any]],

@@ -12,7 +12,10 @@ failures, completion}. Differences from the SDK (see docs/status.md):
   reason are unchanged, leaving stale counts); ``lastTransitionTime`` still only moves when ``status``
   flips (Kubernetes convention);
 * ``ansibleResult.failures`` counts unreachable hosts too;
-* input refused before any run (``extravars.RefusedVariable``) gives ``Failure`` with reason ``Refused``.
+* input refused before any run (``extravars.RefusedVariable``) gives ``Failure`` with reason ``Refused``;
+* a run stopped by the operator's shutdown sets ``Running`` to ``False`` with reason ``Interrupted``
+  (the SDK leaves ``Running=True`` with nobody running); ``Successful``/``Failure`` keep what the last
+  finished run said.
 
 Every other status field, and conditions of other types (a role may write its own through
 ``k8s_status``), are kept: callers pass the status read just before writing.
@@ -33,6 +36,7 @@ __all__ = [
     "running_status",
     "result_status",
     "refused_status",
+    "interrupted_status",
     "merge_conditions",
     "ansible_result",
     "format_time",
@@ -44,6 +48,7 @@ RUNNING_REASON = "Running"
 SUCCESSFUL_REASON = "Successful"
 FAILED_REASON = "Failed"
 REFUSED_REASON = "Refused"
+INTERRUPTED_REASON = "Interrupted"
 
 RUNNING_MESSAGE = "Running reconciliation"
 AWAITING_MESSAGE = "Awaiting next reconciliation"
@@ -175,3 +180,12 @@ def refused_status(current: Mapping[str, Any] | None, *, message: str, generatio
         _condition("Failure", True, REFUSED_REASON, message, now=now, generation=generation),
     ]
     return _with_conditions(current, updates, generation)
+
+
+def interrupted_status(current: Mapping[str, Any] | None, *, message: str, generation: int | None,
+                       now: datetime) -> dict[str, Any]:
+    """Status body when a run was stopped before it ended (the operator shutting down): ``Running`` goes
+    ``False`` with reason ``Interrupted``; ``Successful``/``Failure`` and ``observedGeneration`` stay what
+    the last finished run made them (nothing was concluded)."""
+    running = _condition("Running", False, INTERRUPTED_REASON, message, now=now, generation=generation)
+    return _with_conditions(current, [running], generation, observed=False)

@@ -243,3 +243,35 @@ async def test_the_artifacts_tree_is_private_after_a_run(tmp_path: Path) -> None
     modes = {p: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.rglob("*") if ".lock" not in p.name}
     assert modes and all(m == (0o700 if p.is_dir() else 0o600) for p, m in modes.items()), {
         str(p.relative_to(tmp_path)): oct(m) for p, m in modes.items() if m not in (0o600, 0o700)}
+
+
+async def test_a_run_stopped_by_shutdown_leaves_running_false_interrupted(tmp_path: Path) -> None:
+    """Issue 20: after a graceful shutdown stopped a run, the CR must not keep Running=True with nobody
+    running; Successful and observedGeneration stay what the last finished run said."""
+    import asyncio
+
+    reconciler, kube, _ = make(tmp_path)
+    kube.obj["status"] = {"observedGeneration": 1, "conditions": [
+        {"type": "Successful", "status": "True", "reason": "Successful", "message": "",
+         "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]}
+    started = asyncio.Event()
+
+    class BlockingExecutor:
+        name = "fake"
+
+        async def run(self, request: RunRequest, on_event: Any) -> RunOutcome:
+            started.set()
+            await asyncio.Event().wait()
+            raise AssertionError("not reached")
+
+    reconciler.rt.executor = BlockingExecutor()  # type: ignore[assignment]
+    task = asyncio.create_task(reconciler(KEY))
+    await asyncio.wait_for(started.wait(), 10)
+    running = {c["type"]: c for c in kube.obj["status"]["conditions"]}["Running"]
+    assert running["status"] == "True"
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert task.cancelled()
+    conditions = {c["type"]: c for c in kube.obj["status"]["conditions"]}
+    assert conditions["Running"]["status"] == "False" and conditions["Running"]["reason"] == "Interrupted"
+    assert conditions["Successful"]["status"] == "True" and kube.obj["status"]["observedGeneration"] == 1
