@@ -152,7 +152,7 @@ def test_graceful_shutdown_timeout_stops_the_run(cluster: Cluster, start_operato
     assert not (markers / "finished").exists()
     # nobody runs it any more: status says so (issue 20)
     running = cluster.condition("stuck", "Running")
-    assert running is not None and running["status"] == "False" and running["reason"] == "Interrupted", running
+    assert running is not None and (running["status"], running["reason"]) == ("False", "Interrupted"), running
 
 
 def test_readyz_fails_when_the_api_server_is_gone_healthz_stays(cluster: Cluster, start_operator,
