@@ -23,7 +23,7 @@ from ansible_operator import artifacts, events, extravars, results, status
 from ansible_operator.executors.base import Executor, RunOutcome, RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.intake import ObjectCache
-from ansible_operator.kube import Conflict, Kube, NotFound, ResourceRef
+from ansible_operator.kube import ApiError, Conflict, Kube, NotFound, ResourceRef
 from ansible_operator.logs import log_context
 from ansible_operator.owners import Credentials
 from ansible_operator.queue import ObjectKey, ReconcileOutcome
@@ -102,7 +102,13 @@ class Reconciler:
 
     async def __call__(self, key: ObjectKey) -> ReconcileOutcome:
         with log_context(kind=self.watch.kind, namespace=key.namespace, name=key.name):
-            return await self._reconcile(key)
+            try:
+                return await self._reconcile(key)
+            except ApiError as exc:
+                # An API server restarting, unreachable or refusing: expected, and retried with backoff by
+                # the queue (which logs the retry); one line, not a traceback.
+                log.warning("API request failed: %s", exc)
+                return ReconcileOutcome(failed=True)
 
     async def _reconcile(self, key: ObjectKey) -> ReconcileOutcome:
         cached = self.cache.get(key)

@@ -72,6 +72,7 @@ def test_429s_are_retried_and_nothing_is_lost(operators, tmp_path: Path, figures
             # and the work queue runs it again after its backoff.
             logs = op.logs()
             assert "raised; treating it as failed" not in logs, _lines(logs, "raised; treating it as failed")
+            assert "API request failed" not in logs, _lines(logs, "API request failed")
             assert not _lines(logs, "could not record event"), _lines(logs, "could not record event")
             runs = [r for n in names for r in op.runs(ns, n)]
             seen = proxy.statuses[429]

@@ -275,3 +275,24 @@ async def test_a_run_stopped_by_shutdown_leaves_running_false_interrupted(tmp_pa
     conditions = {c["type"]: c for c in kube.obj["status"]["conditions"]}
     assert conditions["Running"]["status"] == "False" and conditions["Running"]["reason"] == "Interrupted"
     assert conditions["Successful"]["status"] == "True" and kube.obj["status"]["observedGeneration"] == 1
+
+
+async def test_an_api_outage_is_one_line_and_a_failed_reconcile_not_a_traceback(tmp_path: Path,
+                                                                                caplog: Any) -> None:
+    import logging
+
+    from ansible_operator.kube import ServerError
+
+    reconciler, kube, _ = make(tmp_path)
+
+    async def unreachable(*_: Any, **__: Any) -> Any:
+        raise ServerError(0, "ServiceUnavailable", "GET /apis/...: connection refused")
+
+    kube.get = unreachable  # type: ignore[method-assign]
+    with caplog.at_level(logging.DEBUG):
+        outcome = await reconciler(KEY)
+    assert outcome.failed
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in lines] == [
+        "API request failed: 0 ServiceUnavailable: GET /apis/...: connection refused"]
+    assert all(r.exc_info is None for r in caplog.records)
