@@ -172,9 +172,10 @@ class Reconciler:
         requeue = result.requeue_after if result.requeue_after is not None else overrides["reconcile_period"]
         return ReconcileOutcome(requeue_after=requeue)
 
-    async def _confirm(self, cached: dict[str, Any]) -> dict[str, Any] | None:
-        """The object as the API has it now, if it is still the one the cache holds (same uid)."""
-        meta = cached["metadata"]
+    async def _confirm(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """``obj`` as the API has it now (a quorum read), if it is still the same object (same uid); None if
+        it is gone, or gone and re-created under the same name (then not ours to run for or write to)."""
+        meta = obj["metadata"]
         fresh = await self.rt.kube.get(self.resource, meta.get("namespace"), meta["name"])
         if fresh is None or fresh["metadata"].get("uid") != meta.get("uid"):
             return None
@@ -246,9 +247,9 @@ class Reconciler:
     async def _remove_finalizer(self, obj: dict[str, Any], name: str) -> None:
         meta = obj["metadata"]
         for _ in range(_STATUS_WRITE_ATTEMPTS):
-            fresh = await self.rt.kube.get(self.resource, meta.get("namespace"), meta["name"])
-            if fresh is None or fresh["metadata"].get("uid") != meta.get("uid"):
-                return  # gone (or gone and re-created under the same name: not ours to touch)
+            fresh = await self._confirm(obj)
+            if fresh is None:
+                return
             current = list(fresh["metadata"].get("finalizers") or [])
             if name not in current:
                 return
@@ -411,12 +412,10 @@ class Reconciler:
         namespace, name = meta.get("namespace"), meta["name"]
         for attempt in range(_STATUS_WRITE_ATTEMPTS):
             if fresh is None or attempt:
-                fresh = await self.rt.kube.get(self.resource, namespace, name)
+                fresh = await self._confirm(obj)
             if fresh is None:
                 return
             fresh_meta = fresh["metadata"]
-            if fresh_meta.get("uid") != meta.get("uid"):
-                return  # deleted and re-created: not ours to write
             # observedGeneration is the generation the run's extra vars came from, never the (maybe newer)
             # one read back here: a newer spec is not applied until its own run says so.
             new_status = build(fresh.get("status"), meta.get("generation"))
