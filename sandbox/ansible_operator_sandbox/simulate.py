@@ -203,34 +203,16 @@ class Simulator:
         self._pending.pop(key, None)
         if not self._running:
             return
-        if key[0] == _QUOTA:
-            try:
-                self._quota.sync_namespace(key[1])
-            except Exception:
-                log.exception("simulated resource quota controller for %s failed", key[1])
-            return
-        if key[0] == _NODES:
-            try:
-                self._sync_nodes()
-            except ApiError as e:  # a concurrent write: its event reschedules us
-                log.debug("simulated node lifecycle controller: %s", e.message)
-            except Exception:
-                log.exception("simulated node lifecycle controller failed")
-            return
-        if key[0] == _APF:
-            try:
-                apf.sync_conditions(self.api)
-            except ApiError as e:  # e.g. a FlowSchema deleted meanwhile: its event reschedules us
-                log.debug("simulated APF config consumer: %s", e.message)
-            except Exception:
-                log.exception("simulated APF config consumer failed")
-            return
-        if key[0] == _ENDPOINTS:
-            try:
-                self._endpoints.sync_namespace(key[1])
-                self._disruption.sync_namespace(key[1])
-            except Exception:
-                log.exception("simulated endpoints/disruption controllers for %s failed", key[1])
+        scope = key[1]
+        singletons: dict[str, tuple[str, Callable[[], None]]] = {
+            _QUOTA: (f"resource quota controller for {scope}", lambda: self._quota.sync_namespace(scope)),
+            _NODES: ("node lifecycle controller", self._sync_nodes),
+            _APF: ("APF config consumer", lambda: apf.sync_conditions(self.api)),
+            _ENDPOINTS: (f"endpoints/disruption controllers for {scope}", lambda: self._sync_services(scope)),
+        }
+        if key[0] in singletons:
+            what, sync = singletons[key[0]]
+            self._guarded(what, sync)
             return
         obj = self.store.get(key)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
@@ -245,12 +227,22 @@ class Simulator:
             "batch/jobs": self._job, "/persistentvolumeclaims": self._pvc, "/pods": self._pod}.get(key[0])
         if handler is None:
             return
+        self._guarded(f"controller for {key}", lambda: handler(rtype, obj))
+
+    def _sync_services(self, namespace: str) -> None:
+        self._endpoints.sync_namespace(namespace)
+        self._disruption.sync_namespace(namespace)
+
+    @staticmethod
+    def _guarded(what: str, sync: Callable[[], None]) -> None:
+        """One controller pass: an API error (a concurrent write, an object deleted meanwhile) only means
+        the event it caused reschedules us; anything else is a bug of ours, logged with its traceback."""
         try:
-            handler(rtype, obj)
-        except ApiError as e:  # e.g. a concurrent write: the resulting event reschedules us
-            log.debug("simulated controller for %s: %s", key, e.message)
+            sync()
+        except ApiError as e:
+            log.debug("simulated %s: %s", what, e.message)
         except Exception:
-            log.exception("simulated controller for %s failed", key)
+            log.exception("simulated %s failed", what)
 
     def _write_status(self, rtype: ResourceType, obj: dict[str, Any], status: dict[str, Any]) -> None:
         if obj.get("status") == status:
