@@ -63,6 +63,34 @@ def data_tagging() -> bool:
     return (minor(ansible.release.__version__) or (0, 0)) >= (2, 19)
 
 
+def source_path(source: Any) -> str | None:
+    """The file a module_utils source was read from (2.19+: its ``Origin`` tag; None before, or untagged)."""
+    if not data_tagging():
+        return None
+    from ansible._internal._datatag._tags import Origin
+
+    path = getattr(Origin.get_tag(source), "path", None)
+    return path if isinstance(path, str) else None
+
+
+def template_compile_key() -> Any:
+    """A function giving what ansible-core itself feeds into compiling a template (2.19+: the compile
+    context's backslash escaping and embedded-template setting; None while a template must not be cached,
+    e.g. debuggable sources); before 2.19 the source itself changes instead, so the key is always ``()``."""
+    if not data_tagging():
+        return lambda: ()
+    from ansible._internal._templating import _jinja_bits
+
+    def key() -> tuple[Any, ...] | None:
+        if getattr(_jinja_bits.AnsibleEnvironment, "_debuggable_template_source", False):
+            return None
+        compiling = _jinja_bits._TemplateCompileContext.current(optional=True)
+        return (getattr(compiling, "escape_backslashes", None),
+                bool(getattr(_jinja_bits._TemplateConfig, "allow_embedded_templates", False)))
+
+    return key
+
+
 def collection_finder_paths(collections_paths: list[str]) -> list[str]:
     """The path list ``plugins.loader._configure_collection_loader`` gives a fresh finder."""
     if data_tagging():

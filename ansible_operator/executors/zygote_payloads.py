@@ -136,8 +136,9 @@ class PayloadStore:
 
 def install(store_root: str) -> PayloadStore:
     """Wrap ansible-core's payload builder in this process (a run child) to use the shared store."""
-    from ansible._internal._datatag._tags import Origin
     from ansible.executor import module_common
+
+    from ansible_operator.executors import ansible_compat
 
     store = PayloadStore(store_root)
     state: dict[str, Any] = {"module_path": None, "sources": None, "built": None}
@@ -172,7 +173,7 @@ def install(store_root: str) -> PayloadStore:
     def _compile_module_ast(module_name: str, source_code: Any) -> Any:
         sources = state["sources"]
         if sources is not None:
-            path = getattr(Origin.get_tag(source_code), "path", None)
+            path = ansible_compat.source_path(source_code)
             if path and (entry := _stat(path)) is not None:
                 sources.append(entry)
         return compile_ast(module_name, source_code)

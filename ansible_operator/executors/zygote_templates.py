@@ -171,17 +171,7 @@ def _ansible_context_key() -> Callable[[], tuple[Any, ...] | None]:
     """What ansible-core itself feeds into compilation, or None while a template cannot be cached."""
     from ansible_operator.executors import ansible_compat
 
-    if not ansible_compat.data_tagging():
-        return lambda: ()  # 2.16 - 2.18 change the source itself (backslash escaping) before compiling
-    from ansible._internal._templating import _jinja_bits
-
-    def key() -> tuple[Any, ...] | None:
-        if getattr(_jinja_bits.AnsibleEnvironment, "_debuggable_template_source", False):
-            return None
-        compiling = _jinja_bits._TemplateCompileContext.current(optional=True)
-        return (getattr(compiling, "escape_backslashes", None),
-                bool(getattr(_jinja_bits._TemplateConfig, "allow_embedded_templates", False)))
-
+    key: Callable[[], tuple[Any, ...] | None] = ansible_compat.template_compile_key()
     return key
 
 

@@ -111,6 +111,17 @@ def _delete_for_good(c: Cluster, name: str) -> None:
     wait_for(lambda: c.get_widget(name) is None, 10, what=f"{name} gone")
 
 
+def _both_reconciled(c: Cluster) -> dict[str, str]:
+    """'again' and 'gone' created and reconciled once: their uids."""
+    for name in ("again", "gone"):
+        c.create_widget(name, {"color": "blue"})
+    uids = {}
+    for name in ("again", "gone"):
+        c.wait_condition(name, "Successful", generation=1)
+        uids[name] = (c.get_widget(name) or {})["metadata"]["uid"]
+    return uids
+
+
 def _changes(c: Cluster) -> None:
     """What happens while the operator cannot see: 'again' and 'gone' deleted, 'again' re-created."""
     _delete_for_good(c, "again")
@@ -130,13 +141,8 @@ def test_relist_after_410_runs_recreated_objects_and_forgets_deleted_ones(
         kubeconfig = proxy.write_kubeconfig(cluster.kubeconfig, tmp_path / "via-proxy.kubeconfig")
     op: OperatorProcess = start_operator([default_watch(watchDependentResources=False)],
                                          kubeconfig=kubeconfig)
-    cluster.create_widget("again", {"color": "blue"})
-    cluster.create_widget("gone", {"color": "blue"})
-    cluster.wait_condition("again", "Successful", generation=1)
-    cluster.wait_condition("gone", "Successful", generation=1)
-    again = cluster.get_widget("again")
-    assert again is not None
-    old_uid = again["metadata"]["uid"]
+    uids = _both_reconciled(cluster)
+    old_uid = uids["again"]
     assert op.runs("gone")
 
     if plane is not None and proxy is not None:
@@ -200,11 +206,7 @@ def test_no_run_for_an_object_deleted_during_the_gap_even_when_its_dependents_re
         pytest.skip("needs a real control plane: etcd compaction and a cut connection")
     kubeconfig = proxy.write_kubeconfig(cluster.kubeconfig, tmp_path / "via-proxy.kubeconfig")
     op: OperatorProcess = start_operator([default_watch()], "--zap-log-level=debug", kubeconfig=kubeconfig)
-    cluster.create_widget("again", {"color": "blue"})
-    cluster.create_widget("gone", {"color": "blue"})
-    cluster.wait_condition("again", "Successful", generation=1)
-    cluster.wait_condition("gone", "Successful", generation=1)
-    dead = {(cluster.get_widget(n) or {}).get("metadata", {}).get("uid") for n in ("again", "gone")}
+    dead = set(_both_reconciled(cluster).values())
     assert cluster.configmap("again-out") and cluster.configmap("gone-out")
 
     proxy.cut()

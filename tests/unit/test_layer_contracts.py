@@ -74,3 +74,35 @@ def test_executors_contract_names_every_module_above_them() -> None:
 def test_cycles_are_checked_for_the_whole_package() -> None:
     contract = _contract("No import cycles")
     assert contract["type"] == "acyclic_siblings" and contract["ancestors"] == ["ansible_operator"]
+
+
+# import-linter cannot forbid an external package's sub-packages, so this test holds the compat walls (issue
+# 23): kopf's private modules only in kopfcompat, ansible-core's private package only in ansible_compat.
+WALLS = {"kopf._": "ansible_operator/kopfcompat.py",
+         "ansible._internal": "ansible_operator/executors/ansible_compat.py"}
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    import ast
+
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def test_private_internals_of_kopf_and_ansible_core_are_imported_by_their_compat_modules_only() -> None:
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        for line, module in _imports(path):
+            for prefix, owner in WALLS.items():
+                if module.startswith(prefix) and relative != owner:
+                    offenders.append(f"{relative}:{line}: {module} (only {owner} may)")
+    assert offenders == [], "\n".join(offenders)
+    # and the walls themselves are where they say
+    assert any(m.startswith("kopf._") for _, m in _imports(ROOT / WALLS["kopf._"]))
+    assert any(m.startswith("ansible._internal") for _, m in _imports(ROOT / WALLS["ansible._internal"]))
