@@ -63,6 +63,7 @@ ENV HOME=/opt/ansible \
     USER=ansible \
     USER_UID=1001 \
     PATH=/opt/venv/bin:${PATH} \
+    PYTHONPATH=/opt/venv/site-packages \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     DUMB_INIT_SETSID=0
@@ -77,8 +78,14 @@ RUN mkdir -p /etc/ansible "${HOME}/.ansible/tmp" "${HOME}/roles" "${HOME}/playbo
 COPY --from=build /opt/venv /opt/venv
 # The SDK image's paths, so ENTRYPOINTs and scripts written for it keep working: /tini is the init
 # (dumb-init, reaps orphaned processes as PID 1), /usr/local/bin/ansible-operator the runner.
+# The SDK image installs its runtime into the system Python, and SDK projects pin ansible_python_interpreter
+# to it (current scaffolds /usr/local/bin/python3, older ones /usr/bin/python3): PYTHONPATH (above) gives
+# the system Python the venv's packages (kubernetes and all kubernetes.core needs; none shadows the standard
+# library), and /usr/bin/python3 is the base image's Python where the base image has none (python:*-slim).
 RUN ln -s /opt/venv/bin/dumb-init /tini \
-    && ln -s /opt/venv/bin/ansible-operator /usr/local/bin/ansible-operator
+    && ln -s /opt/venv/bin/ansible-operator /usr/local/bin/ansible-operator \
+    && ln -s /opt/venv/lib/python3*/site-packages /opt/venv/site-packages \
+    && { [ -e /usr/bin/python3 ] || ln -s /usr/local/bin/python3 /usr/bin/python3; }
 
 WORKDIR ${HOME}
 USER 1001

@@ -78,7 +78,8 @@ def _stamp() -> str:
 def _mapping(root: Path, home: Path) -> dict[str, Path]:
     return {"/opt/venv": root / "opt/venv", "/opt/ansible": home, "/src": root / "src",
             "/etc/ansible": root / "etc/ansible", "/etc/passwd": root / "etc/passwd", "/tini": root / "tini",
-            "/usr/local/bin/ansible-operator": root / "usr/local/bin/ansible-operator"}
+            "/usr/local/bin/ansible-operator": root / "usr/local/bin/ansible-operator",
+            "/usr/local/bin/python3": root / "usr/local/bin/python3"}
 
 
 def _base_python() -> str:
@@ -99,6 +100,11 @@ def _base_env(root: Path) -> dict[str, str]:
     shim.mkdir(parents=True, exist_ok=True)
     if not (shim / "python").exists():
         (shim / "python").symlink_to(_base_python())
+    # python:*-slim's own interpreter is /usr/local/bin/python3 (what SDK scaffolds pin)
+    system = root / "usr/local/bin/python3"
+    if not system.is_symlink():
+        system.parent.mkdir(parents=True, exist_ok=True)
+        system.symlink_to(_base_python())
     return {"PATH": f"{shim}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME": str(root / "root-home"), "LANG": "C.UTF-8"}
 
@@ -199,6 +205,52 @@ def test_ansible_core_build_arg_gives_the_sdk_images_version() -> None:
     done = subprocess.run([str(root / "opt/venv/bin/ansible-playbook"), "--version"], capture_output=True,
                           text=True, check=True)
     assert f"core {SDK_ANSIBLE_CORE}]" in done.stdout.splitlines()[0], done.stdout
+
+
+PINNED_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: the Python the inventory pins runs kubernetes.core
+      kubernetes.core.k8s_info: {kind: Namespace, name: default}
+      register: found
+    - ansible.builtin.assert: {that: [found.resources | length == 1]}
+"""
+
+
+@pytest.mark.parametrize("interpreter", ["/usr/local/bin/python3", "/usr/bin/python3", "python3"])
+def test_the_interpreters_sdk_projects_pin_run_kubernetes_core(image: Image, interpreter: str,
+                                                                 tmp_path: Path) -> None:
+    """Issue 21: SDK projects pin ``ansible_python_interpreter`` to the SDK image's system Python, which
+    holds the runtime there (the advanced-molecule-operator's inventory: /usr/local/bin/python3; older
+    scaffolds /usr/bin/python3). With the image's environment each of them, and ``python3`` on PATH, must
+    import what kubernetes.core needs. (Here /usr/bin/python3 is the host's, which has no kubernetes.)"""
+    builder = Builder(REPO, _mapping(image.root, image.root / "opt/ansible"), _base_env(image.root),
+                      execute=False)
+    builder.run_file(REPO / "Dockerfile")
+    try:
+        host_interpreter = str(builder.host_path(interpreter)) if interpreter.startswith("/") else interpreter
+    except ValueError:
+        host_interpreter = interpreter  # a path of the base image's: the host's own
+    if not shutil.which(host_interpreter, path=builder.runtime_env()["PATH"]):
+        pytest.skip(f"{interpreter}: no such interpreter here")
+    (tmp_path / "inventory").write_text(
+        f"localhost ansible_connection=local ansible_python_interpreter={host_interpreter}\n")
+    (tmp_path / "play.yml").write_text(PINNED_PLAY)
+    shared = kube.shared() if kube.real() else None
+    handle = None if shared is not None else start_in_thread(tmp_path / "kubeconfig")
+    kubeconfig = shared.kubeconfig if shared is not None else tmp_path / "kubeconfig"
+    try:
+        env = {**builder.runtime_env(), "KUBECONFIG": str(kubeconfig), "HOME": str(tmp_path),
+               "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp")}
+        done = subprocess.run([str(image.root / "opt/venv/bin/ansible-playbook"), "-i", "inventory",
+                               "play.yml"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600)
+    finally:
+        if handle is not None:
+            handle.sandbox.stop_thread()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "ok=2" in done.stdout
 
 
 def test_only_the_needed_collections_are_installed(image: Image) -> None:
