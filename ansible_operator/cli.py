@@ -307,6 +307,12 @@ def _add_run(sub: Any) -> None:
     ours.add_argument("--max-annotation-verbosity", type=verbosity_argument, default=None, metavar="N",
                       help="highest verbosity a CR's ansible.sdk.operatorframework.io/verbosity annotation"
                            " may ask for (0-7, default 2; at 3 and above the log shows whole task results)")
+    _bool_flag(ours, "--sdk-conditions", default=False,
+               help="write status conditions exactly as Operator SDK does: Successful goes False when a run"
+                    " starts, Running stays True after a success (default false: see docs/status.md)")
+    _bool_flag(ours, "--kstatus-conditions", default=False,
+               help="also write Ready, Reconciling and Stalled conditions as kstatus reads them (Flux health"
+                    " checks, kubectl wait --for=condition=Ready) (default false)")
     ours.add_argument("--sandbox", action="store_true",
                       help="start the embedded sandbox API server, install crds/, and run against it (demo)")
     ours.add_argument("--sandbox-crds", action="append", default=None, metavar="PATH",

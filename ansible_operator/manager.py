@@ -120,6 +120,7 @@ def _kopf_login(configuration: Any) -> Any:
 async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
     import kopf
 
+    from ansible_operator import status as status_mod
     from ansible_operator.collections import COLLECTIONS_ROOT
     from ansible_operator.executors import make_executor
     from ansible_operator.intake import ObjectCache, WatchIntake
@@ -194,6 +195,8 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             event_loggers=_event_loggers(args.ansible_log_events, ansible_event_logger,
                                          debug_logs=args.ansible_debug_logs),
             executor_name=args.executor,
+            conditions=status_mod.Conditions(sdk=getattr(args, "sdk_conditions", False),
+                                             kstatus=getattr(args, "kstatus_conditions", False)),
         )
 
         registry = kopf.OperatorRegistry()

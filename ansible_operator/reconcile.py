@@ -61,6 +61,8 @@ class Runtime:
     executor_name: str = "runner"
     janitor: artifacts.Janitor | None = None
     """Bounds the artifacts tree (``--max-artifacts-size``); a 1 GiB one when not given."""
+    conditions: status.Conditions = status.DEFAULT
+    """Which status conditions to write (``--sdk-conditions``, ``--kstatus-conditions``)."""
 
     def __post_init__(self) -> None:
         if self.janitor is None:
@@ -147,9 +149,8 @@ class Reconciler:
             return await self._refuse(obj, exc)
 
         if self.watch.manage_status:
-            await self._write_status(obj, lambda cur, gen: status.running_status(cur, generation=gen,
-                                                                                  now=utcnow()),
-                                     fresh=obj)
+            await self._write_status(obj, lambda cur, gen: status.running_status(
+                cur, generation=gen, now=utcnow(), style=self.rt.conditions), fresh=obj)
 
         try:
             result = await self._run(obj, "reconcile", variables, role=self.watch.role,
@@ -218,8 +219,8 @@ class Reconciler:
         """Input that must never reach Ansible: report it, run nothing, don't retry (an edit re-queues)."""
         log.error("refusing to run: %s", exc)
         if self.watch.manage_status:
-            await self._write_status(obj, lambda cur, gen: status.refused_status(cur, message=str(exc),
-                                                                                generation=gen, now=utcnow()))
+            await self._write_status(obj, lambda cur, gen: status.refused_status(
+                cur, message=str(exc), generation=gen, now=utcnow(), style=self.rt.conditions))
         await self.events.record(obj, events.refused(obj, str(exc), now=utcnow(),
                                                      component=self.rt.component))
         return ReconcileOutcome()
@@ -228,8 +229,8 @@ class Reconciler:
                       write_status: bool = True) -> None:
         """The outcome of a run: conditions (with manageStatus) and an Event."""
         if write_status and self.watch.manage_status:
-            await self._write_status(obj, lambda cur, gen: status.result_status(cur, result, generation=gen,
-                                                                               now=utcnow()))
+            await self._write_status(obj, lambda cur, gen: status.result_status(
+                cur, result, generation=gen, now=utcnow(), style=self.rt.conditions))
         await self.events.record(obj, events.for_result(obj, result, now=utcnow(), phase=phase,
                                                         component=self.rt.component))
 
@@ -397,7 +398,7 @@ class Reconciler:
         try:
             async with asyncio.timeout(_INTERRUPTED_WRITE_TIMEOUT):
                 await self._write_status(obj, lambda cur, gen: status.interrupted_status(
-                    cur, message=message, generation=gen, now=utcnow()))
+                    cur, message=message, generation=gen, now=utcnow(), style=self.rt.conditions))
         except Exception as exc:  # noqa: BLE001 - unreachable, timed out: the restart re-runs it anyway
             log.info("could not mark the interrupted run in status: %s", exc or type(exc).__name__)
 

@@ -17,6 +17,11 @@ failures, completion}. Differences from the SDK (see docs/status.md):
   (the SDK leaves ``Running=True`` with nobody running); ``Successful``/``Failure`` keep what the last
   finished run said.
 
+:class:`Conditions` chooses: ``sdk`` (``--sdk-conditions``) writes them exactly as the SDK does instead
+(``Successful`` goes ``False`` when a run starts, ``Running`` stays ``True`` after a success);
+``kstatus`` (``--kstatus-conditions``) adds ``Ready``, ``Reconciling`` and ``Stalled``, as kstatus
+(``sigs.k8s.io/cli-utils``), Flux's health checks and ``kubectl wait --for=condition=Ready`` read them.
+
 Every other status field, and conditions of other types (a role may write its own through
 ``k8s_status``), are kept: callers pass the status read just before writing.
 """
@@ -24,13 +29,15 @@ Every other status field, and conditions of other types (a role may write its ow
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from ansible_operator.results import RunResult
 
 __all__ = [
     "CONDITION_TYPES",
+    "Conditions",
     "RUNNING_MESSAGE",
     "SUCCESSFUL_MESSAGE",
     "running_status",
@@ -135,22 +142,94 @@ def _with_conditions(current: Mapping[str, Any] | None, updates: list[dict[str, 
     return status
 
 
+@dataclass(frozen=True)
+class Conditions:
+    """Which conditions the runner writes (see the module docstring)."""
+
+    sdk: bool = False
+    """Operator SDK's exact conditions (``--sdk-conditions``)."""
+    kstatus: bool = False
+    """Also ``Ready``/``Reconciling``/``Stalled`` (``--kstatus-conditions``)."""
+
+
+DEFAULT = Conditions()
+
+Phase = Literal["running", "succeeded", "failed", "refused", "interrupted"]
+
+
+def _kstatus(style: Conditions, phase: Phase, message: str, *, now: datetime,
+             generation: int | None) -> list[Condition]:
+    """kstatus' conditions for a phase: ``Reconciling`` while a run is in flight; ``Ready`` once the current
+    spec was applied; ``Stalled`` after a failure (reconciled again with backoff: kstatus then reports
+    Failed, with the message, until a run succeeds)."""
+    if not style.kstatus:
+        return []
+    reason = {"running": RUNNING_REASON, "succeeded": SUCCESSFUL_REASON, "failed": FAILED_REASON,
+              "refused": REFUSED_REASON, "interrupted": INTERRUPTED_REASON}[phase]
+    reconciling = phase == "running"
+    ready = phase == "succeeded"
+    stalled = phase in ("failed", "refused")
+    text = {"running": RUNNING_MESSAGE, "succeeded": SUCCESSFUL_MESSAGE}.get(phase, message)
+    return [
+        _condition("Reconciling", reconciling, reason, text if reconciling else "", now=now,
+                   generation=generation),
+        _condition("Ready", ready, reason, text, now=now, generation=generation),
+        _condition("Stalled", stalled, reason, text if stalled else "", now=now, generation=generation),
+    ]
+
+
+def _flipped(current: Mapping[str, Any] | None, ctype: str, status: bool, *, now: datetime,
+             generation: int | None) -> list[Condition]:
+    """The existing ``ctype`` condition with only its status changed (the SDK's GetCondition/SetCondition
+    pattern: reason and message stay); nothing when there is none."""
+    conditions = current.get("conditions") if isinstance(current, Mapping) else None
+    for cond in conditions if isinstance(conditions, list) else []:
+        if isinstance(cond, Mapping) and cond.get("type") == ctype:
+            flipped = dict(cond)
+            wanted = "True" if status else "False"
+            if flipped.get("status") != wanted:
+                flipped["lastTransitionTime"] = format_time(now)
+            flipped["status"] = wanted
+            if generation is not None:
+                flipped["observedGeneration"] = generation
+            return [flipped]
+    return []
+
+
 def running_status(current: Mapping[str, Any] | None, *, generation: int | None,
-                   now: datetime) -> dict[str, Any]:
-    """Status body for "a run started": Running=True; Successful/Failure are left as the last run set them.
+                   now: datetime, style: Conditions = DEFAULT) -> dict[str, Any]:
+    """Status body for "a run started": Running=True; Successful/Failure are left as the last run set them
+    (with ``style.sdk``: Successful goes False, as the SDK's ``markRunning``).
 
     ``status.observedGeneration`` is not moved here: it says which generation the *conditions* describe,
     and the result is not known yet.
     """
-    running = _condition("Running", True, RUNNING_REASON, RUNNING_MESSAGE, now=now, generation=generation)
-    return _with_conditions(current, [running], generation, observed=False)
+    updates = _flipped(current, "Successful", False, now=now, generation=generation) if style.sdk else []
+    updates.append(_condition("Running", True, RUNNING_REASON, RUNNING_MESSAGE, now=now,
+                              generation=generation))
+    updates += _kstatus(style, "running", RUNNING_MESSAGE, now=now, generation=generation)
+    return _with_conditions(current, updates, generation, observed=False)
 
 
 def result_status(current: Mapping[str, Any] | None, result: RunResult, *, generation: int | None,
-                  now: datetime) -> dict[str, Any]:
+                  now: datetime, style: Conditions = DEFAULT) -> dict[str, Any]:
     """Status body after a run (see the module docstring for the exact conditions)."""
     ar = ansible_result(result, now)
-    if result.succeeded:
+    message = result.message
+    if style.sdk and result.succeeded:  # the SDK's markDone
+        updates = [
+            _condition("Running", True, SUCCESSFUL_REASON, AWAITING_MESSAGE, now=now, generation=generation,
+                       result=ar),
+            _condition("Successful", True, SUCCESSFUL_REASON, SUCCESSFUL_MESSAGE, now=now,
+                       generation=generation),
+            _condition("Failure", False, "", "", now=now, generation=generation),
+        ]
+    elif style.sdk:
+        updates = _flipped(current, "Running", False, now=now, generation=generation) + [
+            _condition("Failure", True, FAILED_REASON, message, now=now, generation=generation, result=ar),
+            _condition("Successful", False, "", "", now=now, generation=generation),
+        ]
+    elif result.succeeded:
         updates = [
             _condition("Running", False, SUCCESSFUL_REASON, AWAITING_MESSAGE, now=now,
                        generation=generation, result=ar),
@@ -159,33 +238,42 @@ def result_status(current: Mapping[str, Any] | None, result: RunResult, *, gener
             _condition("Failure", False, SUCCESSFUL_REASON, "", now=now, generation=generation),
         ]
     else:
-        message = result.message
         updates = [
             _condition("Running", False, FAILED_REASON, message, now=now, generation=generation, result=ar),
             _condition("Successful", False, FAILED_REASON, FAILED_MESSAGE, now=now, generation=generation),
             _condition("Failure", True, FAILED_REASON, message, now=now, generation=generation, result=ar),
         ]
+    updates += _kstatus(style, "succeeded" if result.succeeded else "failed", message, now=now,
+                        generation=generation)
     return _with_conditions(current, updates, generation)
 
 
 def refused_status(current: Mapping[str, Any] | None, *, message: str, generation: int | None,
-                   now: datetime) -> dict[str, Any]:
+                   now: datetime, style: Conditions = DEFAULT) -> dict[str, Any]:
     """Status body when the object was refused before any run (e.g. a spec field mapping to ``ansible_*``).
 
-    Reason ``Refused`` on all three conditions; no ``ansibleResult`` since nothing ran.
+    Reason ``Refused`` on all three conditions; no ``ansibleResult`` since nothing ran. (``style.sdk``: as
+    the SDK's ``markError``: Running and Successful go False as they are, Failure True, reason Failed.)
     """
-    updates = [
-        _condition("Running", False, REFUSED_REASON, message, now=now, generation=generation),
-        _condition("Successful", False, REFUSED_REASON, FAILED_MESSAGE, now=now, generation=generation),
-        _condition("Failure", True, REFUSED_REASON, message, now=now, generation=generation),
-    ]
+    if style.sdk:
+        updates = (_flipped(current, "Running", False, now=now, generation=generation)
+                   + _flipped(current, "Successful", False, now=now, generation=generation)
+                   + [_condition("Failure", True, FAILED_REASON, message, now=now, generation=generation)])
+    else:
+        updates = [
+            _condition("Running", False, REFUSED_REASON, message, now=now, generation=generation),
+            _condition("Successful", False, REFUSED_REASON, FAILED_MESSAGE, now=now, generation=generation),
+            _condition("Failure", True, REFUSED_REASON, message, now=now, generation=generation),
+        ]
+    updates += _kstatus(style, "refused", message, now=now, generation=generation)
     return _with_conditions(current, updates, generation)
 
 
 def interrupted_status(current: Mapping[str, Any] | None, *, message: str, generation: int | None,
-                       now: datetime) -> dict[str, Any]:
+                       now: datetime, style: Conditions = DEFAULT) -> dict[str, Any]:
     """Status body when a run was stopped before it ended (the operator shutting down): ``Running`` goes
     ``False`` with reason ``Interrupted``; ``Successful``/``Failure`` and ``observedGeneration`` stay what
     the last finished run made them (nothing was concluded)."""
-    running = _condition("Running", False, INTERRUPTED_REASON, message, now=now, generation=generation)
-    return _with_conditions(current, [running], generation, observed=False)
+    updates = [_condition("Running", False, INTERRUPTED_REASON, message, now=now, generation=generation)]
+    updates += _kstatus(style, "interrupted", message, now=now, generation=generation)
+    return _with_conditions(current, updates, generation, observed=False)

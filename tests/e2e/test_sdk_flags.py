@@ -316,3 +316,39 @@ def _metrics_require_rbac(tmp_path: Path, executor: str, kubeconfig: Path, env: 
             finally:
                 if proc.poll() is None:
                     proc.kill()
+
+
+def _kubectl_wait(cluster: Cluster, name: str, condition: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["kubectl", "wait", f"--for=condition={condition}", f"widgets/{name}", "-n",
+                           cluster.ns, "--timeout=180s"], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)})
+
+
+def test_kstatus_conditions_satisfy_kubectl_wait(cluster: Cluster, start_operator) -> None:
+    """--kstatus-conditions: kubectl's own `wait --for=condition=Ready` (and Stalled for a failing role)
+    ends on what the operator wrote."""
+    start_operator([default_watch(finalizer=None)], "--kstatus-conditions")
+    cluster.create_widget("ready", {"color": "green"})
+    cluster.create_widget("broken", {"failMessage": "no disk"})
+    done = _kubectl_wait(cluster, "ready", "Ready")
+    assert done.returncode == 0, done.stdout + done.stderr
+    stalled = _kubectl_wait(cluster, "broken", "Stalled")
+    assert stalled.returncode == 0, stalled.stdout + stalled.stderr
+    ready = cluster.condition("ready", "Ready")
+    assert ready is not None and ready["observedGeneration"] == 1
+    reconciling = cluster.condition("ready", "Reconciling")
+    assert reconciling is not None and reconciling["status"] == "False"
+    assert "no disk" in (cluster.condition("broken", "Stalled") or {}).get("message", "")
+
+
+def test_sdk_conditions_leave_running_true_after_a_success(cluster: Cluster, start_operator) -> None:
+    start_operator([default_watch(finalizer=None)], "--sdk-conditions")
+    cluster.create_widget("sdk", {"color": "green"})
+    cluster.wait_condition("sdk", "Successful")
+    running = cluster.condition("sdk", "Running")
+    assert running is not None
+    assert (running["status"], running["reason"], running["message"]) == (
+        "True", "Successful", "Awaiting next reconciliation")
+    failure = cluster.condition("sdk", "Failure")
+    assert failure is not None and (failure["status"], failure["reason"]) == ("False", "")
+    assert cluster.condition("sdk", "Ready") is None  # kstatus conditions only on request

@@ -191,3 +191,65 @@ def test_refused_status() -> None:
     assert st["observedGeneration"] == 5 and st["x"] == 1
 
 
+
+
+# ---- --sdk-conditions and --kstatus-conditions ------------------------------------------------------
+
+from ansible_operator.status import Conditions, interrupted_status  # noqa: E402
+
+SDK = Conditions(sdk=True)
+KSTATUS = Conditions(kstatus=True)
+
+
+def test_sdk_conditions_are_the_sdks_markrunning_and_markdone() -> None:
+    """ansible-operator-plugins internal/ansible/controller/reconcile.go: markRunning sets Successful False
+    (reason and message kept) and Running True; markDone after a success sets Running True with reason
+    Successful, Failure False with empty reason; after a failure Running only flips to False."""
+    done = result_status(None, result(), generation=1, now=T0, style=SDK)
+    c = by_type(done)
+    assert (c["Running"]["status"], c["Running"]["reason"], c["Running"]["message"]) == (
+        "True", "Successful", "Awaiting next reconciliation")
+    assert "ansibleResult" in c["Running"] and "ansibleResult" not in c["Successful"]
+    assert (c["Failure"]["status"], c["Failure"]["reason"], c["Failure"]["message"]) == ("False", "", "")
+    running = by_type(running_status(done, generation=2, now=T1, style=SDK))
+    assert running["Successful"]["status"] == "False"
+    assert running["Successful"]["reason"] == "Successful"  # kept, as the SDK keeps it
+    assert running["Successful"]["lastTransitionTime"] == format_time(T1)
+    assert (running["Running"]["status"], running["Running"]["reason"]) == ("True", "Running")
+    failed_task = FailedTask(name="t", action="fail", role=None, message="boom", host="localhost")
+    failed = by_type(result_status({"conditions": list(running.values())},
+                                   result("failed", failed=failed_task), generation=2, now=T2, style=SDK))
+    assert (failed["Running"]["status"], failed["Running"]["reason"]) == ("False", "Running")
+    assert (failed["Successful"]["status"], failed["Successful"]["reason"]) == ("False", "")
+    assert (failed["Failure"]["status"], failed["Failure"]["reason"]) == ("True", "Failed")
+    assert "boom" in failed["Failure"]["message"]
+
+
+def test_default_conditions_keep_successful_while_a_run_is_in_flight() -> None:
+    done = result_status(None, result(), generation=1, now=T0)
+    running = by_type(running_status(done, generation=2, now=T1))
+    assert running["Successful"]["status"] == "True" and running["Successful"]["observedGeneration"] == 1
+
+
+def test_kstatus_conditions_follow_a_run() -> None:
+    """kstatus (sigs.k8s.io/cli-utils): Reconciling=True means in progress, Stalled=True failed, Ready=True
+    with status.observedGeneration = metadata.generation current."""
+    running = by_type(running_status(None, generation=1, now=T0, style=KSTATUS))
+    assert [running[t]["status"] for t in ("Reconciling", "Ready", "Stalled")] == ["True", "False", "False"]
+    done = result_status(None, result(), generation=1, now=T1, style=KSTATUS)
+    c = by_type(done)
+    assert [c[t]["status"] for t in ("Reconciling", "Ready", "Stalled")] == ["False", "True", "False"]
+    assert done["observedGeneration"] == 1 and all(c[t]["observedGeneration"] == 1 for t in c)
+    failed_task = FailedTask(name="t", action="fail", role=None, message="boom", host="localhost")
+    f = by_type(result_status(done, result("failed", failed=failed_task), generation=2, now=T2,
+                              style=KSTATUS))
+    assert [f[t]["status"] for t in ("Reconciling", "Ready", "Stalled")] == ["False", "False", "True"]
+    assert "boom" in f["Stalled"]["message"] and f["Stalled"]["reason"] == "Failed"
+    r = by_type(refused_status(None, message="no", generation=1, now=T0, style=KSTATUS))
+    assert (r["Stalled"]["status"], r["Stalled"]["reason"]) == ("True", "Refused")
+    i = by_type(interrupted_status(None, message="stopped", generation=1, now=T0, style=KSTATUS))
+    assert [i[t]["status"] for t in ("Reconciling", "Ready", "Stalled")] == ["False", "False", "False"]
+
+
+def test_without_kstatus_no_kstatus_conditions() -> None:
+    assert set(by_type(result_status(None, result(), generation=1, now=T0))) == set(CONDITION_TYPES)
