@@ -159,9 +159,10 @@ class EventRecorder:
                 log.debug("could not record event %s: %s", body.get("reason"), exc)
             else:
                 self._told_forbidden = True
-                log.warning("could not record event %s: %s (further Events refused are logged at debug"
-                            " level; grant create and patch on events to record them)",
-                            body.get("reason"), exc)
+                log.warning("could not record event %s: %s. The operator's role lacks the rule {apiGroups:"
+                            " [\"\"], resources: [events], verbs: [create, patch]} (Operator SDK scaffolds"
+                            " do not grant it; `ansible-operator generate rbac` includes it); further Events"
+                            " refused are logged at debug level", body.get("reason"), exc)
         except ApiError as exc:  # events are best effort, as in every Kubernetes controller
             log.warning("could not record event %s: %s", body.get("reason"), exc)
 

@@ -147,7 +147,7 @@ def test_namespace_deletion_waits_for_the_finalizer_role(cluster: Cluster, start
     assert "Traceback" not in logs
     # the finalizer run's Event is refused (nothing can be created in a terminating namespace): that is not
     # a missing permission, and must not use up the one warning about one
-    assert "grant create and patch on events" not in logs, logs[-3000:]
+    assert "resources: [events], verbs: [create, patch]" not in logs, logs[-3000:]
 
 
 def test_namespace_deletion_with_a_failing_finalizer_waits(cluster: Cluster, start_operator: Any) -> None:

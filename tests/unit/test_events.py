@@ -130,7 +130,7 @@ async def test_forbidden_events_are_warned_once_and_still_tried(caplog: pytest.L
             await rec.record(OBJ, ev)
     refused = [r for r in caplog.records if "could not record event" in r.getMessage()]
     assert [r.levelno for r in refused] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
-    assert "grant create and patch on events" in refused[0].getMessage()
+    assert "resources: [events], verbs: [create, patch]" in refused[0].getMessage()
     api.fail_create = None  # granted later: recorded
     await rec.record(OBJ, events.refused(OBJ, "x", now=T0))
     assert len(api.created) == 1
