@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from ansible_operator import completion
 from ansible_operator.artifacts import size_argument
 from ansible_operator.version import VersionAction
 
@@ -424,6 +425,12 @@ def build_parser() -> argparse.ArgumentParser:
                                              " kopf, the kubernetes client and Python")
     version.set_defaults(module="ansible_operator.version")
 
+    # ---- completion ------------------------------------------------------------------------------
+    comp = sub.add_parser("completion", help="print shell code that completes ansible-operator's command"
+                                             " line (e.g. source <(ansible-operator completion bash))")
+    comp.add_argument("shell", choices=("bash", "zsh", "fish"))
+    comp.set_defaults(module="ansible_operator.completion")
+
     # ---- run -------------------------------------------------------------------------------------
     _add_run(sub)
 
@@ -488,6 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = argparse.Namespace(command="sandbox", module="ansible_operator.sandbox_cli",
                                   sandbox_args=argv[1:])
     else:
+        completion.complete_if_asked(parser)  # the shell asking for completions: answered, then exit
         args = parser.parse_args(argv)
     if args.command == "run":
         finish_run_args(args.run_parser, args)
