@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from ansible_operator import completion
 from ansible_operator.artifacts import size_argument
+from ansible_operator.logs import LOG_FORMATS
 from ansible_operator.version import VersionAction
 
 
@@ -263,7 +264,8 @@ def _add_run(sub: Any) -> None:
     _bool_flag(zap, "--zap-devel", default=False,
                help="development mode: debug level and text (console) output unless set otherwise")
     zap.add_argument("--zap-encoder", type=_lower_choice(("json", "console"), "encoder"), default=None,
-                     metavar="json|console", help="json = --log-format json, console = --log-format text")
+                     metavar="json|console",
+                     help="json = --log-format sdk-json (the SDK's keys), console = --log-format text")
     zap.add_argument("--zap-log-level", type=zap_level, default=None, metavar="LEVEL",
                      help="debug, info, error, or an integer > 0 (debug and more)")
     zap.add_argument("--zap-stacktrace-level", type=_lower_choice(ZAP_STACKTRACE_LEVELS, "level"),
@@ -273,9 +275,10 @@ def _add_run(sub: Any) -> None:
                      default=None, metavar="ENCODING",
                      help="accepted (epoch, millis, nano, iso8601, rfc3339, rfc3339nano); timestamps are"
                           " always RFC 3339 UTC")
-    zap.add_argument("--log-format", type=_lower_choice(("text", "json"), "log format"), default=None,
-                     metavar="text|json",
-                     help="text (default) or json: one JSON object per line and nothing else ($LOG_FORMAT)")
+    zap.add_argument("--log-format", type=_lower_choice(LOG_FORMATS, "log format"), default=None,
+                     metavar="text|json|sdk-json",
+                     help="text (default); json: one JSON object per line and nothing else; sdk-json: the"
+                          " same with the Operator SDK's (zap's) keys and level names ($LOG_FORMAT)")
     zap.add_argument("--log-level", type=log_level, default=None, metavar="LEVEL",
                      help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL ($LOG_LEVEL)")
 
@@ -386,9 +389,9 @@ def finish_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         args.log_level = args.zap_log_level or ("DEBUG" if args.zap_devel else None) \
             or env_value("LOG_LEVEL", log_level, "--log-level") or "INFO"
     if args.log_format is None:
-        zap_format = {"json": "json", "console": "text"}.get(args.zap_encoder or "")
+        zap_format = {"json": "sdk-json", "console": "text"}.get(args.zap_encoder or "")
         args.log_format = zap_format or ("text" if args.zap_devel else None) \
-            or env_value("LOG_FORMAT", _lower_choice(("text", "json"), "log format"), "--log-format") \
+            or env_value("LOG_FORMAT", _lower_choice(LOG_FORMATS, "log format"), "--log-format") \
             or "text"
     if args.zap_stacktrace_level is not None:
         warnings.append(f"--zap-stacktrace-level={args.zap_stacktrace_level}: would add a stack trace to"
@@ -428,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     # ---- completion ------------------------------------------------------------------------------
     comp = sub.add_parser("completion", help="print shell code that completes ansible-operator's command"
                                              " line (e.g. source <(ansible-operator completion bash))")
-    comp.add_argument("shell", choices=("bash", "zsh", "fish"))
+    comp.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell to complete in")
     comp.set_defaults(module="ansible_operator.completion")
 
     # ---- run -------------------------------------------------------------------------------------

@@ -182,25 +182,76 @@ class JsonFormatter(logging.Formatter):
             out["exc_info"] = self.formatException(record.exc_info)
         if record.stack_info:
             out["stack_info"] = self.formatStack(record.stack_info)
-        text = json.dumps(out, default=str, ensure_ascii=False)
-        # Valid JSON either way, but line-oriented readers (Python's splitlines, some log shippers) break
-        # lines at these: escape them so that one record stays one line.
-        for char, escaped in _JSON_UNSAFE.items():
-            if char in text:
-                text = text.replace(char, escaped)
-        return text
+        return _one_line(json.dumps(out, default=str, ensure_ascii=False))
+
+
+def _one_line(text: str) -> str:
+    """Valid JSON either way, but line-oriented readers (Python's splitlines, some log shippers) break lines
+    at these: escape them so that one record stays one line."""
+    for char, escaped in _JSON_UNSAFE.items():
+        if char in text:
+            text = text.replace(char, escaped)
+    return text
+
+
+_ZAP_LEVELS = ((logging.CRITICAL, "fatal"), (logging.ERROR, "error"), (logging.WARNING, "warn"),
+               (logging.INFO, "info"))
+_SDK_RENAMED = {"run_id": "job", "ansible_task": "EventData.Name"}
+_SDK_DROPPED = {"kind", "ansible_host", "ansible_result"}
+
+
+def zap_level(levelno: int) -> str:
+    """zap's lowercase level name for a Python level (WARNING is ``warn``; anything below INFO ``debug``)."""
+    return next((name for number, name in _ZAP_LEVELS if levelno >= number), "debug")
+
+
+class SdkJsonFormatter(JsonFormatter):
+    """The Operator SDK's log lines (controller-runtime's zap JSON encoder, production config): ``level``
+    in zap's lowercase names, ``ts`` RFC 3339 (controller-runtime's default time encoder), ``logger``,
+    ``msg``; the object as ``name``/``namespace``/``gvk`` (``group/version, Kind=Kind``); a run's id as
+    ``job``, an Ansible event's type as ``event_type`` and its task as ``EventData.Name``, as the SDK's
+    ``logging_event_handler`` writes them; an exception as ``error`` plus ``stacktrace``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "level": zap_level(record.levelno),
+            "ts": _utc(record),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key in ("namespace", "gvk"):
+            if getattr(record, key, None) is not None:
+                out[key] = getattr(record, key)
+        name = getattr(record, "cr_name", None)
+        if name is not None:
+            out["name"] = name
+        for key, value in vars(record).items():
+            if key in _STANDARD_ATTRS or key in _SDK_DROPPED or key.startswith("_") or value is None \
+                    or not isinstance(value, _PLAIN):
+                continue
+            out.setdefault(_SDK_RENAMED.get(key, key), value)
+        if record.exc_info:
+            out["error"] = str(record.exc_info[1]) if record.exc_info[1] is not None else "error"
+            out["stacktrace"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            out["stacktrace"] = self.formatStack(record.stack_info)
+        return _one_line(json.dumps(out, default=str, ensure_ascii=False))
+
+
+LOG_FORMATS = ("text", "json", "sdk-json")
 
 
 def setup_logging(*, level: str = "INFO", fmt: str = "text", stream: TextIO | None = None) -> logging.Handler:
     """Configure the root logger once (calling again replaces our handler, never stacks a second one).
 
-    ``level`` is a name (``DEBUG``, ``info``) or a number; ``fmt`` is ``text`` or ``json``. Returns the
+    ``level`` is a name (``DEBUG``, ``info``) or a number; ``fmt`` one of :data:`LOG_FORMATS`. Returns the
     handler (tests attach it to a StringIO via ``stream``)."""
-    if fmt not in ("text", "json"):
-        raise ValueError(f"unknown log format {fmt!r}: expected 'text' or 'json'")
+    if fmt not in LOG_FORMATS:
+        raise ValueError(f"unknown log format {fmt!r}: expected 'text', 'json' or 'sdk-json'")
     numeric = _parse_level(level)
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    formatter = {"json": JsonFormatter, "sdk-json": SdkJsonFormatter}.get(fmt, TextFormatter)
+    handler.setFormatter(formatter())
     handler.addFilter(ContextFilter())
     setattr(handler, _HANDLER_MARK, True)
     root = logging.getLogger()
@@ -296,8 +347,8 @@ def ansible_event_logger(
             if verbosity >= 3 and res:
                 line += " => " + json.dumps(res, default=str, sort_keys=True)
             level = logging.WARNING if failing else logging.INFO
-            log.log(level, "%s", line,
-                    extra={"ansible_task": task, "ansible_host": host, "ansible_result": word})
+            log.log(level, "%s", line, extra={"ansible_task": task, "ansible_host": host,
+                                              "ansible_result": word, "event_type": kind})
         elif kind == "playbook_on_stats" and verbosity >= 1:
             hosts: set[str] = set()
             for key in [k for _, k in _RECAP_KEYS] + ["processed"]:

@@ -86,6 +86,8 @@ class Reconciler:
         cache.observe_listings(self._listed)
         self._gone: OrderedDict[str, None] = OrderedDict()
         """uids of objects known to be gone: a run of one that ends afterwards removes its artifacts."""
+        self._gvk = f"{watch.group}/{watch.version}, Kind={watch.kind}"
+        """On each log record of this watch (apimachinery's GroupVersionKind.String(), as the SDK logs it)."""
 
     @property
     def resource(self) -> ResourceRef:
@@ -103,7 +105,7 @@ class Reconciler:
     # -- entry point -------------------------------------------------------------------------------
 
     async def __call__(self, key: ObjectKey) -> ReconcileOutcome:
-        with log_context(kind=self.watch.kind, namespace=key.namespace, name=key.name):
+        with log_context(kind=self.watch.kind, namespace=key.namespace, name=key.name, gvk=self._gvk):
             try:
                 return await self._reconcile(key)
             except ApiError as exc:
@@ -325,7 +327,8 @@ class Reconciler:
             collector.feed(event)
             if log_event is not None:
                 # Executors call back from the loop but not from this task's context: re-attach the CR.
-                with log_context(kind=self.watch.kind, namespace=meta.get("namespace"), name=meta["name"],
+                with log_context(kind=self.watch.kind, gvk=self._gvk, namespace=meta.get("namespace"),
+                                 name=meta["name"],
                                  run_id=run_id):
                     try:
                         log_event(event)
@@ -358,7 +361,8 @@ class Reconciler:
             self.rt.credentials.release(run_dir)
             flush = getattr(log_event, "flush", None)  # $ANSIBLE_DEBUG_LOGS: output of a run without stats
             if flush is not None:
-                with log_context(kind=self.watch.kind, namespace=meta.get("namespace"), name=meta["name"],
+                with log_context(kind=self.watch.kind, gvk=self._gvk, namespace=meta.get("namespace"),
+                                 name=meta["name"],
                                  run_id=run_id):
                     flush()
 

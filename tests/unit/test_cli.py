@@ -88,7 +88,7 @@ def test_every_sdk_flag_is_accepted_with_its_meaning() -> None:
     assert a.leader_elect_lease_duration == 30 and a.leader_elect_renew_deadline == 20
     assert a.proxy_port == 8888 and a.max_concurrent_reconciles == 4
     assert a.metrics_secure is True and a.metrics_require_rbac is True
-    assert a.log_level == "DEBUG" and a.log_format == "json"
+    assert a.log_level == "DEBUG" and a.log_format == "sdk-json"  # zap's JSON: the SDK's keys
     # Honoured, apart from three that say so in one line each.
     assert [w.split(":")[0].split(" ")[0] for w in a.warnings] == [
         "--leader-elect-resource-lock",

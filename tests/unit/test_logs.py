@@ -299,3 +299,38 @@ def test_a_secret_seen_earlier_in_the_run_is_scrubbed_from_later_lines(caplog: p
                         res={"msg": "decoded: s3cr3t-password"}))
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "s3cr3t-password" not in text and "decoded: <redacted>" in text
+
+
+def test_sdk_json_has_the_operator_sdks_zap_keys() -> None:
+    """What the SDK's ansible-operator writes under --zap-encoder=json: zap's production JSON (lowercase
+    levels, RFC 3339 ts, logger, msg) and its reconcile fields (name, namespace, gvk, job, event_type,
+    EventData.Name)."""
+    import io
+    import json as json_mod
+    import logging as logging_mod
+
+    from ansible_operator.logs import ansible_event_logger, log_context, setup_logging
+
+    stream = io.StringIO()
+    setup_logging(level="DEBUG", fmt="sdk-json", stream=stream)
+    try:
+        with log_context(kind="Memcached", namespace="ns", name="mc",
+                         gvk="cache.example.com/v1alpha1, Kind=Memcached", run_id="20261127T000000Z-abcdef"):
+            logging_mod.getLogger("ansible_operator.reconcile").warning("run failed")
+            ansible_event_logger(1)({"event": "runner_on_ok", "event_data": {
+                "task": "memcached : start memcached", "host": "localhost", "res": {"changed": False}}})
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logging_mod.getLogger("x").exception("failed")
+    finally:
+        setup_logging(level="INFO", fmt="text")
+    warn, task, error = (json_mod.loads(line) for line in stream.getvalue().splitlines())
+    assert list(warn)[:4] == ["level", "ts", "logger", "msg"]
+    assert warn["level"] == "warn" and warn["ts"].endswith("Z") and "T" in warn["ts"]
+    assert (warn["name"], warn["namespace"], warn["gvk"], warn["job"]) == (
+        "mc", "ns", "cache.example.com/v1alpha1, Kind=Memcached", "20261127T000000Z-abcdef")
+    assert "kind" not in warn and "run_id" not in warn
+    assert task["level"] == "info" and task["event_type"] == "runner_on_ok"
+    assert task["EventData.Name"] == "memcached : start memcached"
+    assert error["level"] == "error" and error["error"] == "boom" and "ValueError" in error["stacktrace"]
