@@ -16,11 +16,12 @@ import json
 import logging
 import os
 import socket
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
-from urllib.parse import quote
+from typing import Any, Callable, Iterator
+from urllib.parse import quote, urlsplit
 
 import kubernetes
 import urllib3
@@ -387,9 +388,11 @@ def kopf_vault(configuration: kubernetes.client.Configuration | None = None) -> 
 
 
 def call_raw(api_client: Any, method: str, path: str, query: list[tuple[str, str]], headers: dict[str, str],
-             body: Any, timeout: tuple[float, float] | None = (CONNECT_TIMEOUT, READ_TIMEOUT)) -> bytes:
-    """One request through ``api_client`` (bearer token, TLS and proxy settings of its configuration); the
-    answer's body, or ``ApiException`` for a non-2xx answer, with either generation of the client.
+             body: Any, timeout: tuple[float, float] | None = (CONNECT_TIMEOUT, READ_TIMEOUT),
+             ) -> tuple[int, bytes]:
+    """One request through ``api_client`` (bearer token, TLS and proxy settings of its configuration): the
+    answer's status and body, or ``ApiException`` for a non-2xx answer, with either generation of the
+    client.
     ``timeout``: (connect, read) seconds; ``urllib3``'s ``HTTPError`` when either runs out.
 
     The client up to 33.x (python-legacy generator) takes everything in ``call_api`` and raises on non-2xx
@@ -402,14 +405,18 @@ def call_raw(api_client: Any, method: str, path: str, query: list[tuple[str, str
             auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
             _request_timeout=timeout,
         )
-        return bytes(response.data or b"")
+        return int(response.status), bytes(response.data or b"")
     request = api_client.param_serialize(method, path, query_params=query, header_params=headers, body=body,
                                          auth_settings=["BearerToken"])
     response = api_client.call_api(*request, _request_timeout=timeout)
     data = response.read()
     if not 200 <= response.status <= 299:
         raise ApiException(http_resp=response)
-    return bytes(data or b"")
+    return int(response.status), bytes(data or b"")
+
+
+RequestObserver = Callable[[str, str, str, float], None]
+"""(method, status code or ``<error>``, host, seconds) of one request the runner made."""
 
 
 class Kube:
@@ -418,6 +425,10 @@ class Kube:
     def __init__(self, configuration: kubernetes.client.Configuration) -> None:
         self.configuration = configuration
         self.api_client = with_keepalive(kubernetes.client.ApiClient(configuration))
+        self.host = urlsplit(configuration.host).netloc
+        self.observers: list[RequestObserver] = []
+        """Told of every request (method, HTTP status or ``<error>``, host, seconds): the
+        ``rest_client_*`` metrics. Called from worker threads."""
 
     def close(self) -> None:
         self.api_client.close()
@@ -452,13 +463,19 @@ class Kube:
             headers["Content-Type"] = content_type
         elif body is not None:
             headers["Content-Type"] = "application/json"  # the client 37 would send none
+        started, code = time.monotonic(), "<error>"  # client-go's code label when there was no answer
         try:
-            data = call_raw(self.api_client, method, path, query, headers, body,
-                            (CONNECT_TIMEOUT, read_timeout))
+            status, data = call_raw(self.api_client, method, path, query, headers, body,
+                                    (CONNECT_TIMEOUT, read_timeout))
+            code = str(status)
         except ApiException as exc:
+            code = str(exc.status or "<error>")
             raise error_from_api_exception(exc) from None
         except urllib3.exceptions.HTTPError as exc:  # no answer: refused, reset, timed out
             raise ServerError(0, "ServiceUnavailable", f"{method} {path}: {exc}") from None
+        finally:
+            for observe in self.observers:
+                observe(method, code, self.host, time.monotonic() - started)
         return apijson.loads(data) if data else None
 
     # -- the calls the runner needs ----------------------------------------------------------------

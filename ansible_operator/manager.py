@@ -153,6 +153,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         started = True
 
         metrics = Metrics()
+        kube.observers.append(metrics.api_request)  # rest_client_requests_total & co.
         # Before the executor starts: its processes inherit the environment (as the SDK's os.Setenv).
         _export_ansible_paths(args)
         await _start_osdk_metric(args, metrics, cleanups)

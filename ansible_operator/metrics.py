@@ -39,17 +39,69 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.utils import floatToGoString as _untyped_float_to_go_string
 
 from ansible_operator import __version__
 
-# prometheus_client leaves it unannotated: the Go float text (1, 0.5, +Inf) its own exposition writes.
-floatToGoString: Callable[[float], str] = _untyped_float_to_go_string
+# Go operators export no "<counter>_created" / "<histogram>_created" series; neither do we.
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+def go_float(value: float) -> str:
+    """A sample value or ``le``/``quantile`` as Go's Prometheus client writes it (expfmt's ``writeFloat``:
+    ``strconv.FormatFloat(v, 'g', -1, 64)``): ``0``, ``3``, ``2.5``, ``1e+06``, ``1e-05``, ``+Inf``;
+    prometheus_client writes ``0.0``, ``3.0``, ``1000000.0``."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == 0:
+        return "0"
+    shortest = Decimal(repr(abs(value))).normalize().as_tuple()
+    digits = "".join(map(str, shortest.digits))
+    point = len(digits) + int(shortest.exponent)  # digits[:point] is the integer part
+    sign = "-" if value < 0 else ""
+    exponent = point - 1
+    if exponent < -4 or exponent >= 6:  # Go's %g with the shortest precision switches to %e there
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{sign}{mantissa}e{'+' if exponent >= 0 else '-'}{abs(exponent):02d}"
+    if point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return sign + digits + "0" * (point - len(digits))
+    return f"{sign}{digits[:point]}.{digits[point:]}"
+
+
+floatToGoString: Callable[[float], str] = go_float
+
+_BOUND_LABEL = re.compile(r'([{,](?:le|quantile)=")([^"]*)(")')
+
+
+def _go_floats(text: str) -> str:
+    """prometheus_client's text exposition with every sample value and ``le``/``quantile`` written the Go
+    way (:func:`go_float`), so that dashboards and queries written against Go operators match."""
+    def bound(match: re.Match[str]) -> str:
+        try:
+            return match.group(1) + go_float(float(match.group(2))) + match.group(3)
+        except ValueError:
+            return match.group(0)
+
+    lines = []
+    for line in text.split("\n"):
+        if line and not line.startswith("#"):
+            head, _, value = line.rpartition(" ")
+            try:
+                line = f"{_BOUND_LABEL.sub(bound, head)} {go_float(float(value))}"
+            except ValueError:
+                pass
+        lines.append(line)
+    return "\n".join(lines)
 
 __all__ = [
     "RECONCILE_TIME_BUCKETS",
@@ -82,6 +134,9 @@ RUN_DURATION_BUCKETS: tuple[float, ...] = (
 anything past 30 min lands in ``+Inf``, which is all an alert needs."""
 
 _PHASES = ("reconcile", "finalize")
+
+REST_CLIENT_BUCKETS: tuple[float, ...] = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+"""client-go's ``rest_client_request_duration_seconds`` buckets."""
 
 RECONCILE_TIME_BUCKETS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
@@ -123,6 +178,14 @@ class Metrics:
         r = self.registry
         self._gvk: dict[str, str] = {}
         self._controllers: set[str] = set()
+        # client-go's REST client metrics, as controller-runtime registers them, for the runner's own calls
+        self.rest_requests = Counter(
+            "rest_client_requests", "Number of HTTP requests, partitioned by status code, method, and host.",
+            ["code", "method", "host"], registry=r)
+        self.rest_duration = Histogram(
+            "rest_client_request_duration_seconds",
+            "Request latency in seconds. Broken down by verb, and host.",
+            ["verb", "host"], buckets=REST_CLIENT_BUCKETS, registry=r)
         self.runs_started = Counter(
             "ansible_operator_runs_started", "Runs (playbook executions) started.",
             ["watch", "phase"], registry=r)
@@ -269,6 +332,11 @@ class Metrics:
         explode label cardinality)."""
         self.reconcile_errors.labels(watch=watch_key, reason=reason).inc()
 
+    def api_request(self, method: str, code: str, host: str, seconds: float) -> None:
+        """One request the runner made (:attr:`ansible_operator.kube.Kube.observers`); thread-safe."""
+        self.rest_requests.labels(code=code, method=method, host=host).inc()
+        self.rest_duration.labels(verb=method, host=host).observe(seconds)
+
     def set_leader(self, leading: bool, lease: str | None = None) -> None:
         """``lease``: the Lease's name under leader election (controller-runtime's
         ``leader_election_master_status{name}``)."""
@@ -278,7 +346,7 @@ class Metrics:
 
     def exposition(self) -> bytes:
         """The registry and the roles' custom metrics in Prometheus text format (``/metrics``)."""
-        return bytes(generate_latest(self.registry)) + self.user.exposition()
+        return _go_floats(generate_latest(self.registry).decode()).encode() + self.user.exposition()
 
 
 class ControllerMetrics:

@@ -76,8 +76,8 @@ def test_scaffold_args_and_osdk_metric(cluster: Cluster, start_operator) -> None
         return text if status == 200 and "widget_reconciles" in text else None
 
     text = wait_for(scraped, 30, what="custom metrics on /metrics")
-    assert "# TYPE widget_reconciles counter\nwidget_reconciles 1.0\n" in text
-    assert "widget_size 3.0\n" in text
+    assert "# TYPE widget_reconciles counter\nwidget_reconciles 1\n" in text
+    assert "widget_size 3\n" in text
     assert get(f"http://127.0.0.1:{metrics}/metrics")[0] != 200  # HTTPS only
     assert get(f"http://127.0.0.1:{health}/readyz")[0] == 200
     assert "Traceback" not in op.logs()

@@ -263,7 +263,7 @@ def test_sdk_scaffolded_project_runs_with_its_manager_args(server: Server, tmp_p
         # reported 2 ready pods may still be between the two, so the gauge is waited on, not read once.
         def scraped() -> str | None:
             status, text = _get(metrics, token)
-            return text if status == 200 and "\nwebsite_ready_replicas 2.0\n" in text else None
+            return text if status == 200 and "\nwebsite_ready_replicas 2\n" in text else None
 
         text = wait_for(scraped, timeout=30, interval=0.5, what="website_ready_replicas 2.0 on /metrics")
         reconciles = [line for line in text.splitlines() if line.startswith("website_reconciles_total ")]

@@ -33,7 +33,7 @@ class _Legacy:
 
     def call_api(self, path: str, method: str, **kwargs: Any) -> Any:
         self.calls.append((method, path, kwargs["query_params"], kwargs["body"]))
-        return type("R", (), {"data": b'{"ok": 1}'})()
+        return type("R", (), {"data": b'{"ok": 1}', "status": 200})()
 
 
 class _Response:
@@ -60,19 +60,19 @@ class _Pydantic:
         self.serialized.append((method, path, kwargs["query_params"], kwargs["body"]))
         return (method, f"https://x{path}", {}, kwargs["body"], [])
 
-    def call_api(self, *request: Any) -> _Response:
+    def call_api(self, *request: Any, _request_timeout: Any = None) -> _Response:
         return _Response(self.status, b'{"ok": 2}')
 
 
 def test_call_raw_on_the_legacy_client() -> None:
     client = _Legacy()
-    assert kube.call_raw(client, "GET", "/api/v1/x", [("a", "1")], {}, None) == b'{"ok": 1}'
+    assert kube.call_raw(client, "GET", "/api/v1/x", [("a", "1")], {}, None) == (200, b'{"ok": 1}')
     assert client.calls == [("GET", "/api/v1/x", [("a", "1")], None)]
 
 
 def test_call_raw_on_the_pydantic_client_raises_for_non_2xx() -> None:
     ok = _Pydantic(200)
-    assert kube.call_raw(ok, "POST", "/api/v1/x", [], {}, {"k": "v"}) == b'{"ok": 2}'
+    assert kube.call_raw(ok, "POST", "/api/v1/x", [], {}, {"k": "v"}) == (200, b'{"ok": 2}')
     assert ok.serialized == [("POST", "/api/v1/x", [], {"k": "v"})]
     with pytest.raises(ApiException) as caught:
         kube.call_raw(_Pydantic(404), "GET", "/api/v1/x", [], {}, None)

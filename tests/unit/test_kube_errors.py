@@ -30,8 +30,11 @@ def test_kube_raises_typed_errors_from_the_client() -> None:
 
     k = kube.Kube.__new__(kube.Kube)
     k.api_client = Failing()  # type: ignore[assignment]
+    seen: list[tuple[str, str, str]] = []
+    k.host, k.observers = "api:6443", [lambda method, code, host, _: seen.append((method, code, host))]
     with pytest.raises(kube.Conflict, match="the object has been modified"):
         k._request_sync("PATCH", "/x", {}, None, [])
+    assert seen == [("PATCH", "409", "api:6443")]  # rest_client_requests_total{code="409",method="PATCH"}
 
 
 def test_no_answer_is_a_server_error() -> None:
@@ -43,9 +46,12 @@ def test_no_answer_is_a_server_error() -> None:
 
     k = kube.Kube.__new__(kube.Kube)
     k.api_client = Down()  # type: ignore[assignment]
+    seen: list[str] = []
+    k.host, k.observers = "api:6443", [lambda method, code, host, _: seen.append(code)]
     with pytest.raises(kube.ServerError) as exc:
         k._request_sync("GET", "/x", None, None, [])
     assert exc.value.status == 0 and "connection refused" in exc.value.message
+    assert seen == ["<error>"]  # client-go's code label for a request without an answer
 
 
 def test_raw_http_answers_are_typed() -> None:

@@ -177,3 +177,35 @@ async def test_all_interfaces_address() -> None:
                 assert "ansible_operator_build_info" in await resp.text()
     finally:
         await handle.close()
+
+
+@pytest.mark.parametrize("value,text", [
+    (0.0, "0"), (1.0, "1"), (-1.0, "-1"), (3.0, "3"), (2.5, "2.5"), (100.0, "100"), (123456.0, "123456"),
+    (1e6, "1e+06"), (2032031.0, "2.032031e+06"), (0.0001, "0.0001"), (1e-05, "1e-05"), (1e-08, "1e-08"),
+    (9.999999999999999e-06, "9.999999999999999e-06"), (float("inf"), "+Inf"), (float("-inf"), "-Inf"),
+    (float("nan"), "NaN"),
+])
+def test_go_float_is_strconv_formatfloat_g_shortest(value: float, text: str) -> None:
+    """client_golang's expfmt writeFloat: strconv.FormatFloat(v, 'g', -1, 64) (%e from exponent 6 on)."""
+    from ansible_operator.metrics import go_float
+
+    assert go_float(value) == text
+
+
+def test_exposition_has_no_created_series_and_the_rest_client_metrics() -> None:
+    m = Metrics()
+    m.api_request("GET", "200", "10.96.0.1:443", 0.02)
+    m.api_request("PATCH", "409", "10.96.0.1:443", 0.3)
+    m.api_request("GET", "<error>", "10.96.0.1:443", 5.0)
+    text = m.exposition().decode()
+    assert "_created" not in text
+    assert 'rest_client_requests_total{code="200",host="10.96.0.1:443",method="GET"} 1\n' in text
+    assert 'rest_client_requests_total{code="<error>",host="10.96.0.1:443",method="GET"} 1\n' in text
+    bucket = 'rest_client_request_duration_seconds_bucket{host="10.96.0.1:443",le="0.025",verb="GET"}'
+    assert f"{bucket} 1\n" in text
+    assert 'rest_client_request_duration_seconds_count{host="10.96.0.1:443",verb="PATCH"} 1\n' in text
+    # what Prometheus parses is unchanged by the Go formatting
+    values = {(s.name, tuple(sorted(s.labels.items()))): s.value
+              for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert values[("rest_client_requests_total", (("code", "409"), ("host", "10.96.0.1:443"),
+                                                  ("method", "PATCH")))] == 1.0

@@ -51,10 +51,10 @@ def test_controller_name_and_zero_series_before_any_reconcile() -> None:
     # Go's ExponentialBuckets(10e-9, 10, 12) as client_golang prints them
     assert len(WORKQUEUE_BUCKETS) == 12 and WORKQUEUE_BUCKETS[-1] == 1000
     labels = f'controller="{CONTROLLER}",le="1e-08",name="{CONTROLLER}"'
-    assert f"workqueue_queue_duration_seconds_bucket{{{labels}}} 0.0" in text
+    assert f"workqueue_queue_duration_seconds_bucket{{{labels}}} 0\n" in text
     assert 'le="9.999999999999999e-06"' in text
     labels = f'controller="{CONTROLLER}",le="0.15"'
-    assert f"controller_runtime_reconcile_time_seconds_bucket{{{labels}}} 0.0" in text
+    assert f"controller_runtime_reconcile_time_seconds_bucket{{{labels}}} 0\n" in text
     # a second watch of the same kind and version (another group) does not share the first one's series
     assert metrics.controller("Memcached", "v1alpha1", 1, group="other.io").name \
         == "memcached-v1alpha1-other.io-controller"

@@ -71,11 +71,11 @@ def test_counter_gauge_histogram_summary_with_sdk_names() -> None:
 
     text = m.exposition().decode()
     assert "# TYPE my_counter counter\nmy_counter 3.5\n" in text  # the name as given, no _total suffix
-    assert "# HELP my_gauge level\n# TYPE my_gauge gauge\nmy_gauge 14.0\n" in text
-    assert "my_zero 0.0\n" in text
+    assert "# HELP my_gauge level\n# TYPE my_gauge gauge\nmy_gauge 14\n" in text
+    assert "my_zero 0\n" in text
     assert 'my_histogram_bucket{le="0.005"} 1\n' in text and 'my_histogram_bucket{le="0.5"} 2\n' in text
     assert 'my_histogram_bucket{le="+Inf"} 3\n' in text and "my_histogram_count 3\n" in text
-    assert "my_summary_sum 6.0\nmy_summary_count 2\n" in text
+    assert "my_summary_sum 6\nmy_summary_count 2\n" in text
     fams = families(m)  # the whole page parses as Prometheus text
     assert fams["my_histogram"].type == "histogram" and fams["my_summary"].type == "summary"
     assert fams["my_time"].samples[0].value >= before
@@ -137,7 +137,7 @@ async def test_endpoint_answers_the_real_collections_request() -> None:
                 assert r.status == 405
     finally:
         await handle.close()
-    assert "my_thing_counter 1.0" in m.exposition().decode()
+    assert "my_thing_counter 1\n" in m.exposition().decode()
 
 
 def test_tls_context_uses_a_mounted_certificate_or_makes_one(tmp_path: Path) -> None:

@@ -83,8 +83,8 @@ async def test_bundled_module_posts_to_the_operator(tmp_path: Path) -> None:
         await handle.close()
     assert proc.returncode == 0, stdout.decode()[-3000:]
     text = metrics.exposition().decode()
-    assert "# TYPE demo_reconciles counter\ndemo_reconciles 3.0\n" in text
-    assert "demo_replicas 3.0\n" in text
+    assert "# TYPE demo_reconciles counter\ndemo_reconciles 3\n" in text
+    assert "demo_replicas 3\n" in text
     assert "demo_seconds_count 1\n" in text and "demo_summary_sum 1.5\n" in text
     refused = json.loads(out.read_text())
     assert refused["failed"] and refused["status_code"] == 400
