@@ -472,8 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the operator's --artifacts-dir (default: the same default, or"
                            " $ANSIBLE_OPERATOR_ARTIFACTS)")
     runs.add_argument("--limit", type=positive_int, default=20, help="at most this many runs (default 20)")
-    runs.add_argument("-o", "--output", choices=("table", "json"), default="table",
-                      help="table (default) or json")
+    runs.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table",
+                      help="table (default), wide (with each run's artifacts directory) or json")
 
     # ---- generate --------------------------------------------------------------------------------
     gen = sub.add_parser("generate", help="generate deployment material")

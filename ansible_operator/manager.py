@@ -455,7 +455,7 @@ async def _start_sandbox(args: argparse.Namespace, cleanups: list[Any]) -> str:
         target = state / "sandbox.kubeconfig"
     target.parent.mkdir(parents=True, exist_ok=True)
     kubeconfig = sandbox.write_kubeconfig(target)
-    log.info("sandbox API server: %s", sandbox.url)
+    # (the sandbox logs its own URL when it starts)
     log.info("kubeconfig: %s    (try: kubectl --kubeconfig %s get all -A)", kubeconfig, kubeconfig)
     return str(kubeconfig)
 

@@ -255,7 +255,8 @@ def _truncate(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def format_table(runs: Iterable[Mapping[str, Any]], *, message_width: int = 60) -> str:
+def format_table(runs: Iterable[Mapping[str, Any]], *, message_width: int = 60, wide: bool = False) -> str:
+    """A kubectl-style table; ``wide`` (``-o wide``) adds each run's artifacts directory."""
     headers = ["KIND", "NAMESPACE", "NAME", "RUN", "STARTED", "DURATION", "RESULT", "CHANGED", "FAILED TASK",
                "ARTIFACTS"]
     rows = []
@@ -276,6 +277,9 @@ def format_table(runs: Iterable[Mapping[str, Any]], *, message_width: int = 60) 
             str(stats.get("changed", "-")), _truncate(str(failed_text), message_width) or "-",
             str(run.get("artifacts_dir") or ""),
         ])
+    if not wide:
+        headers = headers[:-1]
+        rows = [row[:-1] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     out = []
     for row in [headers] + rows:
@@ -287,7 +291,8 @@ def format_table(runs: Iterable[Mapping[str, Any]], *, message_width: int = 60) 
 
 
 def main(args: Any) -> int:
-    """``ansible-operator runs [KIND/NAME] [-n NS] [--show RUN] [-o json] [--limit N] [--artifacts-dir D]``
+    """``ansible-operator runs [KIND/NAME] [-n NS] [--show RUN] [-o table|wide|json] [--limit N]
+    [--artifacts-dir D]``
     """
     artifacts_dir = Path(args.artifacts_dir).expanduser() if getattr(args, "artifacts_dir", None) \
         else default_artifacts_dir()
@@ -311,7 +316,7 @@ def main(args: Any) -> int:
         if output == "json":
             print(json.dumps(runs, indent=2, default=str))
         else:
-            sys.stdout.write(format_table(runs))
+            sys.stdout.write(format_table(runs, wide=output == "wide"))
         return 0
     except RunsError as exc:
         print(f"ansible-operator runs: {exc}", file=sys.stderr)

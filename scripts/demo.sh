@@ -53,18 +53,31 @@ else
     --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 "$@" >"$LOG" 2>&1 &
 fi
 OP=$!
+PROGRESS=
 cleanup() {
+  local rc=$?
+  if [ -n "$PROGRESS" ]; then kill "$PROGRESS" 2>/dev/null || true; fi
   kill -TERM "$OP" 2>/dev/null || true; wait "$OP" 2>/dev/null || true
   if [ -n "$CP" ]; then kill -TERM "$CP" 2>/dev/null || true; wait "$CP" 2>/dev/null || true; fi
+  # a passing --check leaves nothing behind; a failing one, or an interactive demo, keeps its logs
+  if [ "$CHECK" = 1 ] && [ "$rc" = 0 ]; then rm -rf "$STATE"; fi
 }
 trap cleanup EXIT
 
+# One line every 10 s while kubectl waits: which samples are Successful yet.
+progress() {
+  while sleep 10; do
+    echo "    ... Successful: $($K get -n demo memcached,sampledb,etcdcluster -o jsonpath='{range .items[*]}{.kind}/{.metadata.name}={.status.conditions[?(@.type=="Successful")].status} {end}' 2>/dev/null | sed -e 's/= /=not-yet /g' -e 's/=$/=not-yet/')"
+  done
+}
+
+echo "==> starting the operator (log: $LOG)"
 for _ in $(seq 1 150); do
   [ -s "$KUBECONFIG_PATH" ] && grep -q "operator ready" "$LOG" && break
   if ! kill -0 "$OP" 2>/dev/null; then echo "operator exited:"; cat "$LOG"; exit 1; fi
   sleep 0.2
 done
-echo "==> $API API server and operator are up (log: $LOG)"
+echo "==> $API API server and operator are up"
 echo "==> kubeconfig: $KUBECONFIG_PATH"
 echo
 echo "\$ kubectl apply -k config/samples"
@@ -72,12 +85,14 @@ $K create namespace demo >/dev/null
 $K apply -n demo -k config/samples
 echo
 echo "\$ kubectl wait --for=condition=Successful -n demo memcached,sampledb,etcdcluster --all --timeout=180s"
+progress & PROGRESS=$!
 if ! $K wait --for=condition=Successful -n demo memcached,sampledb,etcdcluster --all --timeout=180s; then
   echo "!! not all samples reached Successful; conditions:"
   $K get -n demo memcached,sampledb,etcdcluster -o yaml | grep -A6 "conditions:" || true
   tail -50 "$LOG"
   exit 1
 fi
+kill "$PROGRESS" 2>/dev/null || true; PROGRESS=
 echo
 echo "\$ kubectl get -n demo memcached,sampledb,etcdcluster,deployments,statefulsets,services,cronjobs"
 $K get -n demo memcached,sampledb,etcdcluster,deployments,statefulsets,services,cronjobs

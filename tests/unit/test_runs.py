@@ -197,12 +197,21 @@ def test_cli_table(artifacts: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _main(["--artifacts-dir", str(artifacts), "-n", "default"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["KIND", "NAMESPACE", "NAME", "RUN", "STARTED", "DURATION", "RESULT", "CHANGED",
-                              "FAILED", "TASK", "ARTIFACTS"]
+                              "FAILED", "TASK"]
     failed_row = next(line for line in out if FAILED_ID in line)
     assert "failed" in failed_row and "1.8s" in failed_row
     assert "validate replicas: spec.size must be positive, got -1" in failed_row
     ok_row = next(line for line in out if OK_ID in line)
     assert "successful" in ok_row and "0.4s" in ok_row
+    assert str(artifacts) not in "\n".join(out)  # narrow by default, as kubectl's tables
+
+
+def test_cli_wide_table_adds_the_artifacts_directory(artifacts: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert _main(["--artifacts-dir", str(artifacts), "-n", "default", "-o", "wide"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[-1] == "ARTIFACTS"
+    assert str(artifacts) in next(line for line in out if OK_ID in line)
 
 
 def test_cli_json_and_show(artifacts: Path, capsys: pytest.CaptureFixture[str]) -> None:
