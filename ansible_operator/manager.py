@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from ansible_operator import kopfcompat
 from ansible_operator import kube as kube_mod
+from ansible_operator.kube import NotFound
 from ansible_operator.watches import Watch, WatchesError, load_watches
 
 log = logging.getLogger("ansible_operator")
@@ -225,6 +226,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             cleanups.append(c.queue.stop)
 
         ready = {"kopf": False}
+
         def recovered() -> int:  # connections from before the outage may be dead without a word
             kube.reset_connections()
             return kopfcompat.restart_watches()
@@ -232,11 +234,17 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         api = ApiReachability(kube, args.api_unreachable_timeout, on_recovered=recovered)
         api_task = asyncio.create_task(api.watch(), name="api-reachability")
         cleanups.append(api_task.cancel)
+        served = ServedKinds(kube, watches)
+        served_task = asyncio.create_task(served.watch(), name="served-kinds")
+        cleanups.append(served_task.cancel)
 
         def is_ready() -> bool | tuple[bool, str]:
             # A stand-by replica (not the leader) is ready too: it watches and would take over at once.
             if not ready["kopf"]:
                 return False, "watches not started yet"
+            missing = served.check()
+            if missing is not True:
+                return missing
             return api.check()
 
         elector_state = {"leading": not args.leader_elect}
@@ -688,6 +696,44 @@ def _metrics_security(args: argparse.Namespace, kube: Any) -> dict[str, Any]:
 
         out["metrics_filter"] = RbacFilter(post)
     return out
+
+
+class ServedKinds:
+    """Whether the API server serves every watched kind. One that is not (its CRD not installed yet) is not
+    a start-up failure here: kopf watches for CRDs and serves the kind once it appears (controller-runtime
+    instead exits and the pod restarts until then). Meanwhile ``/readyz`` fails naming it, one warning
+    says so at start and one line when it appears; discovery is asked again every ``period`` seconds."""
+
+    def __init__(self, kube: Any, watches: list[Watch], period: float = 10.0) -> None:
+        self.kube = kube
+        self.period = period
+        self.missing: dict[str, Watch] = {w.key: w for w in watches}
+        self._told = False
+
+    def check(self) -> bool | tuple[bool, str]:
+        if not self.missing:
+            return True
+        return False, "not served by the API server (CRD not installed?): " + ", ".join(sorted(self.missing))
+
+    async def watch(self) -> None:
+        while self.missing:
+            for key, w in list(self.missing.items()):
+                try:
+                    await self.kube.discover(w.group, w.version, w.kind)
+                except NotFound:
+                    continue
+                except Exception:  # noqa: BLE001 - unreachable API server: ApiReachability says so
+                    break
+                del self.missing[key]
+                if self._told:
+                    log.info("%s is served now: its objects are reconciled", key)
+            if self.missing and not self._told:
+                self._told = True
+                log.warning("%s not served by the API server (CRD not installed?): /readyz fails until it"
+                            " is; its objects are reconciled as soon as it is",
+                            ", ".join(sorted(self.missing)))
+            if self.missing:
+                await asyncio.sleep(self.period)
 
 
 class ApiReachability:

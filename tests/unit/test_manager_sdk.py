@@ -256,3 +256,36 @@ def test_kopfs_stream_left_open_at_exit_is_not_reported_as_an_error(caplog: Any)
             assert len(errors) == 1 and errors[0].name == "asyncio"
     finally:
         loop.close()
+
+
+async def test_a_watched_kind_without_crd_fails_readiness_until_it_is_served(caplog: Any) -> None:
+    from ansible_operator.kube import NotFound, ResourceRef
+    from ansible_operator.manager import ServedKinds
+    from ansible_operator.watches import Watch
+
+    class Discovery:
+        served = False
+
+        async def discover(self, group: str, version: str, kind: str) -> ResourceRef:
+            if not self.served:
+                raise NotFound(404, "NotFound", f"kind {kind} not served")
+            return ResourceRef(group, version, "ghosts", True)
+
+    kube = Discovery()
+    watch = Watch(group="x.example.com", version="v1", kind="Ghost", role="/tmp/r", playbook=None, vars={},
+                  finalizer=None, reconcile_period=None)
+    served = ServedKinds(kube, [watch], period=0.01)
+    with caplog.at_level(logging.INFO, logger="ansible_operator"):
+        task = asyncio.create_task(served.watch())
+        try:
+            while not caplog.records:
+                await asyncio.sleep(0.01)
+            ok, why = served.check()  # type: ignore[misc]
+            assert ok is False and "Ghost.x.example.com" in why and "CRD" in why
+            kube.served = True
+            await asyncio.wait_for(task, 5)
+        finally:
+            task.cancel()
+    assert served.check() is True
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and "not served" in lines[0] and "served now" in lines[1], lines
