@@ -363,3 +363,19 @@ def _in_cluster(secure: SecureServer, sa_dir: Path, run_operator: Any, proxy: TL
     ]
     assert rotated_runs and not [line for line in rotated_runs if " failed " in line], rotated_runs
     assert "Unauthorized" not in op.logs()
+
+
+def test_rbac_forbidding_the_watch_is_one_line_and_exit_1(
+    secure: SecureServer, tmp_path: Path, run_operator: Any
+) -> None:
+    """Issue 21: an identity that may not list/watch a watched kind stops the start with one line naming
+    the rule (kopf would retry five times, five ERROR lines, and controller-runtime times out after 2 min)."""
+    _kubectl(secure, "create", "serviceaccount", "no-rbac", "-n", OPERATOR_NS)
+    token = secure.create_token(OPERATOR_NS, "no-rbac")
+    op = run_operator("--kubeconfig", str(secure.write_kubeconfig(tmp_path / "no-rbac.kubeconfig",
+                                                                  OPERATOR_NS, token)))
+    assert op.proc.wait(120) == 1, op.logs()[-3000:]
+    lines = op.logs().splitlines()
+    errors = [line for line in lines if "ERROR" in line]
+    assert len(errors) == 1 and "RBAC: this operator may not list or watch" in errors[0], lines
+    assert "verbs: [get, list, watch, patch, update]" in errors[0] and "Traceback" not in op.logs()
