@@ -61,6 +61,21 @@ def log_context(**fields: Any) -> Iterator[Mapping[str, Any]]:
         cr_context.reset(token)
 
 
+class RetriedRequestFilter(logging.Filter):
+    """kopf logs each failed attempt of a request it will retry at ERROR ("Request attempt #1/5 failed; will
+    retry: ..."): during an expected outage, a stream of errors for what is retried anyway. The runner says
+    once that the API server stopped and once that it answers again (``ApiReachability``); these become
+    debug records. kopf's final "escalating" attempt stays an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("kopf") and record.levelno >= logging.ERROR and \
+                isinstance(record.msg, str) and record.msg.startswith("Request attempt") and \
+                "will re" in record.msg:  # "will retry", "will re-authenticate"
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
 class ContextFilter(logging.Filter):
     """Copies ``cr_context`` onto each record passing the handler, never overriding an explicit ``extra=``.
 
@@ -252,6 +267,7 @@ def setup_logging(*, level: str = "INFO", fmt: str = "text", stream: TextIO | No
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     formatter = {"json": JsonFormatter, "sdk-json": SdkJsonFormatter}.get(fmt, TextFormatter)
     handler.setFormatter(formatter())
+    handler.addFilter(RetriedRequestFilter())
     handler.addFilter(ContextFilter())
     setattr(handler, _HANDLER_MARK, True)
     root = logging.getLogger()

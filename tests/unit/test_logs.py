@@ -334,3 +334,25 @@ def test_sdk_json_has_the_operator_sdks_zap_keys() -> None:
     assert task["level"] == "info" and task["event_type"] == "runner_on_ok"
     assert task["EventData.Name"] == "memcached : start memcached"
     assert error["level"] == "error" and error["error"] == "boom" and "ValueError" in error["stacktrace"]
+
+
+def test_kopfs_retried_request_errors_are_debug_records_and_its_last_attempt_stays_an_error() -> None:
+    import io
+    import logging as logging_mod
+
+    from ansible_operator.logs import setup_logging
+
+    stream = io.StringIO()
+    setup_logging(level="INFO", fmt="text", stream=stream)
+    try:
+        kopf_log = logging_mod.getLogger("kopf._cogs.clients.api")
+        kopf_log.error("Request attempt #1/5 failed; will retry: GET /x -> ClientConnectorError()")
+        kopf_log.error("Request attempt #5/5 failed; escalating: GET /x -> ClientConnectorError()")
+        setup_logging(level="DEBUG", fmt="text", stream=stream)
+        kopf_log.error("Request attempt #2/5 failed; will retry: GET /x -> ClientConnectorError()")
+    finally:
+        setup_logging(level="INFO", fmt="text")
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert " ERROR " in lines[0] and "escalating" in lines[0]
+    assert " DEBUG " in lines[1] and "#2/5" in lines[1]

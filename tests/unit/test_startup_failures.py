@@ -59,3 +59,29 @@ def test_a_start_up_failure_is_one_line_and_an_exit_code(case: str, encoder: str
     if encoder == "json":
         for line in lines:
             assert isinstance(json.loads(line), dict), line
+
+
+@pytest.mark.parametrize("encoder", ["console", "json"])
+def test_unusable_in_cluster_credentials_are_one_line_and_exit_2(encoder: str, tmp_path: Path) -> None:
+    """In a pod (KUBERNETES_SERVICE_HOST set, no kubeconfig) whose service account files are incomplete."""
+    import os
+
+    role = tmp_path / "roles" / "r"
+    (role / "tasks").mkdir(parents=True)
+    (role / "tasks" / "main.yml").write_text("- ansible.builtin.debug: {msg: hi}\n")
+    (tmp_path / "watches.yaml").write_text(WATCH.format(role=role))
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    (sa / "token").write_text("t")  # no ca.crt
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env.update(HOME=str(tmp_path), KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT="1",
+               ANSIBLE_OPERATOR_SERVICE_ACCOUNT_DIR=str(sa))
+    done = subprocess.run(
+        [sys.executable, "-m", "ansible_operator", "run", "--watches-file", str(tmp_path / "watches.yaml"),
+         f"--zap-encoder={encoder}", "--metrics-bind-address=0", "--health-probe-bind-address=0"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    lines = (done.stdout + done.stderr).splitlines()
+    assert done.returncode == 2 and len(lines) == 1, lines
+    assert "no cluster configuration" in lines[0] and "Traceback" not in lines[0]
+    if encoder == "json":
+        assert json.loads(lines[0])["level"] == "error"
