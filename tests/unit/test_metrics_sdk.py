@@ -141,7 +141,7 @@ async def test_endpoint_answers_the_real_collections_request() -> None:
 
 
 def test_tls_context_uses_a_mounted_certificate_or_makes_one(tmp_path: Path) -> None:
-    from ansible_operator.metrics import _self_signed
+    from ansible_operator.metrics.http import _self_signed
 
     ctx = tls_context(tmp_path / "absent")
     assert isinstance(ctx, ssl.SSLContext)
