@@ -2,7 +2,7 @@
 
 ``shared_cluster``: the session's real control plane (tests/kube.py). The ``sandbox`` and
 ``sandbox_process`` fixtures come from the sandbox package's pytest plugin
-(``ansible_operator_sandbox.pytest_plugin``, see docs/sandbox.md).
+(``ansible_operator_sandbox.pytest_plugin``, see docs/reference/sandbox.md).
 
 Which tests run again on the lowest supported ansible-core (``./dev.sh test-ansible-low``, marker
 ``ansible_versions``) is decided here, in :func:`pytest_collection_modifyitems`, and nowhere else.

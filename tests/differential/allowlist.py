@@ -1,4 +1,5 @@
-"""docs/sandbox.md's section "Known differences from the real API server", generated from allowlist.yaml.
+"""docs/reference/sandbox.md's section "Known differences from the real API server", generated from
+allowlist.yaml.
 
 ``python -m tests.differential.allowlist`` rewrites the section between its markers;
 tests/differential/test_allowlist.py fails while it is stale.
@@ -13,7 +14,7 @@ import yaml
 
 HERE = Path(__file__).parent
 ALLOWLIST = HERE / "allowlist.yaml"
-DOC = HERE.parents[1] / "docs" / "sandbox.md"
+DOC = HERE.parents[1] / "docs" / "reference" / "sandbox.md"
 BEGIN = "<!-- allowlist: generated from tests/differential/allowlist.yaml -->"
 END = "<!-- end of allowlist -->"
 

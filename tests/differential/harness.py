@@ -8,8 +8,8 @@ runs against the real control plane (the oracle) and against the sandbox; every 
 observation differs is a difference.
 
 A difference is either fixed or listed in ``allowlist.yaml`` (scenario, step, reason). A listed step that
-no longer differs fails too, so the list only shrinks: remove the entry. docs/sandbox.md prints the list
-(``python -m tests.differential.allowlist`` rewrites that section; a test checks it is current).
+no longer differs fails too, so the list only shrinks: remove the entry. docs/reference/sandbox.md prints the
+list (``python -m tests.differential.allowlist`` rewrites that section; a test checks it is current).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def test_a_role_written_for_2_18_templating(cluster: Cluster, start_operator) ->
         assert cluster.configmap("legacy-legacy") == {"next": "3", "items": "1"}, op.logs()[-3000:]
     else:
         # 2.19 refuses an int as a conditional: the run fails and says why (the SDK image's 2.18 is one
-        # pip install away: see docs/development.md "ansible-core versions")
+        # pip install away: see docs/how-to/develop-and-test-this-project.md "ansible-core versions")
         failure = cluster.wait_condition("legacy", "Failure")
         assert "Conditional" in failure["message"] or "conditional" in failure["message"], failure
 

@@ -15,7 +15,7 @@ figures.
 * ``figures`` - the numbers each test reports (kills, restarts, relists, stuck CRs, overlapping side
   effects, secret occurrences, 429s); written as JSON when the session ends, to ``$FAULTS_SUMMARY`` or
   ``<pytest basetemp>/faults-summary.json``. ``python tests/faults/summary.py FILE`` turns it into the
-  table in docs/faults.md.
+  table in docs/explanation/faults.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Turn the fault suite's JSON figures into the Markdown table of docs/faults.md.
+"""Turn the fault suite's JSON figures into the Markdown table of docs/explanation/faults.md.
 
     FAULTS_SUMMARY=/tmp/faults.json python -m pytest -n 0 tests/faults
     python tests/faults/summary.py /tmp/faults.json
