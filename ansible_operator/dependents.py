@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ansible_operator import kopfcompat
 from ansible_operator.kube import error_from_kopf
-from ansible_operator.owners import (
+from ansible_operator.owners.injection import (
     ANNOTATION_PRIMARY_RESOURCE,
     ANNOTATION_PRIMARY_RESOURCE_TYPE,
     DependentKind,

@@ -128,7 +128,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
     from ansible_operator.labels import label_selector_from_dict
     from ansible_operator.logs import ansible_event_logger
     from ansible_operator.metrics import Metrics, close_all, serve_endpoints
-    from ansible_operator.owners import PassThroughCredentials
+    from ansible_operator.owners.credentials import PassThroughCredentials
     from ansible_operator.queue import WorkQueue
     from ansible_operator.reconcile import Reconciler, Runtime
 
@@ -493,7 +493,9 @@ def _dependent_watcher(settings: Any, vault: Any, watches: list[Watch],
 
 async def _start_owner_proxy(configuration: Any, dependents: Any, watches: list[Watch],
                              cleanups: list[Any], port: int = 0) -> Any:
-    from ansible_operator.owners import DependentKind, OwnerProxy, ProxyCredentials
+    from ansible_operator.owners.credentials import ProxyCredentials
+    from ansible_operator.owners.injection import DependentKind
+    from ansible_operator.owners.proxy import OwnerProxy
 
     # blacklist: kinds never watched as dependents (Operator SDK's per-watch list, applied to all watches)
     blacklisted = {(b.get("group", ""), b.get("kind")) for w in watches for b in w.blacklist}

@@ -25,7 +25,7 @@ from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.intake import ObjectCache
 from ansible_operator.kube import ApiError, Conflict, Kube, NotFound, ResourceRef
 from ansible_operator.logs import log_context
-from ansible_operator.owners import Credentials
+from ansible_operator.owners.credentials import Credentials
 from ansible_operator.queue import ObjectKey, ReconcileOutcome
 from ansible_operator.watches import Watch, annotation_overrides
 

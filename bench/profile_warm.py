@@ -68,7 +68,7 @@ ZYGOTE_PHASES = [
 ]
 OPERATOR_PHASES = [
     ("operator: status write logic", r"_write_status"),
-    ("operator: owner-injecting API proxy", r"owners\.py"),
+    ("operator: owner-injecting API proxy", r"ansible_operator/owners/"),
     ("operator: queue / intake / kopf watch", r"kopf/|intake\.py|queue\.py"),
     ("operator: events from the zygote, results", r"warm\.py|results\.py|on_event|logs\.py"),
     ("operator: run dir / artifacts / run.json", r"artifacts\.py|datadir\.py"),

@@ -26,12 +26,12 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
-from ansible_operator.owners import (
+from ansible_operator.owners.injection import (
     ANNOTATION_PRIMARY_RESOURCE,
     ANNOTATION_PRIMARY_RESOURCE_TYPE,
     DependentKind,
-    OwnerProxy,
 )
+from ansible_operator.owners.proxy import OwnerProxy
 from ansible_operator_sandbox import Sandbox
 from tests import kube
 

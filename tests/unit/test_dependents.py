@@ -8,7 +8,7 @@ import kopf
 import pytest
 
 from ansible_operator.dependents import DependentWatcher, OwnerKinds, _KindWatch
-from ansible_operator.owners import DependentKind
+from ansible_operator.owners.injection import DependentKind
 
 OWNER = {"apiVersion": "x.io/v1", "kind": "Thing", "name": "t", "uid": "owner-uid"}
 CONFIGMAPS = DependentKind("", "v1", "ConfigMap", "configmaps", True)

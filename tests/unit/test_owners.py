@@ -1,5 +1,5 @@
 """Owner injection rules (ownerReference vs primary-resource annotations), request path parsing and the
-proxy's token mapping -- the pure parts of ansible_operator.owners."""
+proxy's token mapping -- the pure parts of the ansible_operator.owners package."""
 
 from __future__ import annotations
 
@@ -11,21 +11,19 @@ import kubernetes
 import pytest
 import yaml
 
-from ansible_operator.owners import (
+from ansible_operator.owners.injection import (
     ANNOTATION_PRIMARY_RESOURCE,
     ANNOTATION_PRIMARY_RESOURCE_TYPE,
     Owner,
-    OwnerProxy,
-    RequestInfo,
     inject_owner,
     injection_mode,
     own_put_apply_creates_from_env,
     owned_by_kind_of,
     owner_json_patch,
     owner_ref,
-    parse_request_path,
-    request_action,
 )
+from ansible_operator.owners.paths import RequestInfo, parse_request_path, request_action
+from ansible_operator.owners.proxy import OwnerProxy
 
 CR = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
       "metadata": {"name": "mc", "namespace": "apps", "uid": "u-1"}}
@@ -297,7 +295,7 @@ def test_event_filtering_ignores_status_and_bookkeeping() -> None:
 
 
 async def test_discovery_refetches_on_miss_and_propagates_errors() -> None:
-    from ansible_operator.owners import _Discovery
+    from ansible_operator.owners.upstream import Discovery
 
     calls: list[str] = []
     served = [{"name": "configmaps", "kind": "ConfigMap", "namespaced": True, "verbs": ["get"]}]
@@ -308,7 +306,7 @@ async def test_discovery_refetches_on_miss_and_propagates_errors() -> None:
             raise RuntimeError("HTTP 503")
         return {"resources": list(served)}
 
-    d = _Discovery(fetch)
+    d = Discovery(fetch)
     assert (await d.lookup("", "v1", "configmaps"))["kind"] == "ConfigMap"  # type: ignore[index]
     assert await d.lookup("", "v1", "configmaps") is not None
     assert calls == ["/api/v1"]  # cached
@@ -478,7 +476,7 @@ async def test_watcher_close_ends_pending_ensure() -> None:
 
     from ansible_operator.dependents import DependentWatcher
     from ansible_operator.kube import kopf_vault
-    from ansible_operator.owners import DependentKind
+    from ansible_operator.owners.injection import DependentKind
 
     cfg = kubernetes.client.Configuration()
     cfg.host = "http://127.0.0.1:1"

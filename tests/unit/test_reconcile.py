@@ -10,7 +10,7 @@ from ansible_operator import artifacts
 from ansible_operator.executors.base import RunOutcome, RunRequest
 from ansible_operator.intake import ObjectCache, fingerprint
 from ansible_operator.kube import ApiError, ResourceRef
-from ansible_operator.owners import PassThroughCredentials
+from ansible_operator.owners.credentials import PassThroughCredentials
 from ansible_operator.queue import ObjectKey
 from ansible_operator.reconcile import Reconciler, Runtime
 from ansible_operator.watches import Finalizer, Watch
