@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from ansible_operator import kopfcompat
 from ansible_operator import kube as kube_mod
+from ansible_operator.errors import OperatorError
 from ansible_operator.kube import NotFound
 from ansible_operator.watches import Watch, WatchesError, load_watches
 
@@ -349,7 +350,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
     return exit_code
 
 
-class StartupError(Exception):
+class StartupError(OperatorError):
     """The operator cannot start (exit 1, one line): no API server answered in time, or it refused us."""
 
 

@@ -30,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from ansible_operator.durations import parse_duration
+from ansible_operator.errors import OperatorError
 from ansible_operator.labels import SelectorError, label_selector_from_dict
 
 __all__ = [
@@ -57,7 +58,7 @@ DEFAULT_MAX_RUNNER_ARTIFACTS = 20
 SYSTEM_ROLES_DIR = Path("/opt/ansible/roles")
 
 
-class WatchesError(Exception):
+class WatchesError(OperatorError):
     """A watches.yaml problem; ``str(e)`` is one line naming file, entry and key."""
 
 
