@@ -163,7 +163,17 @@ def _add_run(sub: Any) -> None:
                     " the same names, defaults and meaning (Go syntax too: --flag=value, --bool-flag=false,"
                     " durations such as 1h2m3s or 500ms), plus this runner's own flags.")
     run.set_defaults(module="ansible_operator.manager", run_parser=run)
+    _add_ansible_flags(run)
+    _add_controller_flags(run)
+    _add_metrics_flags(run)
+    _add_leader_election_flags(run)
+    _add_logging_flags(run)
+    _add_runner_flags(run)
 
+
+def _add_ansible_flags(run: argparse.ArgumentParser) -> None:
+    """Ansible: the watches file, owner references, verbosity, roles and collections paths, arguments of
+    every ansible-playbook run, which Ansible events are logged."""
     ansible = run.add_argument_group("Ansible")
     ansible.add_argument("--watches-file", default=os.environ.get("WATCHES_FILE", "./watches.yaml"),
                          metavar="PATH",
@@ -193,6 +203,9 @@ def _add_run(sub: Any) -> None:
                          help="which Ansible events are logged: Nothing, Tasks (task results and the recap;"
                               " default) or Everything (every event)")
 
+
+def _add_controller_flags(run: argparse.ArgumentParser) -> None:
+    """Controller: reconcile period, concurrency, graceful shutdown, the API proxy's port."""
     ctl = run.add_argument_group("Controller")
     ctl.add_argument("--reconcile-period", type=duration, default=duration("10h"), metavar="DURATION",
                      help="resync period for watches without reconcilePeriod (default 10h; 0 turns it off)")
@@ -207,6 +220,10 @@ def _add_run(sub: Any) -> None:
                      help="port of the loopback API proxy the roles talk to (SDK default 8888; default here:"
                           " a free port)")
 
+
+def _add_metrics_flags(run: argparse.ArgumentParser) -> None:
+    """Metrics and health probes: /metrics (address, HTTPS, RBAC filter), /healthz and /readyz, the API
+    server's reachability, osdk_metric's endpoint."""
     mon = run.add_argument_group("Metrics and health probes")
     mon.add_argument("--metrics-bind-address", type=bind_address, default=None, metavar="ADDRESS",
                      help="where /metrics is served (default :8443; 0 disables)")
@@ -239,6 +256,9 @@ def _add_run(sub: Any) -> None:
                           " port for the bundled module unless an installed operator_sdk.util needs"
                           " 5050; 0 disables)")
 
+
+def _add_leader_election_flags(run: argparse.ArgumentParser) -> None:
+    """Leader election: on or off, the Lease's name and namespace, its timings."""
     le = run.add_argument_group("Leader election")
     _bool_flag(le, "--leader-elect", default=None,
                help="use a coordination.k8s.io Lease so only one replica reconciles")
@@ -260,6 +280,9 @@ def _add_run(sub: Any) -> None:
     le.add_argument("--leader-elect-retry-period", type=duration, default=duration("2s"), metavar="DURATION",
                     help="how often candidates try to acquire or renew the Lease (default 2s)")
 
+
+def _add_logging_flags(run: argparse.ArgumentParser) -> None:
+    """Logging: controller-runtime's zap flags and this runner's --log-format and --log-level."""
     zap = run.add_argument_group("Logging (controller-runtime zap flags, mapped onto this runner's logging)")
     _bool_flag(zap, "--zap-devel", default=False,
                help="development mode: debug level and text (console) output unless set otherwise")
@@ -282,6 +305,10 @@ def _add_run(sub: Any) -> None:
     zap.add_argument("--log-level", type=log_level, default=None, metavar="LEVEL",
                      help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL ($LOG_LEVEL)")
 
+
+def _add_runner_flags(run: argparse.ArgumentParser) -> None:
+    """This runner's own: cluster access, namespaces, artifacts, executor, run limits, status conditions,
+    the embedded sandbox."""
     ours = run.add_argument_group("This runner (not in the Operator SDK)")
     ours.add_argument("--kubeconfig", default=None, metavar="PATH",
                       help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, then in-cluster config)")
@@ -330,16 +357,19 @@ def finish_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     """Resolve aliases, environment defaults and flag combinations of ``run``; ``parser.error`` (one line,
     exit 2) on a contradiction. Sets ``args.warnings``: one line per flag accepted but not honoured."""
     warnings: list[str] = []
+    _finish_metrics_address(parser, args, warnings)
+    _finish_leader_election_aliases(parser, args, warnings)
+    _finish_ansible_debug_logs(args, warnings)
+    _finish_lease(parser, args, warnings)
+    _finish_metrics_security(parser, args, warnings)
+    _finish_logging(parser, args, warnings)
+    _finish_runner_flags(parser, args, warnings)
+    args.warnings = warnings
 
-    def env_value(name: str, convert: Callable[[str], Any], flag: str) -> Any:
-        value = os.environ.get(name)
-        if value is None or value == "":
-            return None
-        try:
-            return convert(value)
-        except argparse.ArgumentTypeError as exc:
-            parser.error(f"environment variable {name} (for {flag}): {exc}")
 
+def _finish_metrics_address(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                            warnings: list[str]) -> None:
+    """``--metrics-addr`` (deprecated) as ``--metrics-bind-address``; the default, :8443."""
     if args.metrics_addr is not None:
         if args.metrics_bind_address is not None and args.metrics_addr != args.metrics_bind_address:
             parser.error("--metrics-addr and --metrics-bind-address disagree;"
@@ -349,6 +379,11 @@ def finish_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if args.metrics_bind_address is None:
         args.metrics_bind_address = ":8443"
 
+
+def _finish_leader_election_aliases(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                                    warnings: list[str]) -> None:
+    """``--enable-leader-election`` (deprecated) as ``--leader-elect``; ``--leader-elect-resource-lock``
+    accepted with a warning (a Lease is always used)."""
     if args.enable_leader_election is not None:
         if args.leader_elect is not None:
             parser.error("only one of --leader-elect and --enable-leader-election may be set")
@@ -361,6 +396,10 @@ def finish_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             note += (f": it would have used {args.leader_elect_resource_lock} for the lock; a"
                      " coordination.k8s.io Lease is used (the only lock client-go still supports)")
         warnings.append(note)
+
+
+def _finish_ansible_debug_logs(args: argparse.Namespace, warnings: list[str]) -> None:
+    """``$ANSIBLE_DEBUG_LOGS`` (the SDK's): a Go boolean; anything else is false, with a warning."""
     args.ansible_debug_logs = False
     debug_logs = os.environ.get("ANSIBLE_DEBUG_LOGS")
     if debug_logs:
@@ -369,29 +408,38 @@ def finish_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         except argparse.ArgumentTypeError:
             warnings.append(f"environment variable ANSIBLE_DEBUG_LOGS={debug_logs!r} is not a boolean;"
                             " using false")
+
+
+def _finish_lease(parser: argparse.ArgumentParser, args: argparse.Namespace, warnings: list[str]) -> None:
+    """The Lease's name from ``$OPERATOR_NAME`` (deprecated) when not given; its timings consistent."""
     if args.leader_election_id is None and os.environ.get("OPERATOR_NAME"):
         warnings.append("environment variable OPERATOR_NAME is deprecated: use --leader-election-id")
         args.leader_election_id = os.environ["OPERATOR_NAME"]
     if args.leader_elect and args.leader_elect_renew_deadline >= args.leader_elect_lease_duration:
         parser.error("--leader-elect-renew-deadline must be shorter than --leader-elect-lease-duration")
 
+
+def _finish_metrics_security(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                             warnings: list[str]) -> None:
     if args.metrics_require_rbac and not args.metrics_secure:
         parser.error("--metrics-secure flag is required when --metrics-require-rbac is present")
     if args.enable_http2:
         warnings.append("--enable-http2: would allow HTTP/2 on the metrics server; it speaks HTTP/1.1 only")
 
-    # Logging: this runner's --log-level/--log-format (or $LOG_LEVEL/$LOG_FORMAT) > the zap flags > defaults.
+
+def _finish_logging(parser: argparse.ArgumentParser, args: argparse.Namespace, warnings: list[str]) -> None:
+    """This runner's --log-level/--log-format (or $LOG_LEVEL/$LOG_FORMAT) > the zap flags > defaults."""
     if args.log_level is not None and args.zap_log_level is not None:
         parser.error("--log-level and --zap-log-level both given; use one")
     if args.log_format is not None and args.zap_encoder is not None:
         parser.error("--log-format and --zap-encoder both given; use one")
     if args.log_level is None:
         args.log_level = args.zap_log_level or ("DEBUG" if args.zap_devel else None) \
-            or env_value("LOG_LEVEL", log_level, "--log-level") or "INFO"
+            or _env_value(parser, "LOG_LEVEL", log_level, "--log-level") or "INFO"
     if args.log_format is None:
         zap_format = {"json": "sdk-json", "console": "text"}.get(args.zap_encoder or "")
         args.log_format = zap_format or ("text" if args.zap_devel else None) \
-            or env_value("LOG_FORMAT", _lower_choice(LOG_FORMATS, "log format"), "--log-format") \
+            or _env_value(parser, "LOG_FORMAT", _lower_choice(LOG_FORMATS, "log format"), "--log-format") \
             or "text"
     if args.zap_stacktrace_level is not None:
         warnings.append(f"--zap-stacktrace-level={args.zap_stacktrace_level}: would add a stack trace to"
@@ -401,6 +449,21 @@ def finish_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         warnings.append(f"--zap-time-encoding={args.zap_time_encoding}: would write {args.zap_time_encoding}"
                         " timestamps; they are always RFC 3339 UTC")
 
+
+def _env_value(parser: argparse.ArgumentParser, name: str, convert: Callable[[str], Any], flag: str) -> Any:
+    """``$name`` converted as ``flag`` would be; None when unset or empty; a bad value is ``parser.error``."""
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return convert(value)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"environment variable {name} (for {flag}): {exc}")
+
+
+def _finish_runner_flags(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                         warnings: list[str]) -> None:
+    """The API proxy's port and the sandbox's flags, with what they need."""
     if args.proxy_port is not None and not args.inject_owner_ref:
         warnings.append("--proxy-port: the API proxy only runs with --inject-owner-ref; roles talk to the API"
                         " server directly")
@@ -411,7 +474,6 @@ def finish_run_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
         if not sandbox_cli.available():
             parser.error(f"--sandbox: {sandbox_cli.NOT_INSTALLED}")
-    args.warnings = warnings
 
 
 def build_parser() -> argparse.ArgumentParser:

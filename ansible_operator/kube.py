@@ -29,6 +29,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from ansible_operator import apijson, kopfcompat
+from ansible_operator.errors import OperatorError
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def with_keepalive(api_client: kubernetes.client.ApiClient) -> kubernetes.client
     return api_client
 
 
-class ConfigError(Exception):
+class ConfigError(OperatorError):
     """No usable cluster configuration."""
 
 
@@ -200,7 +201,7 @@ class ResourceRef:
         return base
 
 
-class ApiError(Exception):
+class ApiError(OperatorError):
     """An API call failed; ``status`` is the HTTP code (0 when no answer) and ``reason`` Kubernetes' reason.
 
     Callers catch the typed subclasses (:class:`NotFound`, :class:`Conflict`, :class:`Gone`,

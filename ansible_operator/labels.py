@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_operator.errors import OperatorError
+
 __all__ = [
     "SelectorError",
     "LabelPredicate",
@@ -41,7 +43,7 @@ __all__ = [
 LabelPredicate = Callable[[Mapping[str, str] | None], bool]
 
 
-class SelectorError(ValueError):
+class SelectorError(OperatorError, ValueError):
     """A selector that does not parse or validate; the message is the apiserver's."""
 
     code = 400

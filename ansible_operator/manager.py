@@ -24,7 +24,8 @@ from typing import Any, Callable
 
 from ansible_operator import kopfcompat
 from ansible_operator import kube as kube_mod
-from ansible_operator.kube import NotFound
+from ansible_operator.errors import OperatorError
+from ansible_operator.kube import NotFound, ResourceRef
 from ansible_operator.watches import Watch, WatchesError, load_watches
 
 log = logging.getLogger("ansible_operator")
@@ -119,82 +120,173 @@ def _kopf_login(configuration: Any) -> Any:
 
 
 async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
-    import kopf
+    """Run the operator until a signal, a lost Lease or a crash of the watch streams; the exit code."""
+    return await _OperatorRun(args, watches).run()
 
-    from ansible_operator import status as status_mod
-    from ansible_operator.collections import COLLECTIONS_ROOT
-    from ansible_operator.executors import make_executor
-    from ansible_operator.intake import ObjectCache, WatchIntake
-    from ansible_operator.labels import label_selector_from_dict
-    from ansible_operator.logs import ansible_event_logger
-    from ansible_operator.metrics import Metrics, close_all, serve_endpoints
-    from ansible_operator.owners.credentials import PassThroughCredentials
-    from ansible_operator.queue import WorkQueue
-    from ansible_operator.reconcile import Reconciler, Runtime
 
-    shutdown = _Shutdown()
-    stop = shutdown.stop
-    shutdown.install()
-    asyncio.get_running_loop().set_exception_handler(_quiet_stream_close)
+class _Readiness:
+    """``/readyz``: kopf's watches started, every watched kind served, the API server answering. A stand-by
+    replica (not the leader) is ready too: it watches and would take over at once."""
 
-    cleanups: list[Any] = []
-    exit_code = 0
-    started = False  # the API server answered: from here on, a stop is a shutdown (and says so)
-    namespaces = _namespaces(args)
-    try:
-        kubeconfig = args.kubeconfig
-        if args.sandbox:
-            kubeconfig = await _start_sandbox(args, cleanups)
-        configuration = await asyncio.to_thread(kube_mod.load_client_config, kubeconfig)
-        kube = kube_mod.Kube(configuration)
-        cleanups.append(kube.close)
-        await _wait_for_api(kube, configuration.host, args.api_unreachable_timeout, stop)
-        if stop.is_set():
-            return exit_code
-        await _check_watch_permissions(kube, watches, namespaces)
-        started = True
+    def __init__(self, served: ServedKinds, api: ApiReachability) -> None:
+        self.watching = False
+        self.served = served
+        self.api = api
 
-        metrics = Metrics()
-        kube.observers.append(metrics.api_request)  # rest_client_requests_total & co.
+    def check(self) -> bool | tuple[bool, str]:
+        if not self.watching:
+            return False, "watches not started yet"
+        missing = self.served.check()
+        if missing is not True:
+            return missing
+        return self.api.check()
+
+
+@dataclass
+class _KopfRun:
+    """kopf's tasks, started apart from ours (see :meth:`_OperatorRun.spawn_kopf`)."""
+
+    task: asyncio.Task[Any]
+    ready: asyncio.Event
+    stop: asyncio.Event
+    """Set after the drain: kopf watches (feeding paused queues) until then."""
+    stop_waiter: asyncio.Task[Any]
+
+
+class _OperatorRun:
+    """One ``run``, stage by stage (:meth:`run` reads top-down): connect to the API server and check what
+    the watches need of it, start the executor, build one controller per watch, serve metrics and probes,
+    start kopf's watches (and leader election), then on a signal shut down in order.
+
+    Every stage that starts something registers its closing in ``cleanups``; they run in reverse at the
+    end, whatever happened."""
+
+    def __init__(self, args: argparse.Namespace, watches: list[Watch]) -> None:
+        self.args = args
+        self.watches = watches
+        self.namespaces = _namespaces(args)
+        self.shutdown = _Shutdown()
+        self.cleanups: list[Any] = []
+        self.controllers: list[Controller] = []
+        self.controllers_by_gk: dict[tuple[str, str], Controller] = {}
+        self.elector_state: dict[str, Any] = {"leading": not args.leader_elect}
+        self.exit_code = 0
+
+    async def run(self) -> int:
+        self.shutdown.install()
+        asyncio.get_running_loop().set_exception_handler(_quiet_stream_close)
+        started = False  # the API server answered: from here on, a stop is a shutdown (and says so)
+        try:
+            if not await self.connect():
+                return self.exit_code  # stopped while waiting for the API server
+            unserved = await self.check_watched_kinds()
+            started = True
+            await self.start_executor()
+            settings, vault = self.prepare_kopf()
+            credentials = await self.start_credentials(settings, vault)
+            registry = self.build_controllers(self.make_runtime(credentials))
+            await self.start_queues()
+            readiness = await self.serve_probes(unserved)
+            await self.tune_kopf(settings)
+            kopf_run = await self.spawn_kopf(registry, settings, vault)
+            ready_task = asyncio.create_task(self.mark_ready(kopf_run, readiness))
+            elector_task = await self.start_leader_election() if self.args.leader_elect else None
+            waiters, done = await self.wait_for_stop(kopf_run, elector_task)
+            self.shutdown.request()
+            await self.wind_down(kopf_run, elector_task, waiters, done)
+            ready_task.cancel()
+            await _cancel_all(waiters)
+        finally:
+            if started:
+                log.info("shutting down")
+            await self.close()
+        return self.exit_code
+
+    # ---- stages, in order -------------------------------------------------------------------------
+
+    async def connect(self) -> bool:
+        """The client configuration (of the embedded sandbox with ``--sandbox``) and an API server that
+        answers; False when a signal came first."""
+        self.kubeconfig = self.args.kubeconfig
+        if self.args.sandbox:
+            self.kubeconfig = await _start_sandbox(self.args, self.cleanups)
+        self.configuration = await asyncio.to_thread(kube_mod.load_client_config, self.kubeconfig)
+        self.kube = kube_mod.Kube(self.configuration)
+        self.cleanups.append(self.kube.close)
+        await _wait_for_api(self.kube, self.configuration.host, self.args.api_unreachable_timeout,
+                            self.shutdown.stop)
+        return not self.shutdown.stop.is_set()
+
+    async def check_watched_kinds(self) -> list[Watch]:
+        """Discovery of every watched kind, once: RBAC refusing one is a :class:`StartupError`; the watches
+        whose kind is not served (yet) are returned (:class:`ServedKinds` waits for them)."""
+        resources = await _discover_watched(self.kube, self.watches)
+        await _check_watch_permissions(self.kube, self.watches, resources, self.namespaces)
+        return [w for w in self.watches if resources[w.key] is None]
+
+    async def start_executor(self) -> None:
+        """The metrics registry, the environment of the runs and the executor that runs them."""
+        from ansible_operator.executors import make_executor
+        from ansible_operator.metrics import Metrics
+
+        args = self.args
+        self.metrics = Metrics()
+        self.kube.observers.append(self.metrics.api_request)  # rest_client_requests_total & co.
         # Before the executor starts: its processes inherit the environment (as the SDK's os.Setenv).
         _export_ansible_paths(args)
-        await _start_osdk_metric(args, metrics, cleanups)
+        await _start_osdk_metric(args, self.metrics, self.cleanups)
         executor_options: dict[str, Any] = {"ansible_args": tuple(args.ansible_args)}
         if args.executor == "warm":
             executor_options["idle_timeout"] = _seconds(args.warm_idle_timeout)
-        executor = make_executor(args.executor, **executor_options)
-        await executor.start()
-        cleanups.append(executor.close)
-        stop_restarting = getattr(executor, "stop_restarting", None)
+        self.executor = make_executor(args.executor, **executor_options)
+        await self.executor.start()
+        self.cleanups.append(self.executor.close)
+        stop_restarting = getattr(self.executor, "stop_restarting", None)
         if stop_restarting is not None:
-            shutdown.on_stop.append(stop_restarting)  # a zygote SIGTERMed with our process group stays down
+            # a zygote SIGTERMed with our process group stays down
+            self.shutdown.on_stop.append(stop_restarting)
 
-        controllers_by_gk: dict[tuple[str, str], Controller] = {}
-        # kopf's settings and credentials vault: its watch streams and the dependent watches share them
+    def prepare_kopf(self) -> tuple[Any, Any]:
+        """kopf's settings and credentials vault: its watch streams and the dependent watches share them."""
+        import kopf
+
         kopfcompat.check()
         kopfcompat.install_bounded_decoding()  # no object can end kopf's watcher (nesting to 10,000 levels)
         kopfcompat.install_watch_restarts()  # ApiReachability restarts them when an outage ends
-        settings = kopf.OperatorSettings()
-        vault = kube_mod.kopf_vault()
-        credentials: Any = PassThroughCredentials(kubeconfig or os.environ.get("KUBECONFIG"))
-        dependents = None
-        if args.inject_owner_ref:
-            dependents = _dependent_watcher(settings, vault, watches, controllers_by_gk, namespaces, cleanups)
-            credentials = await _start_owner_proxy(configuration, dependents, watches, cleanups,
-                                                   port=args.proxy_port or 0)
+        return kopf.OperatorSettings(), kube_mod.kopf_vault()
 
+    async def start_credentials(self, settings: Any, vault: Any) -> Any:
+        """The credentials each run gets: the owner-injecting API proxy's (with its dependent watches)
+        under ``--inject-owner-ref``, else the operator's own."""
+        from ansible_operator.owners.credentials import PassThroughCredentials
+
+        self.dependents: Any = None
+        if not self.args.inject_owner_ref:
+            return PassThroughCredentials(self.kubeconfig or os.environ.get("KUBECONFIG"))
+        self.dependents = _dependent_watcher(settings, vault, self.watches, self.controllers_by_gk,
+                                             self.namespaces, self.cleanups)
+        return await _start_owner_proxy(self.configuration, self.dependents, self.watches, self.cleanups,
+                                        port=self.args.proxy_port or 0)
+
+    def make_runtime(self, credentials: Any) -> Any:
+        """What every reconciler shares: clients, executor, artifacts, logging and status options."""
         from ansible_operator import artifacts
+        from ansible_operator import status as status_mod
+        from ansible_operator.collections import COLLECTIONS_ROOT
+        from ansible_operator.logs import ansible_event_logger
+        from ansible_operator.reconcile import Runtime
 
+        args = self.args
         artifacts_root = artifacts.ensure_root(_artifacts_root(args))
         artifacts.recover_interrupted(artifacts_root)  # runs a killed predecessor left "running"
         janitor = artifacts.Janitor(artifacts_root,
                                     getattr(args, "max_artifacts_size", artifacts.DEFAULT_MAX_BYTES))
-        cleanups.append(janitor.close)
-        runtime = Runtime(
-            kube=kube, executor=executor, artifacts_root=artifacts_root, credentials=credentials,
+        self.cleanups.append(janitor.close)
+        return Runtime(
+            kube=self.kube, executor=self.executor, artifacts_root=artifacts_root, credentials=credentials,
             janitor=janitor,
             run_timeout=_seconds(args.run_timeout),
-            collections_paths=(COLLECTIONS_ROOT,), hooks=[metrics],
+            collections_paths=(COLLECTIONS_ROOT,), hooks=[self.metrics],
             event_loggers=_event_loggers(args.ansible_log_events, ansible_event_logger,
                                          debug_logs=args.ansible_debug_logs),
             executor_name=args.executor,
@@ -202,62 +294,57 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
                                              kstatus=getattr(args, "kstatus_conditions", False)),
         )
 
+    def build_controllers(self, runtime: Any) -> Any:
+        """One controller per watch, its kopf handlers in a new registry (returned)."""
+        import kopf
+
         registry = kopf.OperatorRegistry()
-        kopf.on.login(registry=registry)(_kopf_login(configuration))
-        controllers: list[Controller] = []
-        for watch in watches:
-            cache = ObjectCache()  # written by intake, read by the reconciler
-            reconciler = Reconciler(watch, cache, runtime)
-            hooks = metrics.controller(watch.kind, watch.version, watch.max_concurrent_reconciles,
-                                       group=watch.group)  # controller-runtime's metrics
-            queue = WorkQueue(watch.key, reconciler, max_concurrent=watch.max_concurrent_reconciles,
-                              hooks=hooks)
-            selector = label_selector_from_dict(watch.selector) if watch.selector else None
-            intake = WatchIntake(watch, queue, cache=cache, selector=selector, on_forget=reconciler.forget)
-            intake.register(registry)
-            controller = Controller(watch, intake, queue, reconciler)
-            controllers.append(controller)
-            controllers_by_gk[(watch.group, watch.kind)] = controller
+        kopf.on.login(registry=registry)(_kopf_login(self.configuration))
+        for watch in self.watches:
+            controller = _build_controller(watch, runtime, self.metrics, registry)
+            self.controllers.append(controller)
+            self.controllers_by_gk[(watch.group, watch.kind)] = controller
+        return registry
 
-        if args.leader_elect:
-            for c in controllers:
+    async def start_queues(self) -> None:
+        """The work queues, paused under leader election until this replica leads."""
+        if self.args.leader_elect:
+            for c in self.controllers:
                 c.queue.pause()
-        for c in controllers:
+        for c in self.controllers:
             await c.queue.start()
-            cleanups.append(c.queue.stop)
+            self.cleanups.append(c.queue.stop)
 
-        ready = {"kopf": False}
+    async def serve_probes(self, unserved: list[Watch]) -> _Readiness:
+        """API reachability and served kinds watched in the background; ``/metrics``, ``/healthz`` and
+        ``/readyz`` served; the queue gauges sampled."""
+        from ansible_operator.metrics import close_all, serve_endpoints
+
+        args, kube, metrics = self.args, self.kube, self.metrics
 
         def recovered() -> int:  # connections from before the outage may be dead without a word
             kube.reset_connections()
             return kopfcompat.restart_watches()
 
         api = ApiReachability(kube, args.api_unreachable_timeout, on_recovered=recovered)
-        api_task = asyncio.create_task(api.watch(), name="api-reachability")
-        cleanups.append(api_task.cancel)
-        served = ServedKinds(kube, watches)
-        served_task = asyncio.create_task(served.watch(), name="served-kinds")
-        cleanups.append(served_task.cancel)
+        self._background(api.watch(), "api-reachability")
+        served = ServedKinds(kube, unserved)
+        self._background(served.watch(), "served-kinds")
+        readiness = _Readiness(served, api)
 
-        def is_ready() -> bool | tuple[bool, str]:
-            # A stand-by replica (not the leader) is ready too: it watches and would take over at once.
-            if not ready["kopf"]:
-                return False, "watches not started yet"
-            missing = served.check()
-            if missing is not True:
-                return missing
-            return api.check()
-
-        elector_state = {"leading": not args.leader_elect}
         metrics.set_leader(not args.leader_elect)
-        for c in controllers:
+        for c in self.controllers:
             metrics.register_watch(c.watch.key, c.watch.group, c.watch.version, c.watch.kind)
         servers = await serve_endpoints(args.metrics_bind_address, args.health_probe_bind_address,
-                                        metrics=metrics, ready=is_ready, **_metrics_security(args, kube))
-        cleanups.append(lambda: close_all(servers))
-        gauges = asyncio.create_task(_refresh_gauges(metrics, controllers), name="gauges")
-        cleanups.append(gauges.cancel)
+                                        metrics=metrics, ready=readiness.check,
+                                        **_metrics_security(args, kube))
+        self.cleanups.append(lambda: close_all(servers))
+        self._background(_refresh_gauges(metrics, self.controllers), "gauges")
+        return readiness
 
+    async def tune_kopf(self, settings: Any) -> None:
+        """kopf's settings: our own Events, no peering, deadlines on every request, CRD scanning only
+        where RBAC allows it, and only its warnings in the log."""
         settings.posting.enabled = False  # we record our own, meaningful Events
         settings.peering.standalone = True
         settings.watching.server_timeout = 300
@@ -267,7 +354,7 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
         settings.networking.connect_timeout = kube_mod.CONNECT_TIMEOUT
         settings.networking.request_timeout = 60
         settings.networking.error_backoffs = [1, 2, 5, 10]
-        if not await _may_watch_crds(kube):
+        if not await _may_watch_crds(self.kube):
             # kopf would otherwise retry the forbidden CRD watch for ~20 s (five ERROR lines) before giving
             # up the same way; the Operator SDK scaffold's role.yaml grants no access to CRDs
             settings.scanning.disabled = True
@@ -275,70 +362,81 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
                      " on restart only")
         logging.getLogger("kopf").setLevel(max(logging.WARNING, logging.getLogger().level))
 
+    async def spawn_kopf(self, registry: Any, settings: Any, vault: Any) -> _KopfRun:
+        """kopf's watch streams. kopf.operator() is spawn_tasks() + run_tasks(); called apart so that
+        SIGINT/SIGTERM stay ours (see _Shutdown) and kopf is told which tasks are not its own to wait for
+        when it stops. The stop waiter is one of those: when kopf fails it cancels every other task, and a
+        cancelled waiter looked like a requested stop (the operator exited 0 after losing its API server at
+        start)."""
+        import kopf
+
+        shutdown = self.shutdown
         kopf_ready = asyncio.Event()
-        kopf_stop = asyncio.Event()  # set after the drain: kopf watches (feeding paused queues) until then
-        # kopf.operator() is spawn_tasks() + run_tasks(); called apart so that SIGINT/SIGTERM stay ours (see
-        # _Shutdown) and kopf is told which tasks are not its own to wait for when it stops. The stop waiter
-        # is one of those: when kopf fails it cancels every other task, and a cancelled waiter looked like
-        # a requested stop (the operator exited 0 after losing its API server at start).
-        stop_waiter = asyncio.create_task(stop.wait(), name="stop-waiter")
+        kopf_stop = asyncio.Event()
+        stop_waiter = asyncio.create_task(shutdown.stop.wait(), name="stop-waiter")
         shutdown.settled.update(asyncio.all_tasks())
         kopf_tasks = await kopf.spawn_tasks(
             registry=registry, settings=settings, standalone=True,
-            clusterwide=not namespaces, namespaces=namespaces,
+            clusterwide=not self.namespaces, namespaces=self.namespaces,
             stop_flag=kopf_stop, ready_flag=kopf_ready, vault=vault,
         )
         shutdown.install()  # spawn_tasks() installed kopf's own handlers
         kopf_task = asyncio.create_task(kopf.run_tasks(kopf_tasks, ignored=shutdown.settled), name="kopf")
+        return _KopfRun(task=kopf_task, ready=kopf_ready, stop=kopf_stop, stop_waiter=stop_waiter)
 
-        async def mark_ready() -> None:
-            await kopf_ready.wait()
-            ready["kopf"] = True
-            log.info("operator ready: %d watch(es) [%s], executor=%s, namespaces=%s", len(controllers),
-                     ", ".join(c.watch.key for c in controllers), args.executor,
-                     ",".join(namespaces) or "all")
+    async def mark_ready(self, kopf_run: _KopfRun, readiness: _Readiness) -> None:
+        await kopf_run.ready.wait()
+        readiness.watching = True
+        log.info("operator ready: %d watch(es) [%s], executor=%s, namespaces=%s", len(self.controllers),
+                 ", ".join(c.watch.key for c in self.controllers), self.args.executor,
+                 ",".join(self.namespaces) or "all")
 
-        ready_task = asyncio.create_task(mark_ready())
-        elector_task = None
-        if args.leader_elect:
-            elector_task = await _start_leader_election(args, kube, controllers, elector_state, metrics, stop)
+    async def start_leader_election(self) -> asyncio.Task[Any]:
+        return await _start_leader_election(self.args, self.kube, self.controllers, self.elector_state,
+                                            self.metrics, self.shutdown.stop)
 
-        waiters = [stop_waiter, kopf_task] + ([elector_task] if elector_task else [])
+    async def wait_for_stop(self, kopf_run: _KopfRun, elector_task: asyncio.Task[Any] | None
+                            ) -> tuple[list[asyncio.Task[Any]], set[asyncio.Task[Any]]]:
+        """Until a signal, a lost Lease or the end of kopf's tasks (a crash: exit 1); the tasks waited for
+        and those done."""
+        waiters = [kopf_run.stop_waiter, kopf_run.task] + ([elector_task] if elector_task else [])
         done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        if not stop.is_set() and (kopf_task in done or stop_waiter.cancelled()):
-            # kopf stops only when kopf_stop is set (below): ending before that is a crash
+        kopf_task = kopf_run.task
+        if not self.shutdown.stop.is_set() and (kopf_task in done or kopf_run.stop_waiter.cancelled()):
+            # kopf stops only when kopf_run.stop is set (wind_down): ending before that is a crash
             exc = kopf_task.exception() if kopf_task.done() and not kopf_task.cancelled() else None
             log.error("watch streams stopped: %s", (kube_mod.error_from_kopf(exc) if exc else None) or exc
                       or "kopf ended")
-            exit_code = 1
-        shutdown.request()
-        if elector_task is not None and elector_task in done and elector_state.get("lost"):
-            exit_code = 1
+            self.exit_code = 1
+        return waiters, done
+
+    async def wind_down(self, kopf_run: _KopfRun, elector_task: asyncio.Task[Any] | None,
+                        waiters: list[asyncio.Task[Any]], done: set[asyncio.Task[Any]]) -> None:
+        """Shutdown in order: drain the runs in flight (unless the Lease was lost: they were stopped),
+        close the dependent watches, release the Lease, then stop kopf."""
+        if elector_task is not None and elector_task in done and self.elector_state.get("lost"):
+            self.exit_code = 1
         else:
             # Stop taking work, let runs in flight finish (still leading: the Lease is released after).
-            if not await _drain(controllers, args.graceful_shutdown_timeout, shutdown.force):
-                exit_code = 1  # a second signal stopped the runs: exit 1, as controller-runtime's os.Exit(1)
-        if dependents is not None:
-            await dependents.close()  # their streams use kopf's vault, which kopf closes when it stops
+            if not await _drain(self.controllers, self.args.graceful_shutdown_timeout, self.shutdown.force):
+                # a second signal stopped the runs: exit 1, as controller-runtime's os.Exit(1)
+                self.exit_code = 1
+        if self.dependents is not None:
+            await self.dependents.close()  # their streams use kopf's vault, which kopf closes when it stops
         if elector_task is not None and not elector_task.done():
             # Release the Lease now, before kopf stops: kopf cancels every task it was not told to ignore
             # (below), and the release task the cancelled elector starts would be one of them (the Lease
             # stayed held after an idle SIGTERM, 2 runs in 10). No run is in flight any more.
             elector_task.cancel()
             await asyncio.gather(elector_task, return_exceptions=True)
-        # Every task alive now is ours (closed by the cleanups below) or a kopf root task's: kopf waits 5 s
-        # for the "hung" tasks of an operator it stops, i.e. for everything it was not told to ignore.
-        shutdown.settled.update(asyncio.all_tasks())
-        kopf_stop.set()
-        ready_task.cancel()
-        for w in waiters:
-            if not w.done():
-                w.cancel()
-        await asyncio.gather(*waiters, return_exceptions=True)
-    finally:
-        if started:
-            log.info("shutting down")
-        for cleanup in reversed(cleanups):
+        # Every task alive now is ours (closed by the cleanups) or a kopf root task's: kopf waits 5 s for the
+        # "hung" tasks of an operator it stops, i.e. for everything it was not told to ignore.
+        self.shutdown.settled.update(asyncio.all_tasks())
+        kopf_run.stop.set()
+
+    async def close(self) -> None:
+        """Every cleanup, in reverse order of start; one failing does not stop the others."""
+        for cleanup in reversed(self.cleanups):
             try:
                 result = cleanup()
                 if asyncio.iscoroutine(result):
@@ -346,10 +444,38 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
                         await result
             except Exception:
                 log.exception("error during shutdown")
-    return exit_code
+
+    def _background(self, coroutine: Any, name: str) -> None:
+        task = asyncio.create_task(coroutine, name=name)
+        self.cleanups.append(task.cancel)
 
 
-class StartupError(Exception):
+def _build_controller(watch: Watch, runtime: Any, metrics: Any, registry: Any) -> Controller:
+    """A watch's cache, reconciler, work queue (with controller-runtime's metrics) and kopf intake."""
+    from ansible_operator.intake import ObjectCache, WatchIntake
+    from ansible_operator.labels import label_selector_from_dict
+    from ansible_operator.queue import WorkQueue
+    from ansible_operator.reconcile import Reconciler
+
+    cache = ObjectCache()  # written by intake, read by the reconciler
+    reconciler = Reconciler(watch, cache, runtime)
+    hooks = metrics.controller(watch.kind, watch.version, watch.max_concurrent_reconciles,
+                               group=watch.group)  # controller-runtime's metrics
+    queue = WorkQueue(watch.key, reconciler, max_concurrent=watch.max_concurrent_reconciles, hooks=hooks)
+    selector = label_selector_from_dict(watch.selector) if watch.selector else None
+    intake = WatchIntake(watch, queue, cache=cache, selector=selector, on_forget=reconciler.forget)
+    intake.register(registry)
+    return Controller(watch, intake, queue, reconciler)
+
+
+async def _cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
+    for task in tasks:
+        if not task.done():
+            task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class StartupError(OperatorError):
     """The operator cannot start (exit 1, one line): no API server answered in time, or it refused us."""
 
 
@@ -587,14 +713,26 @@ async def _may_watch_crds(kube: Any) -> bool:
                 for verb in ("list", "watch")])
 
 
-async def _check_watch_permissions(kube: Any, watches: list[Watch], namespaces: list[str]) -> None:
-    """RBAC that forbids listing or watching a watched kind is a start-up failure of one line (kopf would
-    retry the forbidden list five times, five ERROR lines, then stop; controller-runtime times out its cache
-    sync after two minutes). Kinds not served yet are skipped (:class:`ServedKinds`)."""
+async def _discover_watched(kube: Any, watches: list[Watch]) -> dict[str, ResourceRef | None]:
+    """Plural and scope of every watched kind from discovery, once at start, by ``Watch.key``; None for a
+    kind not served (its CRD not installed yet) or when the API server failed the request."""
+    resources: dict[str, ResourceRef | None] = {}
     for w in watches:
         try:
-            ref = await kube.discover(w.group, w.version, w.kind)
+            resources[w.key] = await kube.discover(w.group, w.version, w.kind)
         except kube_mod.ApiError:
+            resources[w.key] = None
+    return resources
+
+
+async def _check_watch_permissions(kube: Any, watches: list[Watch], resources: dict[str, ResourceRef | None],
+                                   namespaces: list[str]) -> None:
+    """RBAC that forbids listing or watching a watched kind is a start-up failure of one line (kopf would
+    retry the forbidden list five times, five ERROR lines, then stop; controller-runtime times out its cache
+    sync after two minutes). Kinds not served yet (None in ``resources``) are skipped: see ServedKinds."""
+    for w in watches:
+        ref = resources.get(w.key)
+        if ref is None:
             continue
         scopes: list[str | None] = list(namespaces) if namespaces and ref.namespaced else [None]
         for namespace in scopes:
@@ -731,14 +869,14 @@ def _metrics_security(args: argparse.Namespace, kube: Any) -> dict[str, Any]:
 class ServedKinds:
     """Whether the API server serves every watched kind. One that is not (its CRD not installed yet) is not
     a start-up failure here: kopf watches for CRDs and serves the kind once it appears (controller-runtime
-    instead exits and the pod restarts until then). Meanwhile ``/readyz`` fails naming it, one warning
-    says so at start and one line when it appears; discovery is asked again every ``period`` seconds."""
+    instead exits and the pod restarts until then). Start-up discovery finds them (``unserved``); meanwhile
+    ``/readyz`` fails naming them, one warning says so at start and one line when each appears; discovery is
+    asked again every ``period`` seconds."""
 
-    def __init__(self, kube: Any, watches: list[Watch], period: float = 10.0) -> None:
+    def __init__(self, kube: Any, unserved: list[Watch], period: float = 10.0) -> None:
         self.kube = kube
         self.period = period
-        self.missing: dict[str, Watch] = {w.key: w for w in watches}
-        self._told = False
+        self.missing: dict[str, Watch] = {w.key: w for w in unserved}
 
     def check(self) -> bool | tuple[bool, str]:
         if not self.missing:
@@ -746,24 +884,24 @@ class ServedKinds:
         return False, "not served by the API server (CRD not installed?): " + ", ".join(sorted(self.missing))
 
     async def watch(self) -> None:
+        if not self.missing:
+            return
+        log.warning("%s not served by the API server (CRD not installed?): /readyz fails until it"
+                    " is; its objects are reconciled as soon as it is", ", ".join(sorted(self.missing)))
         while self.missing:
-            for key, w in list(self.missing.items()):
-                try:
-                    await self.kube.discover(w.group, w.version, w.kind)
-                except NotFound:
-                    continue
-                except Exception:  # noqa: BLE001 - unreachable API server: ApiReachability says so
-                    break
-                del self.missing[key]
-                if self._told:
-                    log.info("%s is served now: its objects are reconciled", key)
-            if self.missing and not self._told:
-                self._told = True
-                log.warning("%s not served by the API server (CRD not installed?): /readyz fails until it"
-                            " is; its objects are reconciled as soon as it is",
-                            ", ".join(sorted(self.missing)))
-            if self.missing:
-                await asyncio.sleep(self.period)
+            await asyncio.sleep(self.period)
+            await self._discover_missing()
+
+    async def _discover_missing(self) -> None:
+        for key, w in list(self.missing.items()):
+            try:
+                await self.kube.discover(w.group, w.version, w.kind)
+            except NotFound:
+                continue
+            except Exception:  # noqa: BLE001 - unreachable API server: ApiReachability says so
+                return
+            del self.missing[key]
+            log.info("%s is served now: its objects are reconciled", key)
 
 
 class ApiReachability:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ansible_operator.artifacts import default_artifacts_dir, iter_run_dirs, load_run, read_text
+from ansible_operator.errors import OperatorError
 from ansible_operator.generate import plural_of
 from ansible_operator.results import failure_message, redact_result
 
@@ -37,7 +38,7 @@ __all__ = [
 _STAT_KEYS = ("ok", "changed", "skipped", "failures", "unreachable", "rescued", "ignored")
 
 
-class RunsError(Exception):
+class RunsError(OperatorError):
     """Nothing matched / unknown run id / unreadable artifacts dir; ``str(e)`` is the user-facing message."""
 
 

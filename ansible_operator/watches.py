@@ -24,12 +24,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, NoReturn, Sequence
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from ansible_operator.durations import parse_duration
+from ansible_operator.errors import OperatorError
 from ansible_operator.labels import SelectorError, label_selector_from_dict
 
 __all__ = [
@@ -57,7 +58,7 @@ DEFAULT_MAX_RUNNER_ARTIFACTS = 20
 SYSTEM_ROLES_DIR = Path("/opt/ansible/roles")
 
 
-class WatchesError(Exception):
+class WatchesError(OperatorError):
     """A watches.yaml problem; ``str(e)`` is one line naming file, entry and key."""
 
 
@@ -500,6 +501,10 @@ def load_yaml_unique(text: str) -> Any:
     return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe
 
 
+_Fail = Callable[[str], NoReturn]
+"""Raises a WatchesError with this message (prefixed with the file, and the entry)."""
+
+
 def load_watches(
     path: str | Path,
     *,
@@ -521,56 +526,129 @@ def load_watches(
     shown = str(path)
     path = Path(path)
 
-    def file_fail(msg: str) -> None:
+    def file_fail(msg: str) -> NoReturn:
         raise WatchesError(f"{shown}: {msg}")
 
+    entries = _read_entries(path, file_fail)
+    base = path.resolve().parent
+    collections = _collection_roots(env, base)
+    role_dirs = _role_dirs(env, base, roles_search)
+    _check_defaults(max_concurrent_reconciles, ansible_verbosity, max_annotation_verbosity, file_fail)
+    loader = _EntryLoader(
+        shown=shown, env=env, base=base, collections=collections, role_dirs=role_dirs,
+        reconcile_period=reconcile_period,
+        workers=max_concurrent_reconciles or os.cpu_count() or 1,
+        verbosity=DEFAULT_ANSIBLE_VERBOSITY if ansible_verbosity is None else ansible_verbosity,
+        max_annotation_verbosity=(DEFAULT_MAX_ANNOTATION_VERBOSITY if max_annotation_verbosity is None
+                                  else max_annotation_verbosity),
+    )
+    return [loader.load(index, raw) for index, raw in enumerate(entries, start=1)]
+
+
+def _read_entries(path: Path, fail: _Fail) -> list[Any]:
+    """The file's entries: readable, YAML (no key twice in a mapping), a non-empty list."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        file_fail("file not found")
+        fail("file not found")
     except IsADirectoryError:
-        file_fail("is a directory, not a file")
+        fail("is a directory, not a file")
     except (OSError, UnicodeDecodeError) as exc:
-        file_fail(f"cannot read: {exc}")
+        fail(f"cannot read: {exc}")
     try:
         data = load_yaml_unique(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        file_fail(f"YAML syntax error: {where}{problem}")
+        fail(f"YAML syntax error: {where}{problem}")
     if data is None:
-        file_fail("is empty; expected a list of watches (group, version, kind, role or playbook)")
+        fail("is empty; expected a list of watches (group, version, kind, role or playbook)")
     if not isinstance(data, list):
-        file_fail(f"expected a list of watches at the top level, got a {type(data).__name__}")
+        fail(f"expected a list of watches at the top level, got a {type(data).__name__}")
     if not data:
-        file_fail("the list of watches is empty")
+        fail("the list of watches is empty")
+    return data
 
-    base = path.resolve().parent
-    collections = _collection_roots(env, base)
-    role_dirs = _role_dirs(env, base, roles_search)
+
+def _check_defaults(max_concurrent_reconciles: int | None, ansible_verbosity: int | None,
+                    max_annotation_verbosity: int | None, fail: _Fail) -> None:
+    """The command-line defaults given to :func:`load_watches`, in range."""
     if max_concurrent_reconciles is not None and max_concurrent_reconciles < 1:
-        file_fail(f"max concurrent reconciles must be >= 1, got {max_concurrent_reconciles}")
+        fail(f"max concurrent reconciles must be >= 1, got {max_concurrent_reconciles}")
     if ansible_verbosity is not None and not 0 <= ansible_verbosity <= 7:
-        file_fail(f"ansible verbosity must be 0..7, got {ansible_verbosity}")
-    if max_annotation_verbosity is None:
-        max_annotation_verbosity = DEFAULT_MAX_ANNOTATION_VERBOSITY
-    if not 0 <= max_annotation_verbosity <= 7:
-        file_fail(f"max annotation verbosity must be 0..7, got {max_annotation_verbosity}")
-    default_workers = max_concurrent_reconciles or os.cpu_count() or 1
-    default_verbosity = DEFAULT_ANSIBLE_VERBOSITY if ansible_verbosity is None else ansible_verbosity
+        fail(f"ansible verbosity must be 0..7, got {ansible_verbosity}")
+    if max_annotation_verbosity is not None and not 0 <= max_annotation_verbosity <= 7:
+        fail(f"max annotation verbosity must be 0..7, got {max_annotation_verbosity}")
 
-    watches: list[Watch] = []
-    seen: dict[tuple[str, str, str], int] = {}
-    for index, raw in enumerate(data, start=1):
+
+@dataclass
+class _EntryLoader:
+    """Turns one entry of a watches file into a :class:`Watch`: schema, uniqueness, role or playbook,
+    finalizer, reconcile period, selector, then the per-kind environment variables, in that order (the
+    first problem found is the one reported)."""
+
+    shown: str
+    """The file as given (for messages)."""
+    env: Mapping[str, str]
+    base: Path
+    """The watches file's directory: relative playbooks are found from it."""
+    collections: list[Path]
+    role_dirs: list[Path]
+    reconcile_period: float | None
+    workers: int
+    verbosity: int
+    max_annotation_verbosity: int
+    seen: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    """(group, version, kind) → entry index: a kind watched twice is an error."""
+
+    def load(self, index: int, raw: Any) -> Watch:
+        fail = self._fail_for(index, raw)
+        m = self._validate(index, raw, fail)
+        role, playbook = self._role_or_playbook(m, fail)
+        finalizer = self._finalizer(m, fail)
+        period = self._period(m, fail)
+        selector = _validate_selector(m.selector, fail) if m.selector is not None else None
+        workers = self._workers(m, fail)
+        verbosity = self._verbosity(m, fail)
+        return Watch(
+            group=m.group, version=m.version, kind=m.kind,
+            role=role, playbook=playbook, vars=dict(m.vars or {}), finalizer=finalizer,
+            reconcile_period=period,
+            manage_status=m.manageStatus,
+            watch_dependent_resources=m.watchDependentResources,
+            watch_cluster_scoped_resources=m.watchClusterScopedResources,
+            watch_annotations_changes=m.watchAnnotationsChanges,
+            snake_case_parameters=m.snakeCaseParameters,
+            mark_unsafe=m.markUnsafe,
+            selector=selector,
+            blacklist=tuple({"group": b.group, "version": b.version, "kind": b.kind}
+                            for b in m.blacklist or ()),
+            # 0 means "default" in Operator SDK (Go zero value), not "keep everything".
+            max_runner_artifacts=m.maxRunnerArtifacts or DEFAULT_MAX_RUNNER_ARTIFACTS,
+            max_concurrent_reconciles=workers,
+            ansible_verbosity=verbosity,
+            max_annotation_verbosity=self.max_annotation_verbosity,
+            collections_paths=tuple(c for c in self.collections if c.is_dir()),
+            roles_paths=tuple(d for d in self.role_dirs if d.is_dir()),
+            source=self.shown,
+            index=index,
+        )
+
+    def _fail_for(self, index: int, raw: Any) -> _Fail:
+        """Raises a WatchesError naming the file and the entry (``entry 2 (Kind.group)``)."""
         label = f"entry {index}"
         if isinstance(raw, dict) and isinstance(raw.get("kind"), str):
             g = raw.get("group")
             label += f" ({raw['kind']}.{g})" if isinstance(g, str) and g else f" ({raw['kind']})"
 
-        def fail(msg: str, _label: str = label) -> None:
-            raise WatchesError(f"{shown}: {_label}: {msg}")
+        def fail(msg: str) -> NoReturn:
+            raise WatchesError(f"{self.shown}: {label}: {msg}")
 
+        return fail
+
+    def _validate(self, index: int, raw: Any, fail: _Fail) -> _WatchModel:
+        """The entry against the schema; its kind not watched by an earlier entry."""
         if not isinstance(raw, dict):
             fail(f"expected a mapping with group, version, kind and role or playbook, got {raw!r}")
         try:
@@ -585,39 +663,47 @@ def load_watches(
         if not m.kind:
             fail("'kind' must not be empty")
         gvk = (m.group, m.version, m.kind)
-        if gvk in seen:
-            fail(f"duplicate watch for {m.group}/{m.version} {m.kind} (first defined in entry {seen[gvk]})")
-        seen[gvk] = index
+        if gvk in self.seen:
+            fail(f"duplicate watch for {m.group}/{m.version} {m.kind}"
+                 f" (first defined in entry {self.seen[gvk]})")
+        self.seen[gvk] = index
+        return m
 
+    def _role_or_playbook(self, m: _WatchModel, fail: _Fail) -> tuple[str | None, Path | None]:
         if bool(m.role) == bool(m.playbook):
             fail("exactly one of 'role' or 'playbook' is required" if not m.role
                  else "'role' and 'playbook' are mutually exclusive")
         role = playbook = None
         if m.role:
-            role = _resolve_role(_expand(m.role, env, fail), collections=collections, role_dirs=role_dirs,
-                                 fail=fail, key="role")
+            role = self._role(m.role, fail, "role")
         if m.playbook:
-            playbook = _resolve_playbook(_expand(m.playbook, env, fail), base, fail, "playbook")
+            playbook = self._playbook(m.playbook, fail, "playbook")
+        return role, playbook
 
-        finalizer = None
-        if m.finalizer is not None:
-            f = m.finalizer
-            if not f.name:
-                fail("'finalizer.name' must not be empty")
-            if f.role and f.playbook:
-                fail("'finalizer.role' and 'finalizer.playbook' are mutually exclusive")
-            if not (f.role or f.playbook or f.vars):
-                fail("'finalizer' needs a 'role', a 'playbook' or 'vars'")
-            f_role = f_playbook = None
-            if f.role:
-                f_role = _resolve_role(_expand(f.role, env, fail), collections=collections,
-                                       role_dirs=role_dirs, fail=fail, key="finalizer.role")
-            if f.playbook:
-                f_playbook = _resolve_playbook(_expand(f.playbook, env, fail), base, fail,
-                                               "finalizer.playbook")
-            finalizer = Finalizer(name=f.name, role=f_role, playbook=f_playbook, vars=dict(f.vars or {}))
+    def _finalizer(self, m: _WatchModel, fail: _Fail) -> Finalizer | None:
+        f = m.finalizer
+        if f is None:
+            return None
+        if not f.name:
+            fail("'finalizer.name' must not be empty")
+        if f.role and f.playbook:
+            fail("'finalizer.role' and 'finalizer.playbook' are mutually exclusive")
+        if not (f.role or f.playbook or f.vars):
+            fail("'finalizer' needs a 'role', a 'playbook' or 'vars'")
+        role = self._role(f.role, fail, "finalizer.role") if f.role else None
+        playbook = self._playbook(f.playbook, fail, "finalizer.playbook") if f.playbook else None
+        return Finalizer(name=f.name, role=role, playbook=playbook, vars=dict(f.vars or {}))
 
-        period: float | None = reconcile_period
+    def _role(self, name: str, fail: _Fail, key: str) -> str:
+        return _resolve_role(_expand(name, self.env, fail), collections=self.collections,
+                             role_dirs=self.role_dirs, fail=fail, key=key)
+
+    def _playbook(self, name: str, fail: _Fail, key: str) -> Path:
+        return _resolve_playbook(_expand(name, self.env, fail), self.base, fail, key)
+
+    def _period(self, m: _WatchModel, fail: _Fail) -> float | None:
+        """``reconcilePeriod``, else the command line's; 0 (or less) means no periodic resync."""
+        period: float | None = self.reconcile_period
         if m.reconcilePeriod is not None:
             try:
                 period = parse_duration(m.reconcilePeriod)
@@ -625,44 +711,26 @@ def load_watches(
                 fail(f"'reconcilePeriod': {exc}")
         if period is not None and period <= 0:
             period = None
+        return period
 
-        selector = _validate_selector(m.selector, fail) if m.selector is not None else None
-        blacklist = tuple({"group": b.group, "version": b.version, "kind": b.kind} for b in m.blacklist or ())
-
-        workers = m.maxConcurrentReconciles or default_workers
-        found = _int_env(env, _env_names("MAX_CONCURRENT_RECONCILES", m.kind, m.group)
+    def _workers(self, m: _WatchModel, fail: _Fail) -> int:
+        """``$MAX_CONCURRENT_RECONCILES_<KIND>_<GROUP>`` (or ``$WORKER_...``), else
+        ``maxConcurrentReconciles``, else the command line's."""
+        workers = m.maxConcurrentReconciles or self.workers
+        found = _int_env(self.env, _env_names("MAX_CONCURRENT_RECONCILES", m.kind, m.group)
                          + _env_names("WORKER", m.kind, m.group), fail)
         if found is not None:
             name, workers = found
             if workers < 1:
                 fail(f"environment variable {name}={workers} must be >= 1")
-        verbosity = default_verbosity
-        found = _int_env(env, _env_names("ANSIBLE_VERBOSITY", m.kind, m.group), fail)
+        return workers
+
+    def _verbosity(self, m: _WatchModel, fail: _Fail) -> int:
+        """``$ANSIBLE_VERBOSITY_<KIND>_<GROUP>``, else the command line's."""
+        verbosity = self.verbosity
+        found = _int_env(self.env, _env_names("ANSIBLE_VERBOSITY", m.kind, m.group), fail)
         if found is not None:
             name, verbosity = found
             if not 0 <= verbosity <= 7:
                 fail(f"environment variable {name}={verbosity} must be 0..7")
-
-        watches.append(Watch(
-            group=m.group, version=m.version, kind=m.kind,
-            role=role, playbook=playbook, vars=dict(m.vars or {}), finalizer=finalizer,
-            reconcile_period=period,
-            manage_status=m.manageStatus,
-            watch_dependent_resources=m.watchDependentResources,
-            watch_cluster_scoped_resources=m.watchClusterScopedResources,
-            watch_annotations_changes=m.watchAnnotationsChanges,
-            snake_case_parameters=m.snakeCaseParameters,
-            mark_unsafe=m.markUnsafe,
-            selector=selector,
-            blacklist=blacklist,
-            # 0 means "default" in Operator SDK (Go zero value), not "keep everything".
-            max_runner_artifacts=m.maxRunnerArtifacts or DEFAULT_MAX_RUNNER_ARTIFACTS,
-            max_concurrent_reconciles=workers,
-            ansible_verbosity=verbosity,
-            max_annotation_verbosity=max_annotation_verbosity,
-            collections_paths=tuple(c for c in collections if c.is_dir()),
-            roles_paths=tuple(d for d in role_dirs if d.is_dir()),
-            source=shown,
-            index=index,
-        ))
-    return watches
+        return verbosity

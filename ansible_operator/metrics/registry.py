@@ -69,7 +69,20 @@ class Metrics:
         r = self.registry
         self._gvk: dict[str, str] = {}
         self._controllers: set[str] = set()
-        # client-go's REST client metrics, as controller-runtime registers them, for the runner's own calls
+        # Registered in this order, which is the order of /metrics
+        self._register_client_go(r)
+        self._register_runs(r)
+        self._register_sdk(r)
+        self._register_controller_runtime(r)
+        self._register_workqueue(r)
+        self._register_leader_election(r)
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes, ... as Go's
+        self.user = UserMetrics(reserved=self._registry_names)
+        """Custom metrics from roles (``osdk_metric``)."""
+
+    def _register_client_go(self, r: CollectorRegistry) -> None:
+        """client-go's REST client metrics, as controller-runtime registers them, for the runner's own
+        calls."""
         self.rest_requests = Counter(
             "rest_client_requests", "Number of HTTP requests, partitioned by status code, method, and host.",
             ["code", "method", "host"], registry=r)
@@ -77,6 +90,9 @@ class Metrics:
             "rest_client_request_duration_seconds",
             "Request latency in seconds. Broken down by verb, and host.",
             ["verb", "host"], buckets=REST_CLIENT_BUCKETS, registry=r)
+
+    def _register_runs(self, r: CollectorRegistry) -> None:
+        """The runner's own: runs, finalizer runs, queues, reconcile errors, leadership."""
         self.runs_started = Counter(
             "ansible_operator_runs_started", "Runs (playbook executions) started.",
             ["watch", "phase"], registry=r)
@@ -102,7 +118,9 @@ class Metrics:
         self.leader = Gauge(
             "ansible_operator_leader", "1 while this replica holds the leader election Lease"
             " (always 1 without leader election).", registry=r)
-        # ---- Operator SDK compatible names ----
+
+    def _register_sdk(self, r: CollectorRegistry) -> None:
+        """Operator SDK compatible names."""
         self.build_info = Gauge(
             "ansible_operator_build_info", "Build information.", ["version", "commit"], registry=r)
         self.build_info.labels(version=__version__, commit="").set(1)
@@ -112,9 +130,10 @@ class Metrics:
         self.sdk_reconcile_result = Gauge(
             "ansible_operator_reconcile_result", "Reconciles and their results (Operator SDK name;"
             " result is 'succeeded' or 'failed').", ["GVK", "result"], registry=r)
-        # ---- controller-runtime's names (controller-runtime 0.19, as the SDK) ----
+
+    def _register_controller_runtime(self, r: CollectorRegistry) -> None:
+        """controller-runtime's names (controller-runtime 0.19, as the SDK)."""
         controller = ["controller"]
-        queue = ["name", "controller"]
         self.cr_reconcile_total = Counter(
             "controller_runtime_reconcile_total", "Total number of reconciliations per controller",
             ["controller", "result"], registry=r)
@@ -136,6 +155,10 @@ class Metrics:
         self.cr_active_workers = Gauge(
             "controller_runtime_active_workers", "Number of currently used workers per controller",
             controller, registry=r)
+
+    def _register_workqueue(self, r: CollectorRegistry) -> None:
+        """client-go's workqueue metrics, as controller-runtime registers them."""
+        queue = ["name", "controller"]
         self.wq_depth = Gauge("workqueue_depth", "Current depth of workqueue", queue, registry=r)
         self.wq_adds = Counter("workqueue_adds_total", "Total number of adds handled by workqueue", queue,
                                registry=r)
@@ -154,14 +177,14 @@ class Metrics:
             " processor for workqueue been running.", queue, registry=r)
         self.wq_retries = Counter("workqueue_retries_total", "Total number of retries handled by workqueue",
                                   queue, registry=r)
+
+    def _register_leader_election(self, r: CollectorRegistry) -> None:
+        """controller-runtime's leader election status."""
         self.leader_status = Gauge(
             "leader_election_master_status", "Gauge of if the reporting system is master of the relevant"
             " lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the"
             " lease.",
             ["name"], registry=r)
-        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes, ... as Go's
-        self.user = UserMetrics(reserved=self._registry_names)
-        """Custom metrics from roles (``osdk_metric``)."""
 
     def _registry_names(self) -> set[str]:
         return {family.name for family in self.registry.collect()}

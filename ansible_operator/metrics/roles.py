@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ansible_operator.errors import OperatorError
 from ansible_operator.metrics.http import ServerHandle, parse_bind_address
 from ansible_operator.metrics.text import floatToGoString
 
@@ -29,7 +30,7 @@ _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _TYPES = ("counter", "gauge", "histogram", "summary")
 
 
-class UserMetricError(ValueError):
+class UserMetricError(OperatorError, ValueError):
     """A metric request the SDK would answer with 400; ``str(e)`` is the one-line reason."""
 
 

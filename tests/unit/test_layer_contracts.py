@@ -66,9 +66,19 @@ def test_the_control_plane_imports_nothing_of_the_runner() -> None:
     assert set(runner_contract["source_modules"]) == _runner_modules()
 
 
+# The lowest floor: every module may import it (executors too), it imports nothing of the runner.
+FLOOR = {"ansible_operator.errors"}
+
+
 def test_executors_contract_names_every_module_above_them() -> None:
     assert set(_contract("Executors import nothing above")["forbidden_modules"]) == (
-        _runner_modules() - {"ansible_operator.executors"})
+        _runner_modules() - {"ansible_operator.executors"} - FLOOR)
+
+
+def test_the_error_base_imports_nothing_of_the_runner() -> None:
+    contract = _contract("error base imports nothing")
+    assert contract["type"] == "forbidden" and contract["source_modules"] == sorted(FLOOR)
+    assert set(contract["forbidden_modules"]) == _top_level_modules() - FLOOR
 
 
 def test_cycles_are_checked_for_the_whole_package() -> None:
