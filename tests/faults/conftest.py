@@ -26,10 +26,13 @@ import json
 import os
 import re
 import signal
+import socket
 import ssl
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator
@@ -543,6 +546,48 @@ def operators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[...
             op.proc.send_signal(signal.SIGTERM)
     for op, family in families:
         op.stop(family=family)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def probe(port: int, path: str) -> int:
+    """The status of GET http://127.0.0.1:<port><path>, or 0 when nothing answered within 5 s."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0
+
+
+@dataclass
+class ProxiedOperator:
+    """An operator whose only way to the API server is a :class:`CutProxy`, with its health port."""
+
+    op: Operator
+    proxy: CutProxy
+    health: int
+
+
+def operator_via_proxy(cluster: Cluster, operators: Callable[..., Operator], tmp_path: Path, ns: str,
+                       name: str, unreachable_timeout: str) -> ProxiedOperator:
+    """Start a proxy in front of ``cluster`` and an operator (one Widget watch, namespace ``ns``) through it,
+    serving /healthz and /readyz; the caller closes ``.proxy``."""
+    proxy = cluster.proxy()
+    try:
+        health = free_port()
+        op = operators(proxy.write_kubeconfig(tmp_path / "via-proxy.kubeconfig"), [widget_watch()],
+                       "--health-probe-bind-address", f"127.0.0.1:{health}",
+                       "--api-unreachable-timeout", unreachable_timeout, namespace=ns, name=name)
+    except BaseException:
+        proxy.close()
+        raise
+    return ProxiedOperator(op, proxy, health)
 
 
 # ---------------------------------------------------------------------------------------------- figures

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.conftest import Cluster, wait_for, widget_watch
-from tests.faults.test_network_cut import free_port, probe
+from tests.faults.conftest import Cluster, operator_via_proxy, probe, wait_for
 
 NS = "blackhole"  # a prefix: the test's namespace is blackhole-<random>
 DURATIONS = [45] + ([300] if os.environ.get("FAULTS_LONG") else [])
@@ -31,12 +30,10 @@ DURATIONS = [45] + ([300] if os.environ.get("FAULTS_LONG") else [])
 def test_blackhole_then_heal(cluster: Cluster, operators, tmp_path: Path, figures: dict,
                             seconds: int) -> None:
     ns = cluster.namespace(NS)
-    proxy = cluster.proxy()
+    via = operator_via_proxy(cluster, operators, tmp_path, ns, f"blackhole-{seconds}",
+                             unreachable_timeout="5s")
+    op, proxy, health = via.op, via.proxy, via.health
     try:
-        health = free_port()
-        op = operators(proxy.write_kubeconfig(tmp_path / "via-proxy.kubeconfig"), [widget_watch()],
-                       "--health-probe-bind-address", f"127.0.0.1:{health}",
-                       "--api-unreachable-timeout", "5s", namespace=ns, name=f"blackhole-{seconds}")
         cluster.create(ns, "steady", {"color": "one"})
         cluster.wait_converged(ns, ["steady"])
         wait_for(lambda: probe(health, "/readyz") == 200, 60, what="/readyz 200 before the blackhole")

@@ -7,40 +7,18 @@ still running, ``/readyz`` recovers and every CR converges at its current genera
 
 from __future__ import annotations
 
-import socket
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from tests.faults.conftest import Cluster, wait_for, widget_watch
+from tests.faults.conftest import Cluster, operator_via_proxy, probe, wait_for
 
 NS = "netcut"  # a prefix: the test's namespace is netcut-<random>
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def probe(port: int, path: str) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-    except OSError:
-        return 0
-
-
 def test_network_cut_and_restore(cluster: Cluster, operators, tmp_path: Path, figures: dict) -> None:
     ns = cluster.namespace(NS)
-    proxy = cluster.proxy()
+    via = operator_via_proxy(cluster, operators, tmp_path, ns, "netcut", unreachable_timeout="2s")
+    op, proxy, health = via.op, via.proxy, via.health
     try:
-        health = free_port()
-        op = operators(proxy.write_kubeconfig(tmp_path / "via-proxy.kubeconfig"), [widget_watch()],
-                       "--health-probe-bind-address", f"127.0.0.1:{health}",
-                       "--api-unreachable-timeout", "2s", namespace=ns, name="netcut")
         cluster.create(ns, "steady", {"color": "one"})
         cluster.wait_converged(ns, ["steady"])
         wait_for(lambda: probe(health, "/readyz") == 200, 60, what="/readyz 200 before the cut")
