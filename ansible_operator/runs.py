@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from ansible_operator.artifacts import RunRecord, default_artifacts_dir, iter_run_dirs, load_run, read_text
 from ansible_operator.generate import plural_of
-from ansible_operator.results import failure_message, redact_result
+from ansible_operator.wording import failure_message, redact_result
 
 __all__ = [
     "RunsError",
