@@ -1,7 +1,7 @@
 """The run-artifacts layout: the one module that knows where runs are kept, and writes, reads and prunes them.
 
     <root>/<group or "core">/<version>/<Kind>/<namespace or _cluster>/<name>/<run_id>/
-        run.json                                        summary, written at start and at end of the run
+        run.json                                        RunRecord, written at start and at end of the run
         artifacts/<run_id>/job_events/<n>-<uuid>.json   ansible-runner events (written by the executor)
         artifacts/<run_id>/{stdout,status,rc}
 
@@ -24,10 +24,10 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping, TypedDict
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,9 @@ __all__ = [
     "ensure_root",
     "object_dir",
     "new_run_dir",
-    "write_summary",
+    "RunRecord",
+    "FailedTaskRecord",
+    "write_run",
     "iter_run_dirs",
     "iter_object_dirs",
     "load_run",
@@ -160,13 +162,76 @@ def _chmod(path: str, mode: int) -> None:
         pass
 
 
-def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+class FailedTaskRecord(TypedDict):
+    """``run.json``'s ``failed_task``: the task that failed the run."""
+
+    name: str | None
+    action: str | None
+    role: str | None
+    message: str | None
+    host: str | None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run's ``run.json``: what ran, when, and how it ended.
+
+    Written by the reconciler when the run starts (``result="running"``) and when it ends; read by
+    ``ansible-operator runs``, the janitor (``uid``) and :func:`recover_interrupted`. Files written by
+    earlier versions may lack keys: those take the defaults below; unknown keys are ignored.
+    """
+
+    run_id: str
+    group: str
+    version: str
+    kind: str
+    namespace: str | None
+    name: str
+    uid: str | None = None
+    generation: int | None = None
+    phase: str | None = None
+    """``reconcile`` or ``finalize``."""
+    executor: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    duration_s: float | None = None
+    result: str = "unknown"
+    """``running`` until it ends, then the run's status (``successful``, ``failed``, ``interrupted``...)."""
+    stats: dict[str, int] | None = None
+    failed_task: FailedTaskRecord | None = None
+    changed_tasks: list[str] = field(default_factory=list)
+    error: str | None = None
+    artifacts_dir: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], run_dir: Path) -> RunRecord:
+        """A record from a ``run.json`` object; the run's identity falls back to what its path says."""
+        owner = object_of(run_dir)
+        known = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {
+            "run_id": run_dir.name, "group": owner.group, "version": owner.version, "kind": owner.kind,
+            "namespace": owner.namespace, "name": owner.name,
+        }
+        values.update((k, v) for k, v in data.items() if k in known)
+        # what the readers iterate or look into must have its shape, whatever an older file holds
+        if not isinstance(values.get("changed_tasks"), list):
+            values["changed_tasks"] = []
+        for key in ("stats", "failed_task"):
+            if not isinstance(values.get(key), dict):
+                values[key] = None
+        return cls(**values)
+
+
+def write_run(run_dir: Path, record: RunRecord) -> None:
     """Write ``run.json`` atomically (no reader sees half a file), readable by the operator's user only."""
     path = run_dir / SUMMARY
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
-        fh.write(json.dumps(summary, indent=2, default=str))
+        fh.write(json.dumps(record.to_json(), indent=2, default=str))
     os.replace(tmp, path)
 
 
@@ -197,32 +262,25 @@ def object_of(run_or_object_dir: Path) -> ObjectPath:
                       None if namespace == CLUSTER_NAMESPACE else namespace, name)
 
 
-def load_run(run_dir: Path) -> dict[str, Any]:
-    """The run's ``run.json`` (plus ``artifacts_dir``); reconstructed from the path when it is missing."""
-    summary: dict[str, Any] | None = None
-    problem: str | None = None
+def _read_record(run_dir: Path) -> RunRecord:
+    """The run's ``run.json``; ``OSError``/``ValueError`` when it is missing, unreadable or not an object."""
+    loaded = json.loads((run_dir / SUMMARY).read_text())
+    if not isinstance(loaded, dict):
+        raise ValueError("not a JSON object")
+    return RunRecord.from_json(loaded, run_dir)
+
+
+def load_run(run_dir: Path) -> RunRecord:
+    """The run's ``run.json`` (``artifacts_dir`` set to where it is now); reconstructed from the path and
+    ansible-runner's ``status`` file when it is missing or unreadable (``error`` says which)."""
     try:
-        loaded = json.loads((run_dir / SUMMARY).read_text())
-        if isinstance(loaded, dict):
-            summary = loaded
-        else:
-            problem = "run.json is not an object"
-    except FileNotFoundError:
-        problem = "run.json missing"
+        record = _read_record(run_dir)
     except (OSError, ValueError) as exc:
-        problem = f"run.json unreadable: {exc}"
-    if summary is None:
-        owner = object_of(run_dir)
+        problem = "run.json missing" if isinstance(exc, FileNotFoundError) else f"run.json unreadable: {exc}"
         runner_status = read_text(run_dir / "artifacts" / run_dir.name / "status")
-        summary = {
-            "run_id": run_dir.name, "group": owner.group, "version": owner.version,
-            "kind": owner.kind, "namespace": owner.namespace, "name": owner.name,
-            "phase": None, "started": _started_from_id(run_dir.name), "finished": None, "duration_s": None,
-            "result": runner_status or "unknown", "stats": None, "failed_task": None, "changed_tasks": [],
-            "error": problem,
-        }
-    summary["artifacts_dir"] = str(run_dir)
-    return summary
+        record = RunRecord.from_json({"started": _started_from_id(run_dir.name),
+                                      "result": runner_status or "unknown", "error": problem}, run_dir)
+    return replace(record, artifacts_dir=str(run_dir))
 
 
 def read_text(path: Path) -> str | None:
@@ -262,7 +320,7 @@ def remove_runs_of(root: Path, obj: ObjectPath, uid: str | None, *,
     for run_dir in list(target.iterdir()):
         if not run_dir.is_dir() or not RUN_ID_RE.match(run_dir.name) or run_dir in keep:
             continue
-        run_uid = load_run(run_dir).get("uid")
+        run_uid = load_run(run_dir).uid
         if uid is None or run_uid == uid:
             shutil.rmtree(run_dir, ignore_errors=True)
             removed += 1
@@ -289,7 +347,7 @@ def remove_absent(root: Path, under: Path, present: set[tuple[str | None, str, s
         if run_dir in keep or run_dir.name[:16] >= before:
             continue
         owner = object_of(run_dir)
-        uid = load_run(run_dir).get("uid")
+        uid = load_run(run_dir).uid
         if (owner.namespace, owner.name, uid) in present:
             continue
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -430,15 +488,15 @@ def recover_interrupted(root: Path) -> int:
     try:
         for run_dir in iter_run_dirs(root):
             try:
-                summary = json.loads((run_dir / SUMMARY).read_text())
+                record = _read_record(run_dir)
             except (OSError, ValueError):
                 continue
-            if not isinstance(summary, dict) or summary.get("result") != "running":
+            if record.result != "running":
                 continue
-            summary["result"] = INTERRUPTED
-            summary["error"] = "the operator stopped during this run (found unfinished at the next start)"
+            record = replace(record, result=INTERRUPTED, error="the operator stopped during this run"
+                             " (found unfinished at the next start)")
             try:
-                write_summary(run_dir, summary)
+                write_run(run_dir, record)
                 swept += 1
             except OSError as exc:
                 log.warning("artifacts: cannot mark %s interrupted: %s", run_dir, exc)

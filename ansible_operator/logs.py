@@ -25,7 +25,7 @@ import time
 import types
 from typing import Any, Callable, Iterator, Mapping, TextIO
 
-from ansible_operator.results import failure_message, redact_result
+from ansible_operator.wording import failure_message, redact_result
 
 __all__ = [
     "CR_FIELDS",

@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from ansible_operator import artifacts, events, extravars, results, status
 from ansible_operator.executors.base import Executor, RunOutcome, RunRequest
@@ -306,19 +307,16 @@ class Reconciler:
                       role: str | None, playbook: Path | None,
                       overrides: dict[str, Any]) -> results.RunResult:
         meta = obj["metadata"]
-        object_path = self._object_path(obj)
         run_id = run_dir.name
         verbosity = overrides["ansible_verbosity"]
         started = utcnow()
-        summary: dict[str, Any] = {
-            "run_id": run_id, "group": self.watch.group, "version": self.watch.version,
-            "kind": self.watch.kind,
-            "namespace": meta.get("namespace"), "name": meta["name"], "uid": meta.get("uid"),
-            "generation": meta.get("generation"), "phase": phase, "executor": self.rt.executor_name,
-            "started": status.format_time(started), "finished": None, "duration_s": None, "result": "running",
-            "stats": None, "failed_task": None, "changed_tasks": [], "artifacts_dir": str(run_dir),
-        }
-        artifacts.write_summary(run_dir, summary)
+        record = artifacts.RunRecord(
+            run_id=run_id, group=self.watch.group, version=self.watch.version, kind=self.watch.kind,
+            namespace=meta.get("namespace"), name=meta["name"], uid=meta.get("uid"),
+            generation=meta.get("generation"), phase=phase, executor=self.rt.executor_name,
+            started=status.format_time(started), result="running", artifacts_dir=str(run_dir),
+        )
+        artifacts.write_run(run_dir, record)
 
         collector = results.ResultCollector()
         log_event = self.rt.event_loggers(verbosity) if self.rt.event_loggers else None
@@ -327,9 +325,7 @@ class Reconciler:
             collector.feed(event)
             if log_event is not None:
                 # Executors call back from the loop but not from this task's context: re-attach the CR.
-                with log_context(kind=self.watch.kind, gvk=self._gvk, namespace=meta.get("namespace"),
-                                 name=meta["name"],
-                                 run_id=run_id):
+                with self._run_log_context(obj, run_id):
                     try:
                         log_event(event)
                     except Exception:  # logging must never break a run
@@ -350,8 +346,8 @@ class Reconciler:
             with log_context(run_id=run_id):
                 outcome = await self.rt.executor.run(request, on_event)
         except asyncio.CancelledError:
-            summary.update(result="canceled", finished=status.format_time(utcnow()))
-            artifacts.write_summary(run_dir, summary)
+            artifacts.write_run(run_dir, replace(record, result="canceled",
+                                                 finished=status.format_time(utcnow())))
             raise
         except Exception as exc:  # an executor bug must become a failed run, not a dead worker
             log.exception("executor failed")
@@ -361,29 +357,39 @@ class Reconciler:
             self.rt.credentials.release(run_dir)
             flush = getattr(log_event, "flush", None)  # $ANSIBLE_DEBUG_LOGS: output of a run without stats
             if flush is not None:
-                with log_context(kind=self.watch.kind, gvk=self._gvk, namespace=meta.get("namespace"),
-                                 name=meta["name"],
-                                 run_id=run_id):
+                with self._run_log_context(obj, run_id):
                     flush()
 
         result = collector.finish(outcome)
+        self._ended(run_dir, obj, record, result, started, overrides)
+        return result
+
+    def _run_log_context(self, obj: dict[str, Any], run_id: str) -> AbstractContextManager[Mapping[str, Any]]:
+        meta = obj["metadata"]
+        return log_context(kind=self.watch.kind, gvk=self._gvk, namespace=meta.get("namespace"),
+                           name=meta["name"], run_id=run_id)
+
+    def _ended(self, run_dir: Path, obj: dict[str, Any], record: artifacts.RunRecord,
+               result: results.RunResult, started: datetime, overrides: dict[str, Any]) -> None:
+        """After a run: hooks, the final ``run.json``, private files, pruning, the log line."""
         finished = utcnow()
         duration = (finished - started).total_seconds()
+        phase, run_id = record.phase or "reconcile", record.run_id
         for hook in self.rt.hooks:
             hook.run_finished(self.watch.key, phase, result.status, duration)
         failed = result.failed_task
-        summary.update(
-            finished=status.format_time(finished), duration_s=round(duration, 3), result=result.status,
+        artifacts.write_run(run_dir, replace(
+            record, finished=status.format_time(finished), duration_s=round(duration, 3),
+            result=result.status,
             stats={k: getattr(result, k) for k in ("ok", "changed", "skipped", "failures", "unreachable",
                                                    "rescued", "ignored")},
-            failed_task=(None if failed is None else {"name": failed.name, "action": failed.action,
-                                                     "role": failed.role, "message": failed.message,
-                                                     "host": failed.host}),
+            failed_task=(None if failed is None else artifacts.FailedTaskRecord(
+                name=failed.name, action=failed.action, role=failed.role, message=failed.message,
+                host=failed.host)),
             changed_tasks=list(result.changed_tasks), error=result.error,
-        )
-        artifacts.write_summary(run_dir, summary)
+        ))
         artifacts.make_private(run_dir)
-        artifacts.prune_runs(artifacts.object_dir(self.rt.artifacts_root, object_path),
+        artifacts.prune_runs(artifacts.object_dir(self.rt.artifacts_root, self._object_path(obj)),
                              keep=overrides["max_runner_artifacts"])
         if result.succeeded:
             log.info("%s run %s succeeded in %.1fs (ok=%d changed=%d)", phase, run_id, duration, result.ok,
@@ -391,7 +397,6 @@ class Reconciler:
         else:
             reason = failed.message if failed else (result.error or result.status)
             log.warning("%s run %s %s in %.1fs: %s", phase, run_id, result.status, duration, reason)
-        return result
 
     # -- writing the outcome -----------------------------------------------------------------------
 

@@ -14,12 +14,12 @@ import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
-from ansible_operator.artifacts import default_artifacts_dir, iter_run_dirs, load_run, read_text
+from ansible_operator.artifacts import RunRecord, default_artifacts_dir, iter_run_dirs, load_run, read_text
 from ansible_operator.errors import OperatorError
 from ansible_operator.generate import plural_of
-from ansible_operator.results import failure_message, redact_result
+from ansible_operator.wording import failure_message, redact_result
 
 __all__ = [
     "RunsError",
@@ -52,29 +52,29 @@ def _parse_target(target: str) -> tuple[str, str | None, str | None]:
     return kind.lower(), (group.lower() if dot else None), (name or None)
 
 
-def _matches(run: Mapping[str, Any], kind: str, group: str | None, name: str | None) -> bool:
-    run_kind = str(run.get("kind") or "")
+def _matches(run: RunRecord, kind: str, group: str | None, name: str | None) -> bool:
+    run_kind = str(run.kind or "")
     if kind not in (run_kind.lower(), plural_of(run_kind)):
         return False
-    if group is not None and group != str(run.get("group") or "").lower():
+    if group is not None and group != str(run.group or "").lower():
         return False
-    return name is None or name == run.get("name")
+    return name is None or name == run.name
 
 
 def list_runs(
     artifacts_dir: Path, *, namespace: str | None = None, target: str | None = None, limit: int = 20
-) -> list[dict[str, Any]]:
-    """Run summaries, newest first (run ids sort by start time), filtered by namespace and target."""
+) -> list[RunRecord]:
+    """Run records, newest first (run ids sort by start time), filtered by namespace and target."""
     parsed = _parse_target(target) if target else None
     runs = []
     for run_dir in iter_run_dirs(artifacts_dir):
         run = load_run(run_dir)
-        if namespace is not None and run.get("namespace") != namespace:
+        if namespace is not None and run.namespace != namespace:
             continue
         if parsed is not None and not _matches(run, *parsed):
             continue
         runs.append(run)
-    runs.sort(key=lambda r: str(r.get("run_id")), reverse=True)
+    runs.sort(key=lambda r: str(r.run_id), reverse=True)
     return runs[:limit] if limit > 0 else runs
 
 
@@ -158,6 +158,11 @@ def run_tasks(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, dict[str, 
 
 def run_detail(artifacts_dir: Path, run_id: str) -> dict[str, Any]:
     """``{"run": <run.json>, "tasks": [...], "recap": {...}, "stdout_tail": str|None}`` for ``-o json``."""
+    record, detail = _detail(artifacts_dir, run_id)
+    return {"run": record.to_json(), **detail}
+
+
+def _detail(artifacts_dir: Path, run_id: str) -> tuple[RunRecord, dict[str, Any]]:
     run_dir = find_run(artifacts_dir, run_id)
     tasks, recap = run_tasks(run_dir)
     stdout_tail = None
@@ -166,7 +171,7 @@ def run_detail(artifacts_dir: Path, run_id: str) -> dict[str, Any]:
             text = read_text(stdout)
             if text:
                 stdout_tail = "\n".join(_strip_ansi(text).splitlines()[-20:])
-    return {"run": load_run(run_dir), "tasks": tasks, "recap": recap, "stdout_tail": stdout_tail}
+    return load_run(run_dir), {"tasks": tasks, "recap": recap, "stdout_tail": stdout_tail}
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -179,21 +184,21 @@ def _strip_ansi(text: str) -> str:
 def show_run(artifacts_dir: Path, run_id: str) -> str:
     """A run's header, then every task result (name, host, result, duration; message when it failed),
     then the play recap."""
-    detail = run_detail(artifacts_dir, run_id)
-    run = detail["run"]
-    ns = run.get("namespace")
+    run, detail = _detail(artifacts_dir, run_id)
+    ns = run.namespace
+    generation = "?" if run.generation is None else run.generation
     lines = [
-        f"RUN       {run.get('run_id')}",
-        f"OBJECT    {run.get('kind')} {ns + '/' if ns else ''}{run.get('name')}"
-        f"  ({_api_version(run)}, generation {run.get('generation', '?')})",
-        f"PHASE     {run.get('phase') or '?'}  executor {run.get('executor') or '?'}",
-        f"STARTED   {run.get('started') or '?'}  finished {run.get('finished') or '-'}"
+        f"RUN       {run.run_id}",
+        f"OBJECT    {run.kind} {ns + '/' if ns else ''}{run.name}"
+        f"  ({_api_version(run)}, generation {generation})",
+        f"PHASE     {run.phase or '?'}  executor {run.executor or '?'}",
+        f"STARTED   {run.started or '?'}  finished {run.finished or '-'}"
         f"  duration {_duration(run)}",
-        f"RESULT    {run.get('result')}",
-        f"ARTIFACTS {run.get('artifacts_dir')}",
+        f"RESULT    {run.result}",
+        f"ARTIFACTS {run.artifacts_dir}",
     ]
-    if run.get("error"):
-        lines.append(f"ERROR     {run['error']}")
+    if run.error:
+        lines.append(f"ERROR     {run.error}")
     lines.append("")
     tasks = detail["tasks"]
     if not tasks:
@@ -222,17 +227,16 @@ def show_run(artifacts_dir: Path, run_id: str) -> str:
 # ---- table -------------------------------------------------------------------------------------------
 
 
-def _api_version(run: Mapping[str, Any]) -> str:
-    group = run.get("group")
-    return f"{group}/{run.get('version')}" if group else str(run.get("version"))
+def _api_version(run: RunRecord) -> str:
+    return f"{run.group}/{run.version}" if run.group else str(run.version)
 
 
-def _duration(run: Mapping[str, Any]) -> str:
-    seconds = run.get("duration_s")
+def _duration(run: RunRecord) -> str:
+    seconds = run.duration_s
     if not isinstance(seconds, (int, float)):
-        if run.get("result") == "running" and run.get("started"):
+        if run.result == "running" and run.started:
             try:
-                started = datetime.fromisoformat(str(run["started"]).replace("Z", "+00:00"))
+                started = datetime.fromisoformat(str(run.started).replace("Z", "+00:00"))
                 seconds = (datetime.now(timezone.utc) - started).total_seconds()
                 return _human(seconds) + "+"
             except ValueError:
@@ -256,27 +260,26 @@ def _truncate(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def format_table(runs: Iterable[Mapping[str, Any]], *, message_width: int = 60, wide: bool = False) -> str:
+def format_table(runs: Iterable[RunRecord], *, message_width: int = 60, wide: bool = False) -> str:
     """A kubectl-style table; ``wide`` (``-o wide``) adds each run's artifacts directory."""
     headers = ["KIND", "NAMESPACE", "NAME", "RUN", "STARTED", "DURATION", "RESULT", "CHANGED", "FAILED TASK",
                "ARTIFACTS"]
     rows = []
     for run in runs:
-        stats = run.get("stats") or {}
-        failed = run.get("failed_task") or None
+        stats = run.stats or {}
+        failed = run.failed_task
         if failed:
             failed_text = f"{failed.get('name') or '?'}: {failed.get('message') or ''}".rstrip(": ")
         else:
-            failed_text = "" if run.get("result") in ("successful", "running") else (run.get("error") or "")
-        phase = run.get("phase")
-        result = str(run.get("result"))
-        if phase == "finalize":
+            failed_text = "" if run.result in ("successful", "running") else (run.error or "")
+        result = str(run.result)
+        if run.phase == "finalize":
             result += " (finalize)"
         rows.append([
-            str(run.get("kind") or ""), str(run.get("namespace") or "-"), str(run.get("name") or ""),
-            str(run.get("run_id")), str(run.get("started") or "-"), _duration(run), result,
+            str(run.kind or ""), str(run.namespace or "-"), str(run.name or ""),
+            str(run.run_id), str(run.started or "-"), _duration(run), result,
             str(stats.get("changed", "-")), _truncate(str(failed_text), message_width) or "-",
-            str(run.get("artifacts_dir") or ""),
+            str(run.artifacts_dir or ""),
         ])
     if not wide:
         headers = headers[:-1]
@@ -315,7 +318,7 @@ def main(args: Any) -> int:
             what = " ".join(filter(None, [args.target, in_ns]))
             raise RunsError(f"no runs found{' for ' + what if what else ''} under {artifacts_dir}")
         if output == "json":
-            print(json.dumps(runs, indent=2, default=str))
+            print(json.dumps([run.to_json() for run in runs], indent=2, default=str))
         else:
             sys.stdout.write(format_table(runs, wide=output == "wide"))
         return 0

@@ -8,11 +8,11 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 from ansible_operator import __version__
 from ansible_operator.metrics.roles import UserMetrics
-from ansible_operator.metrics.text import _go_floats
+from ansible_operator.metrics.text import go_exposition
 
 log = logging.getLogger("ansible_operator.metrics")
 
@@ -260,7 +260,7 @@ class Metrics:
 
     def exposition(self) -> bytes:
         """The registry and the roles' custom metrics in Prometheus text format (``/metrics``)."""
-        return _go_floats(generate_latest(self.registry).decode()).encode() + self.user.exposition()
+        return go_exposition(self.registry, self.user)
 
 
 class ControllerMetrics:

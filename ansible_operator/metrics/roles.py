@@ -10,14 +10,16 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.metrics_core import Metric
+
 from ansible_operator.errors import OperatorError
 from ansible_operator.metrics.http import ServerHandle, parse_bind_address
-from ansible_operator.metrics.text import floatToGoString
+from ansible_operator.metrics.text import go_exposition, go_float
 
 log = logging.getLogger("ansible_operator.metrics")
 
@@ -165,21 +167,29 @@ class UserMetrics:
     def names(self) -> set[str]:
         return set(self._metrics)
 
-    def exposition(self) -> bytes:
-        lines: list[str] = []
+    def collect(self) -> Iterator[Metric]:
+        """The metrics as prometheus_client families (the ``Collector`` protocol), laid out as the SDK's Go
+        client writes them: counters and gauges one sample under the name as given (no ``_total``);
+        histograms ``_bucket`` (Go's default buckets), ``_sum``, ``_count``; summaries (no quantiles, as
+        the SDK creates them) ``_sum``, ``_count``. ``Metric.add_sample`` rather than the
+        ``*MetricFamily`` helpers, which would add ``_total`` and write ``_count`` before ``_sum``."""
         for name in sorted(self._metrics):
             m = self._metrics[name]
-            help_text = m.help.replace("\\", "\\\\").replace("\n", "\\n")
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {m.type}"]
+            family = Metric(name, m.help, m.type)
             if m.type in ("counter", "gauge"):
-                lines.append(f"{name} {floatToGoString(m.value)}")
-                continue
-            if m.type == "histogram":
-                for bound, count in zip(GO_DEFAULT_BUCKETS, m.buckets):
-                    lines.append(f'{name}_bucket{{le="{floatToGoString(bound)}"}} {count}')
-                lines.append(f'{name}_bucket{{le="+Inf"}} {m.count}')
-            lines += [f"{name}_sum {floatToGoString(m.sum)}", f"{name}_count {m.count}"]
-        return ("\n".join(lines) + "\n").encode() if lines else b""
+                family.add_sample(name, {}, m.value)
+            else:
+                if m.type == "histogram":
+                    for bound, count in zip(GO_DEFAULT_BUCKETS, m.buckets):
+                        family.add_sample(f"{name}_bucket", {"le": go_float(bound)}, count)
+                    family.add_sample(f"{name}_bucket", {"le": "+Inf"}, m.count)
+                family.add_sample(f"{name}_sum", {}, m.sum)
+                family.add_sample(f"{name}_count", {}, m.count)
+            yield family
+
+    def exposition(self) -> bytes:
+        """These metrics alone in Prometheus text format (``/metrics`` writes them after the operator's)."""
+        return go_exposition(self)
 
 
 # ---- the endpoint operator_sdk.util.osdk_metric posts to ----------------------------------------------

@@ -1,5 +1,6 @@
-"""Prometheus' text format as Go's client writes it: numbers (``0``, ``3``, ``1e+06``, ``le="1"``)
-and no ``_created`` series, so that dashboards and queries written against Go operators match."""
+"""Prometheus' text format as Go's client writes it: numbers (``0``, ``3``, ``1e+06``, ``le="1"``),
+counters named as their samples are, and no ``_created`` series, so that dashboards and queries written
+against Go operators match. prometheus_client writes all of ``/metrics`` (:func:`go_exposition`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from decimal import Decimal
 
 import prometheus_client
+from prometheus_client.registry import Collector
 
 # Go operators export no "<counter>_created" / "<histogram>_created" series; neither do we.
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -40,6 +42,32 @@ def go_float(value: float) -> str:
 
 
 floatToGoString: Callable[[float], str] = go_float
+
+
+def go_exposition(*collectors: Collector) -> bytes:
+    """The text exposition of ``collectors`` (registries, or any prometheus_client ``Collector``), one after
+    the other: prometheus_client's ``generate_latest``, with numbers written the Go way and counters
+    whose samples carry no ``_total`` (custom metrics from roles) named so in ``# HELP``/``# TYPE``."""
+    text = "".join(prometheus_client.generate_latest(c).decode() for c in collectors)
+    return _go_counter_names(_go_floats(text)).encode()
+
+
+def _go_counter_names(text: str) -> str:
+    """prometheus_client always writes a counter's ``# HELP``/``# TYPE`` as ``<name>_total``; Go's client
+    uses the name the counter was given, which is also the name of its samples. A family whose TYPE line
+    says ``x_total counter`` and whose first sample is ``x`` (not ``x_total``) gets ``x`` in both lines."""
+    lines = text.split("\n")
+    for i, line in enumerate(lines[:-1]):
+        if not (line.startswith("# TYPE ") and line.endswith("_total counter")):
+            continue
+        name = line[len("# TYPE "):-len("_total counter")]
+        sample = lines[i + 1]
+        if sample.startswith(name) and sample[len(name):len(name) + 1] in (" ", "{"):
+            lines[i] = f"# TYPE {name} counter"
+            help_prefix = f"# HELP {name}_total "
+            if i and lines[i - 1].startswith(help_prefix):
+                lines[i - 1] = f"# HELP {name} " + lines[i - 1][len(help_prefix):]
+    return "\n".join(lines)
 
 _BOUND_LABEL = re.compile(r'([{,](?:le|quantile)=")([^"]*)(")')
 

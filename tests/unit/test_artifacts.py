@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -38,14 +39,14 @@ def test_run_dirs_and_summaries_are_private(tmp_path: Path) -> None:
         root = artifacts.ensure_root(tmp_path / "runs")
         run_dir = artifacts.new_run_dir(root, ObjectPath("cache.example.com", "v1", "Memcached", "ns", "a"),
                                         "20261122T120000Z-abcdef")
-        artifacts.write_summary(run_dir, {"secret": "s3cr3t"})
+        artifacts.write_run(run_dir, artifacts.RunRecord.from_json({"error": "s3cr3t"}, run_dir))
     finally:
         os.umask(old)
     assert stat.S_IMODE(root.stat().st_mode) == 0o700
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
     assert stat.S_IMODE(run_dir.parent.stat().st_mode) == 0o700
     assert stat.S_IMODE((run_dir / "run.json").stat().st_mode) == 0o600
-    assert artifacts.load_run(run_dir)["secret"] == "s3cr3t"
+    assert artifacts.load_run(run_dir).error == "s3cr3t"
 
 
 def test_remove_runs_of_one_incarnation_and_empty_parents(tmp_path: Path) -> None:
@@ -53,7 +54,8 @@ def test_remove_runs_of_one_incarnation_and_empty_parents(tmp_path: Path) -> Non
     kept = ObjectPath("cache.example.com", "v1", "Memcached", "other", "kept")
     for obj in (gone, kept):
         for run_id, uid in (("20261122T120000Z-aaaaaa", "u1"), ("20261122T120001Z-aaaaaa", "u2")):
-            artifacts.write_summary(artifacts.new_run_dir(tmp_path, obj, run_id), {"uid": uid})
+            run_dir = artifacts.new_run_dir(tmp_path, obj, run_id)
+            artifacts.write_run(run_dir, artifacts.RunRecord.from_json({"uid": uid}, run_dir))
     assert artifacts.remove_runs_of(tmp_path, gone, "u1") == 1
     assert [d.name for d in artifacts.iter_run_dirs(tmp_path) if artifacts.object_of(d) == gone] == [
         "20261122T120001Z-aaaaaa"]
@@ -87,8 +89,34 @@ def test_load_run_without_summary_reads_the_path(tmp_path: Path) -> None:
     run_dir = artifacts.new_run_dir(tmp_path, ObjectPath("", "v1", "ConfigMap", None, "x"),
                                     "20261122T120000Z-abcdef")
     run = artifacts.load_run(run_dir)
-    assert (run["group"], run["kind"], run["namespace"], run["name"]) == ("", "ConfigMap", None, "x")
-    assert run["error"] == "run.json missing"
+    assert (run.group, run.kind, run.namespace, run.name) == ("", "ConfigMap", None, "x")
+    assert run.error == "run.json missing" and run.result == "unknown" and run.changed_tasks == []
+
+
+def test_record_round_trip_and_old_files(tmp_path: Path) -> None:
+    run_dir = artifacts.new_run_dir(tmp_path, ObjectPath("a.io", "v1", "Widget", "ns", "w"),
+                                    "20261122T120000Z-abcdef")
+    record = artifacts.RunRecord(
+        run_id=run_dir.name, group="a.io", version="v1", kind="Widget", namespace="ns", name="w", uid="u1",
+        generation=3, phase="reconcile", executor="warm", started="2026-11-22T12:00:00Z",
+        finished="2026-11-22T12:00:01Z", duration_s=1.0, result="failed",
+        stats={"ok": 1, "changed": 0, "skipped": 0, "failures": 1, "unreachable": 0, "rescued": 0,
+               "ignored": 0},
+        failed_task=artifacts.FailedTaskRecord(name="t", action="fail", role=None, message="m", host="h"),
+        changed_tasks=["c"], error=None, artifacts_dir=str(run_dir))
+    artifacts.write_run(run_dir, record)
+    assert artifacts.load_run(run_dir) == record
+    # a run.json from an earlier version: fewer keys (defaults), an unknown one (ignored), odd shapes
+    (run_dir / "run.json").write_text(json.dumps({
+        "run_id": run_dir.name, "kind": "Widget", "result": "failed", "stats": None, "changed_tasks": None,
+        "legacy": 1}))
+    old = artifacts.load_run(run_dir)
+    assert (old.group, old.version, old.namespace, old.name) == ("a.io", "v1", "ns", "w")  # from the path
+    assert (old.uid, old.generation, old.phase, old.stats, old.failed_task, old.changed_tasks) == (
+        None, None, None, None, None, [])
+    assert old.result == "failed" and old.artifacts_dir == str(run_dir)
+    (run_dir / "run.json").write_text("[]")
+    assert artifacts.load_run(run_dir).error == "run.json unreadable: not a JSON object"
 
 
 @pytest.mark.parametrize("text, size", [("1Gi", 2**30), ("500Mi", 500 * 2**20), ("2G", 2 * 10**9), ("0", 0),

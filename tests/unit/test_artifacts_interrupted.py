@@ -14,7 +14,7 @@ from ansible_operator import artifacts
 def _run(root: Path, run_id: str, result: str) -> Path:
     obj = artifacts.ObjectPath("test.example.com", "v1", "Widget", "ns", "w")
     run_dir = artifacts.new_run_dir(root, obj, run_id)
-    artifacts.write_summary(run_dir, {"run_id": run_id, "result": result, "name": "w"})
+    artifacts.write_run(run_dir, artifacts.RunRecord.from_json({"result": result}, run_dir))
     return run_dir
 
 

@@ -319,3 +319,17 @@ async def test_osdk_metric_port_taken_fails_like_the_sdk_when_an_installed_colle
 
         with pytest.raises(OSError, match="cannot listen on"):
             await start_osdk_metric_endpoint(address, user, collections_path=bundled_only)
+
+
+def test_counters_are_named_as_given_next_to_the_operators_own() -> None:
+    """prometheus_client writes the whole page; a role's counter keeps its name in HELP/TYPE (as Go's client
+    writes it), including one named like another counter plus ``_total``; the operator's counters keep
+    theirs (``<name>_total``)."""
+    m = Metrics()
+    m.user.apply({"name": "jobs", "description": "a", "counter": {"add": 2}})
+    m.user.apply({"name": "jobs_total", "description": "b", "counter": {"increment": True}})
+    text = m.exposition().decode()
+    assert "# HELP jobs a\n# TYPE jobs counter\njobs 2\n" in text
+    assert "# HELP jobs_total b\n# TYPE jobs_total counter\njobs_total 1\n" in text
+    assert "# TYPE ansible_operator_runs_total counter\n" in text
+    assert families(m)["jobs"].type == "counter"  # the page parses (the Python parser folds jobs_total in)

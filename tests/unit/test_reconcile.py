@@ -112,7 +112,7 @@ async def test_artifacts_of_a_deleted_object_are_removed(tmp_path: Path) -> None
     # a re-created object with the same name keeps its own runs
     other = artifacts.new_run_dir(tmp_path, artifacts.ObjectPath("cache.example.com", "v1alpha1", "Memcached",
                                                                   "ns", "a"), "29991231T000000Z-abcdef")
-    artifacts.write_summary(other, {"uid": "u2"})
+    artifacts.write_run(other, artifacts.RunRecord.from_json({"uid": "u2"}, other))
     reconciler.forget(KEY, kube.obj)
     janitor = reconciler.rt.janitor
     assert janitor is not None
@@ -161,7 +161,7 @@ async def test_a_listing_removes_runs_of_objects_deleted_while_the_operator_was_
     def run(name: str, uid: str, run_id: str, namespace: str = "ns") -> Path:
         d = artifacts.new_run_dir(tmp_path, artifacts.ObjectPath("cache.example.com", "v1alpha1", "Memcached",
                                                                  namespace, name), run_id)
-        artifacts.write_summary(d, {"uid": uid})
+        artifacts.write_run(d, artifacts.RunRecord.from_json({"uid": uid}, d))
         return d
 
     kept = run("a", "u1", "20200101T000000Z-aaaaaa")

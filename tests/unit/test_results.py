@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from ansible_operator.executors.base import RunOutcome, RunStatus
-from ansible_operator.results import FailedTask, ResultCollector, RunResult, failure_message
+from ansible_operator.results import FailedTask, ResultCollector, RunResult
+from ansible_operator.wording import failure_message
 
 _counter = 0
 
@@ -431,7 +432,7 @@ def test_operator_sdk_requeue_after_period_is_understood() -> None:
 
 # ---- redaction of Secret values (issue 11, defect 4) ---------------------------------------------------
 
-from ansible_operator.results import REDACTED, redact_result  # noqa: E402
+from ansible_operator.wording import REDACTED, redact_result  # noqa: E402
 
 
 def test_redact_secret_objects_and_their_values_in_free_text() -> None:

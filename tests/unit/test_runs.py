@@ -141,22 +141,22 @@ def test_default_artifacts_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 
 
 def test_list_newest_first_and_filters(artifacts: Path) -> None:
-    ids = [r["run_id"] for r in runs.list_runs(artifacts)]
+    ids = [r.run_id for r in runs.list_runs(artifacts)]
     assert ids == [RUNNING_ID, OK_ID, FAILED_ID, CLUSTER_ID, ORPHAN_ID]
-    assert [r["run_id"] for r in runs.list_runs(artifacts, limit=2)] == [RUNNING_ID, OK_ID]
-    assert [r["run_id"] for r in runs.list_runs(artifacts, namespace="default")] == [OK_ID, FAILED_ID]
+    assert [r.run_id for r in runs.list_runs(artifacts, limit=2)] == [RUNNING_ID, OK_ID]
+    assert [r.run_id for r in runs.list_runs(artifacts, namespace="default")] == [OK_ID, FAILED_ID]
     for target in ("Memcached/example", "memcacheds/example", "memcached.cache.example.com/example"):
-        assert [r["run_id"] for r in runs.list_runs(artifacts, target=target)] == [OK_ID, FAILED_ID], target
+        assert [r.run_id for r in runs.list_runs(artifacts, target=target)] == [OK_ID, FAILED_ID], target
     assert runs.list_runs(artifacts, target="memcached.other.io/example") == []
-    assert [r["run_id"] for r in runs.list_runs(artifacts, target="policies/global")] == [CLUSTER_ID]
+    assert [r.run_id for r in runs.list_runs(artifacts, target="policies/global")] == [CLUSTER_ID]
     assert len(runs.list_runs(artifacts, target="Memcached")) == 4
 
 
 def test_run_without_summary_is_still_listed(artifacts: Path) -> None:
-    (orphan,) = [r for r in runs.list_runs(artifacts) if r["run_id"] == ORPHAN_ID]
-    assert (orphan["kind"], orphan["namespace"], orphan["name"]) == ("Memcached", "prod", "big")
-    assert orphan["result"] == "failed" and orphan["error"] == "run.json missing"
-    assert orphan["started"] == "2026-11-22T12:00:00Z"
+    (orphan,) = [r for r in runs.list_runs(artifacts) if r.run_id == ORPHAN_ID]
+    assert (orphan.kind, orphan.namespace, orphan.name) == ("Memcached", "prod", "big")
+    assert orphan.result == "failed" and orphan.error == "run.json missing"
+    assert orphan.started == "2026-11-22T12:00:00Z"
 
 
 def test_invalid_target(artifacts: Path) -> None:
