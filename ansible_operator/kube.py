@@ -395,8 +395,9 @@ def _retry_after(headers: Any) -> float | None:
 
 def _fields(method: str, path: str, attempt: int, exc: ApiError) -> dict[str, Any]:
     """The structured fields of a retry or give-up record (``extra=``; JSON output prints them)."""
+    message = exc.message.removeprefix(f"{method} {path}: ")
     return {"method": method, "path": path, "attempt": attempt, "status": exc.status,
-            "cause": f"{exc.reason}: {exc.message}"}
+            "cause": f"{exc.status} {exc.reason}: {message}" if exc.status else message}
 
 
 def error_from_kopf(exc: BaseException) -> ApiError | None:
@@ -562,13 +563,14 @@ class Kube:
                     if time.monotonic() + wait - started <= policy.give_up_after:
                         failed += 1
                         delay = wait
+                fields = _fields(method, path, attempt, exc)
                 if delay is None:
                     if attempt > 1 and (throttle or failure):
-                        log.warning("%s %s: giving up after %d attempts: %s", method, path, attempt, exc,
-                                    extra=_fields(method, path, attempt, exc))
+                        log.warning("%s %s: giving up after %d attempts in %.1fs: %s", method, path, attempt,
+                                    time.monotonic() - started, fields["cause"], extra=fields)
                     raise
-                log.debug("%s %s: attempt %d failed (%s); retrying in %.1fs", method, path, attempt, exc,
-                          delay, extra={**_fields(method, path, attempt, exc), "delay": round(delay, 3)})
+                log.debug("%s %s: attempt %d failed (%s); retrying in %.1fs", method, path, attempt,
+                          fields["cause"], delay, extra={**fields, "delay": round(delay, 3)})
                 await asyncio.sleep(delay)
 
     def request_once(self, method: str, path: str, body: Any = None, content_type: str | None = None,

@@ -103,7 +103,7 @@ async def test_an_idempotent_request_is_retried_after_5xx_with_one_debug_record_
     retries = _records(caplog, logging.DEBUG)
     assert [(r.method, r.path, r.attempt, r.status) for r in retries] == [  # type: ignore[attr-defined]
         ("GET", "/api/v1/things", 1, 503), ("GET", "/api/v1/things", 2, 500)]
-    assert retries[0].cause == "Scripted: answer 503"  # type: ignore[attr-defined]
+    assert retries[0].cause == "503 Scripted: answer 503"  # type: ignore[attr-defined]
     assert not _records(caplog, logging.WARNING)
 
 
