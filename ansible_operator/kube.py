@@ -15,12 +15,13 @@ import asyncio
 import json
 import logging
 import os
+import random
+import re
 import socket
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 from urllib.parse import quote, urlsplit
 
 import kubernetes
@@ -47,6 +48,69 @@ READ_TIMEOUT = 30.0
 """Seconds the runner's own requests (status, Events, discovery, access reviews, reads) wait for an answer:
 a request on a connection nobody answers any more (a silent network cut, a hung API server) fails then,
 and is retried like any other failure, instead of wedging its caller for ever."""
+
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+"""Verbs whose request may be sent again after it may have reached the server (RFC 9110's idempotent
+methods; a ``PUT`` of the runner's carries a ``resourceVersion``, so a repeat that lost the race is a 409)."""
+
+MERGE_PATCH = "application/merge-patch+json"
+"""A JSON merge patch (RFC 7386) is idempotent too: applied twice, it gives what it gave once."""
+
+
+@dataclass(frozen=True)
+class RequestPolicy:
+    """Timeouts and retries of every request the runner makes itself (outside kopf's watch streams), applied
+    in one place, :meth:`Kube.request`; urllib3's own retries are off (:meth:`Kube.__init__`).
+
+    What is sent again:
+
+    * a ``429`` with ``Retry-After``, whatever the verb, after the wait the server asks for, up to
+      ``throttle_retries`` times: the server refused it before handling it (client-go does the same);
+    * a request that never reached the server (connection refused, DNS, connect timeout), whatever the verb;
+    * an idempotent request (:data:`IDEMPOTENT_METHODS`, a merge patch) after no answer (reset, read
+      timeout) or a 5xx, up to ``retries`` times, after an exponential backoff with jitter (or the answer's
+      ``Retry-After``, if longer), and only while ``give_up_after`` seconds have not passed since the first
+      attempt. A ``POST`` that may have reached the server is never sent twice: it could create twice.
+
+    Each retry is one DEBUG record of logger ``ansible_operator.kube`` (``method``, ``path``, ``attempt``,
+    ``cause``, ``delay`` as record attributes), and giving up after retries one WARNING; the caller gets the
+    typed :class:`ApiError` of the last attempt."""
+
+    connect_timeout: float = CONNECT_TIMEOUT
+    read_timeout: float = READ_TIMEOUT
+    retries: int = 3
+    """Further attempts after no answer or a 5xx (0: one attempt only)."""
+    backoff: float = 0.5
+    """Seconds before the first such retry; doubled for each next one, up to ``max_backoff``."""
+    max_backoff: float = 5.0
+    jitter: float = 0.5
+    """Each backoff is lengthened by up to this fraction, at random: callers failing together spread out."""
+    give_up_after: float = 45.0
+    """No retry of a failure starts later than this many seconds after the first attempt started."""
+    throttle_retries: int = THROTTLE_RETRIES
+
+    def idempotent(self, method: str, content_type: str | None) -> bool:
+        """Whether a request may be sent again after it may have reached the server."""
+        verb = method.upper()
+        return verb in IDEMPOTENT_METHODS or (verb == "PATCH" and content_type == MERGE_PATCH)
+
+    def may_resend(self, method: str, content_type: str | None, exc: "ApiError") -> bool:
+        """Whether a failed attempt may be sent again (after a backoff): one that never reached the server,
+        or an idempotent one that got no answer, a 5xx or a 429 without ``Retry-After``."""
+        if isinstance(exc, ConnectFailed):
+            return True
+        return isinstance(exc, (ServerError, TooManyRequests)) and self.idempotent(method, content_type)
+
+    def backoff_delay(self, retry: int) -> float:
+        """Seconds before failure retry number ``retry`` (1-based), jitter included."""
+        base = min(self.max_backoff, self.backoff * 2.0 ** (retry - 1))
+        return float(base * (1 + random.random() * self.jitter))
+
+
+DEFAULT_POLICY = RequestPolicy()
+ONE_ATTEMPT = RequestPolicy(retries=0, throttle_retries=0)
+"""For probes and for callers that keep their own cadence (leader election): no retry of any kind."""
+
 
 _KEEPALIVE = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)] + [
     (socket.IPPROTO_TCP, getattr(socket, name), value)
@@ -263,6 +327,10 @@ class ServerError(ApiError):
     """5xx, or no answer at all (status 0)."""
 
 
+class ConnectFailed(ServerError):
+    """No connection to the API server (refused, name not resolved, connect timeout): nothing was sent."""
+
+
 _BY_STATUS: dict[int, type[ApiError]] = {
     cls.status_code: cls
     for cls in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, Gone, Invalid,
@@ -326,14 +394,11 @@ def _retry_after(headers: Any) -> float | None:
         return None
 
 
-@contextmanager
-def typed_errors() -> Iterator[None]:
-    """Turn the ``kubernetes`` client's ``ApiException`` raised inside into the typed :class:`ApiError`
-    (for callers of the generated client, e.g. leader election's Lease calls)."""
-    try:
-        yield
-    except ApiException as exc:
-        raise error_from_api_exception(exc) from None
+def _fields(method: str, path: str, attempt: int, exc: ApiError) -> dict[str, Any]:
+    """The structured fields of a retry or give-up record (``extra=``; JSON output prints them)."""
+    message = exc.message.removeprefix(f"{method} {path}: ")
+    return {"method": method, "path": path, "attempt": attempt, "status": exc.status,
+            "cause": f"{exc.status} {exc.reason}: {message}" if exc.status else message}
 
 
 def error_from_kopf(exc: BaseException) -> ApiError | None:
@@ -416,16 +481,47 @@ def call_raw(api_client: Any, method: str, path: str, query: list[tuple[str, str
     return int(response.status), bytes(data or b"")
 
 
+_POOL_PREFIX = re.compile(r"^\w*Connection(?:Pool)?\(host=.*?, port=\d+\): ")
+_NEW_CONNECTION = re.compile(r"^.*?Failed to establish a new connection: ")
+
+
+def no_answer_cause(exc: BaseException) -> str:
+    """One line saying why a request got no answer, without urllib3's wrapping ("HTTPSConnectionPool(...):
+    Max retries exceeded with url ... (Caused by ...)")."""
+    inner: BaseException = exc
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        inner = exc.reason
+    if isinstance(inner, urllib3.exceptions.ProtocolError) and len(inner.args) == 2:
+        what, why = inner.args
+        return f"{str(what).rstrip('.').lower()}: {why}"
+    text = _NEW_CONNECTION.sub("cannot connect: ", _POOL_PREFIX.sub("", str(inner)))
+    return " ".join(text.split()) or type(inner).__name__
+
+
+def _never_sent(exc: BaseException) -> bool:
+    """Whether the request failed before any of it was sent (no connection could be made)."""
+    inner = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
+    return isinstance(inner, (urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.NewConnectionError))
+
+
 RequestObserver = Callable[[str, str, str, float], None]
 """(method, status code or ``<error>``, host, seconds) of one request the runner made."""
 
 
 class Kube:
-    """A small async facade over the synchronous client for the few calls the runner makes itself."""
+    """The runner's one client for everything it asks the API server outside kopf's watch streams (status and
+    finalizer writes, Events, discovery, access reviews, leader election's Lease): an async facade over the
+    synchronous ``kubernetes`` client, with one :class:`RequestPolicy` for timeouts and retries, typed errors
+    (:class:`ApiError`) and structured log records."""
 
-    def __init__(self, configuration: kubernetes.client.Configuration) -> None:
+    def __init__(self, configuration: kubernetes.client.Configuration,
+                 policy: RequestPolicy = DEFAULT_POLICY) -> None:
         self.configuration = configuration
+        self.policy = policy
         self.api_client = with_keepalive(kubernetes.client.ApiClient(configuration))
+        # urllib3 would retry on its own (3 times, no backoff, one "Retrying (Retry(total=2...))" warning
+        # each) under our retries: off, so that the policy above is the only one
+        self.api_client.rest_client.pool_manager.connection_pool_kw["retries"] = urllib3.Retry(total=False)
         self.host = urlsplit(configuration.host).netloc
         self.observers: list[RequestObserver] = []
         """Told of every request (method, HTTP status or ``<error>``, host, seconds): the
@@ -440,25 +536,50 @@ class Kube:
         self.api_client.rest_client.pool_manager.clear()
 
     async def request(self, method: str, path: str, *, body: Any = None, content_type: str | None = None,
-                      query: list[tuple[str, str]] | None = None, read_timeout: float = READ_TIMEOUT) -> Any:
-        """One API call; a ``429`` with ``Retry-After`` is sent again after that wait, up to
-        :data:`THROTTLE_RETRIES` times (then, or without ``Retry-After``, :class:`TooManyRequests`).
-        No answer within ``read_timeout`` seconds: :class:`ServerError` (status 0)."""
-        retries = 0
+                      query: list[tuple[str, str]] | None = None, read_timeout: float | None = None,
+                      policy: RequestPolicy | None = None) -> Any:
+        """One API call under ``policy`` (default: this client's, :class:`RequestPolicy`), whose read timeout
+        ``read_timeout`` replaces; the answer's JSON, or the typed :class:`ApiError` of the last attempt
+        (no answer: :class:`ServerError`, status 0)."""
+        policy = policy or self.policy
+        if read_timeout is not None:
+            policy = replace(policy, read_timeout=read_timeout)
+        started = time.monotonic()
+        attempt = throttled = failed = 0
         while True:
+            attempt += 1
             try:
-                return await asyncio.to_thread(self._request_sync, method, path, body, content_type,
-                                               query or [], read_timeout)
-            except TooManyRequests as exc:
-                if exc.retry_after is None or retries >= THROTTLE_RETRIES:
+                return await asyncio.to_thread(self.request_once, method, path, body, content_type, query,
+                                               read_timeout=policy.read_timeout,
+                                               connect_timeout=policy.connect_timeout)
+            except ApiError as exc:
+                delay: float | None = None
+                throttle = isinstance(exc, TooManyRequests) and exc.retry_after is not None
+                failure = not throttle and policy.may_resend(method, content_type, exc)
+                if throttle and throttled < policy.throttle_retries:
+                    throttled += 1
+                    delay = exc.retry_after
+                elif failure and failed < policy.retries:
+                    wait = max(policy.backoff_delay(failed + 1), exc.retry_after or 0.0)
+                    if time.monotonic() + wait - started <= policy.give_up_after:
+                        failed += 1
+                        delay = wait
+                fields = _fields(method, path, attempt, exc)
+                if delay is None:
+                    if attempt > 1 and (throttle or failure):
+                        log.warning("%s %s: giving up after %d attempts in %.1fs: %s", method, path, attempt,
+                                    time.monotonic() - started, fields["cause"], extra=fields)
                     raise
-                retries += 1
-                log.debug("%s %s: 429 Too Many Requests; retry %d/%d in %.0fs (Retry-After)", method, path,
-                          retries, THROTTLE_RETRIES, exc.retry_after)
-                await asyncio.sleep(exc.retry_after)
+                log.debug("%s %s: attempt %d failed (%s); retrying in %.1fs", method, path, attempt,
+                          fields["cause"], delay, extra={**fields, "delay": round(delay, 3)})
+                await asyncio.sleep(delay)
 
-    def _request_sync(self, method: str, path: str, body: Any, content_type: str | None,
-                      query: list[tuple[str, str]], read_timeout: float = READ_TIMEOUT) -> Any:
+    def request_once(self, method: str, path: str, body: Any = None, content_type: str | None = None,
+                     query: list[tuple[str, str]] | None = None, *, read_timeout: float = READ_TIMEOUT,
+                     connect_timeout: float = CONNECT_TIMEOUT) -> Any:
+        """One attempt, blocking (in a worker thread): the answer's JSON, or the typed :class:`ApiError`.
+        :meth:`request` runs it under the policy; leader election calls it directly, its own loop being its
+        retry cadence."""
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
@@ -466,14 +587,15 @@ class Kube:
             headers["Content-Type"] = "application/json"  # the client 37 would send none
         started, code = time.monotonic(), "<error>"  # client-go's code label when there was no answer
         try:
-            status, data = call_raw(self.api_client, method, path, query, headers, body,
-                                    (CONNECT_TIMEOUT, read_timeout))
+            status, data = call_raw(self.api_client, method, path, query or [], headers, body,
+                                    (connect_timeout, read_timeout))
             code = str(status)
         except ApiException as exc:
             code = str(exc.status or "<error>")
             raise error_from_api_exception(exc) from None
         except urllib3.exceptions.HTTPError as exc:  # no answer: refused, reset, timed out
-            raise ServerError(0, "ServiceUnavailable", f"{method} {path}: {exc}") from None
+            cls = ConnectFailed if _never_sent(exc) else ServerError
+            raise cls(0, "ServiceUnavailable", f"{method} {path}: {no_answer_cause(exc)}") from None
         finally:
             for observe in self.observers:
                 observe(method, code, self.host, time.monotonic() - started)

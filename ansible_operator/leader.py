@@ -16,14 +16,16 @@ Why it works the way it does:
 * **Clean hand-over.** Cancelling ``run()`` releases a held lease (empty ``holderIdentity``,
   ``leaseDurationSeconds: 1``) so a standby takes over in about one retry period instead of a full lease.
 
-The kubernetes client is blocking; each call runs in ``asyncio.to_thread`` under a timeout.
+The Lease is read and written as raw JSON through :meth:`Kube.request_once
+<ansible_operator.kube.Kube.request_once>` (the runner's one client: typed errors, ``rest_client_*``
+metrics), one attempt per call, each in a worker thread under a timeout: the election loop's
+``retry_period`` is its retry cadence, so the client's retry policy does not apply.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import random
 import socket
@@ -32,10 +34,9 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable
+from urllib.parse import quote
 
-import urllib3
-
-from ansible_operator.kube import Conflict, NotFound, ServerError, TooManyRequests, typed_errors
+from ansible_operator.kube import Conflict, Kube, NotFound, ServerError, TooManyRequests
 
 __all__ = ["LeaderElector", "LeaseRecord", "default_identity", "format_micro_time"]
 
@@ -115,7 +116,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        api_client: Any,
+        kube: Kube,
         *,
         name: str,
         namespace: str,
@@ -133,9 +134,7 @@ class LeaderElector:
             raise ValueError(
                 "leader election needs 0 < retry period < renew deadline < lease duration, got"
                 f" retry={retry_period}s renew={renew_deadline}s lease={lease_duration}s")
-        from kubernetes import client as k8s
-
-        self._api = k8s.CoordinationV1Api(api_client)
+        self._kube = kube
         self.name = name
         self.namespace = namespace
         self.identity = identity
@@ -277,17 +276,32 @@ class LeaderElector:
 
     # ---- blocking API calls (worker thread) -----------------------------------------------------------
 
+    def _path(self, name: str | None = None) -> str:
+        base = f"/apis/coordination.k8s.io/v1/namespaces/{quote(self.namespace, safe='')}/leases"
+        return f"{base}/{quote(name, safe='')}" if name else base
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
+        """One request (no retry: the election loop retries), connect and answer within ``timeout``."""
+        answer = self._kube.request_once(method, path, body, read_timeout=timeout, connect_timeout=timeout)
+        if not isinstance(answer, dict):
+            raise ValueError(f"lease {self.namespace}/{self.name}: {method} answered no JSON object")
+        return answer
+
+    def _get_lease(self, timeout: float) -> dict[str, Any]:
+        return self._call("GET", self._path(self.name), None, timeout)
+
+    def _create_lease(self, lease: dict[str, Any], timeout: float) -> dict[str, Any]:
+        return self._call("POST", self._path(), lease, timeout)
+
+    def _replace_lease(self, lease: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """A full replace (``PUT``) carrying the ``resourceVersion`` read: 409 when someone wrote since."""
+        return self._call("PUT", self._path(self.name), lease, timeout)
+
     def _read(self, timeout: float | None = None) -> dict[str, Any] | None:
         try:
-            with typed_errors():
-                resp = self._api.read_namespaced_lease(self.name, self.namespace, _preload_content=False,
-                                                       _request_timeout=timeout or self.retry_period * 2)
+            return self._get_lease(timeout or self.retry_period * 2)
         except NotFound:
             return None
-        lease = json.loads(resp.data)
-        if not isinstance(lease, dict):
-            raise ValueError(f"lease {self.namespace}/{self.name}: not a JSON object")
-        return lease
 
     def _spec(self, *, acquire_time: str, now: float, transitions: int, holder: str | None = None,
               duration: float | None = None) -> dict[str, Any]:
@@ -310,12 +324,10 @@ class LeaderElector:
                 "spec": self._spec(acquire_time=format_micro_time(now), now=now, transitions=0),
             }
             try:
-                with typed_errors():
-                    created = self._api.create_namespaced_lease(self.namespace, body, _preload_content=False,
-                                                                _request_timeout=self.retry_period * 2)
+                created = self._create_lease(body, self.retry_period * 2)
             except Conflict:  # another candidate created it first
                 return False
-            self._observe(LeaseRecord.from_lease(json.loads(created.data)), now)
+            self._observe(LeaseRecord.from_lease(created), now)
             self._last_success = now
             return True
 
@@ -337,13 +349,10 @@ class LeaderElector:
         lease["spec"] = {**(lease.get("spec") or {}),
                          **self._spec(acquire_time=acquire_time, now=now, transitions=transitions)}
         try:
-            with typed_errors():
-                replaced = self._api.replace_namespaced_lease(self.name, self.namespace, lease,
-                                                              _preload_content=False,
-                                                              _request_timeout=self.retry_period * 2)
+            replaced = self._replace_lease(lease, self.retry_period * 2)
         except Conflict:  # somebody wrote since our read; re-read next time
             return False
-        self._observe(LeaseRecord.from_lease(json.loads(replaced.data)), now)
+        self._observe(LeaseRecord.from_lease(replaced), now)
         self._last_success = now
         if held_by_other or not record.holder:
             log.info("acquired lease %s/%s (previous holder %r)", self.namespace, self.name, record.holder)
@@ -377,13 +386,10 @@ class LeaderElector:
                 lease["spec"] = {**(lease.get("spec") or {}),
                                  **self._spec(acquire_time=format_micro_time(now), now=now,
                                               transitions=record.transitions, holder="", duration=1)}
-                with typed_errors():
-                    self._api.replace_namespaced_lease(self.name, self.namespace, lease,
-                                                       _preload_content=False,
-                                                       _request_timeout=max(0.5, deadline - self._clock()))
+                self._replace_lease(lease, max(0.5, deadline - self._clock()))
             except Conflict:
                 continue
-            except (ServerError, TooManyRequests, urllib3.exceptions.HTTPError, OSError) as exc:
+            except (ServerError, TooManyRequests, OSError) as exc:
                 # a timeout, a reset connection, a 5xx/429: try again while time remains
                 log.debug("releasing lease %s/%s: %s; retrying", self.namespace, self.name, exc)
                 continue

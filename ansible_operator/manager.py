@@ -682,7 +682,7 @@ async def _start_leader_election(args: argparse.Namespace, kube: Any, controller
         stop.set()
 
     elector = LeaderElector(
-        kube.api_client, name=name, namespace=namespace, identity=identity,
+        kube, name=name, namespace=namespace, identity=identity,
         lease_duration=args.leader_elect_lease_duration or 15,
         renew_deadline=args.leader_elect_renew_deadline or 10,
         retry_period=args.leader_elect_retry_period or 2,
@@ -950,8 +950,8 @@ class ApiReachability:
         pending: asyncio.Future[Any] | None = None
         while True:
             if pending is None:
-                pending = asyncio.ensure_future(self.kube.request("GET", "/version",
-                                                                  read_timeout=max(self.period, 5.0)))
+                pending = asyncio.ensure_future(self.kube.request(  # a probe: one attempt, no retry
+                    "GET", "/version", policy=kube_mod.ONE_ATTEMPT, read_timeout=max(self.period, 5.0)))
             done, _ = await asyncio.wait({pending}, timeout=self.period)
             if not done:
                 self._failed("no answer")

@@ -14,8 +14,8 @@ from typing import Any, AsyncIterator, Iterator
 
 import kubernetes
 import pytest
-from kubernetes.client.rest import ApiException
 
+from ansible_operator import kube as kube_mod
 from ansible_operator.leader import LeaderElector, format_micro_time
 from ansible_operator_sandbox import Sandbox
 from tests import kube
@@ -61,13 +61,17 @@ def _client(kubeconfig: Path) -> kubernetes.client.ApiClient:
     return kubernetes.client.ApiClient(configuration)
 
 
+def _kube(kubeconfig: Path) -> kube_mod.Kube:
+    return kube_mod.Kube(kube_mod.load_client_config(kubeconfig))
+
+
 class Candidate:
     """One LeaderElector with its own ApiClient, recording start/stop times on a shared timeline."""
 
     def __init__(self, kubeconfig: Path, ns: str, identity: str, timeline: list[tuple[float, str, str]],
                  lease: str) -> None:
         self.identity = identity
-        self.client = _client(kubeconfig)
+        self.client = _kube(kubeconfig)
         self.timeline = timeline
         self.elector = LeaderElector(
             self.client, name=lease, namespace=ns, identity=identity, lease_duration=LEASE_S,
@@ -198,9 +202,8 @@ async def test_leader_that_cannot_renew_stops_before_other_acquires(
     def unreachable(*_args: Any, **_kwargs: Any) -> Any:
         raise ConnectionError("API server unreachable (injected)")
 
-    api = a.elector._api
-    api.read_namespaced_lease = unreachable  # type: ignore[method-assign]
-    api.replace_namespaced_lease = unreachable  # type: ignore[method-assign]
+    a.elector._get_lease = unreachable  # type: ignore[method-assign]
+    a.elector._replace_lease = unreachable  # type: ignore[method-assign]
 
     await wait_until(lambda: b.elector.is_leader, LEASE_S + RENEW_S + 2.0, "b to take over")
     assert a.task is not None and a.task.done() and a.task.exception() is None  # run() returned
@@ -219,18 +222,17 @@ async def test_conflicting_writes_are_retried(candidates: Any, kubeconfig: Path,
     a = candidates("a")
     a.start()
     await wait_until(lambda: a.elector.is_leader, 10, "a to lead")
-    api = a.elector._api
-    real_replace = api.replace_namespaced_lease
+    real_replace = a.elector._replace_lease
     conflicts = 0
 
-    def replace_with_conflict(name: str, namespace: str, body: Any, **kw: Any) -> Any:
+    def replace_with_conflict(lease: dict[str, Any], timeout: float) -> Any:
         nonlocal conflicts
         if conflicts < 2:
             conflicts += 1
-            raise ApiException(status=409, reason="Conflict")
-        return real_replace(name, namespace, body, **kw)
+            raise kube_mod.Conflict(409, "Conflict", "the object has been modified")
+        return real_replace(lease, timeout)
 
-    api.replace_namespaced_lease = replace_with_conflict  # type: ignore[method-assign]
+    a.elector._replace_lease = replace_with_conflict  # type: ignore[method-assign]
     await wait_until(lambda: conflicts == 2, 5, "two conflicts")
     renewed_before = read_lease(kubeconfig, ns, candidates.lease)["spec"]["renewTime"]
     await wait_until(
@@ -240,7 +242,7 @@ async def test_conflicting_writes_are_retried(candidates: Any, kubeconfig: Path,
 
 
 def test_invalid_timings_are_refused(kubeconfig: Path, ns: str) -> None:
-    client = _client(kubeconfig)
+    client = _kube(kubeconfig)
     try:
         with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
             LeaderElector(client, name="x", namespace=ns, identity="i", lease_duration=5, renew_deadline=5,
@@ -268,7 +270,7 @@ async def test_coroutine_work_runs_while_leading_and_is_cancelled(kubeconfig: Pa
             order.append("work cancelled")
             raise
 
-    client = _client(kubeconfig)
+    client = _kube(kubeconfig)
     elector = LeaderElector(client, name="coro-lock", namespace=ns, identity="c", lease_duration=LEASE_S,
                             renew_deadline=RENEW_S, retry_period=RETRY_S, on_started_leading=work,
                             on_stopped_leading=lambda: order.append("stopped"))
@@ -311,8 +313,6 @@ async def test_release_retries_when_the_lease_changed_since_its_read(candidates:
 async def test_release_retries_a_slow_or_failed_request(candidates: Any, kubeconfig: Path, ns: str) -> None:
     """On a starved machine one answer can take longer than a renewal's timeout: the release tries again
     within renew_deadline instead of leaving the lease held until it expires."""
-    import urllib3
-
     a = candidates("a")
     a.start()
     await wait_until(lambda: a.elector.is_leader, 10, "a leader")
@@ -322,7 +322,7 @@ async def test_release_retries_a_slow_or_failed_request(candidates: Any, kubecon
     def first_read_times_out(timeout: float | None = None) -> Any:
         reads.append(1)
         if len(reads) == 1:
-            raise urllib3.exceptions.ReadTimeoutError(None, "/lease", "read timed out")  # type: ignore[arg-type]
+            raise kube_mod.ServerError(0, "ServiceUnavailable", "GET /lease: read timed out")
         return real_read(timeout)
 
     a.elector._read = first_read_times_out  # type: ignore[method-assign]
@@ -379,7 +379,7 @@ async def test_a_cancel_while_the_first_acquire_is_in_flight_still_releases(
     test_idle_sigterm_to_the_process_group_exits_0_and_releases_the_lease: the successor waits a whole
     lease duration)."""
     c = candidates("early")
-    real_create = c.elector._api.create_namespaced_lease
+    real_create = c.elector._create_lease
     written = threading.Event()
     answer = threading.Event()
 
@@ -389,7 +389,7 @@ async def test_a_cancel_while_the_first_acquire_is_in_flight_still_releases(
         answer.wait(10)  # ... and its answer reaches the elector only after the cancel
         return created
 
-    c.elector._api.create_namespaced_lease = create_with_a_slow_answer
+    c.elector._create_lease = create_with_a_slow_answer  # type: ignore[method-assign]
     c.start()
     assert await asyncio.to_thread(written.wait, 10)
     assert read_lease(kubeconfig, ns, candidates.lease)["spec"].get("holderIdentity") == "early"

@@ -116,3 +116,78 @@ def test_private_internals_of_kopf_and_ansible_core_are_imported_by_their_compat
     # and the walls themselves are where they say
     assert any(m.startswith("kopf._") for _, m in _imports(ROOT / WALLS["kopf._"]))
     assert any(m.startswith("ansible._internal") for _, m in _imports(ROOT / WALLS["ansible._internal"]))
+
+
+# Who may import the clients at all (issue 23, "one API client policy"). import-linter cannot name "every
+# module but these" for an external package (a forbidden contract lists its sources one by one, and whole
+# sub-packages at that), so this walk of every import -- function-local and TYPE_CHECKING ones included --
+# holds the allow-list. An entry is a module or a package prefix (``ansible_operator.owners`` is owners.py
+# today and may become a package).
+CLIENTS: dict[str, dict[str, str]] = {
+    "kubernetes": {
+        "ansible_operator.kube":
+            "the runner's one client: configuration loading, every request outside kopf's watch (Kube.request"
+            " under RequestPolicy)",
+        "ansible_operator.owners":
+            "the owner proxy takes the upstream's kubernetes.client.Configuration (a type only; it forwards"
+            " with aiohttp)",
+        "ansible_operator.executors":
+            "the zygote preloads the client for the roles' kubernetes.core tasks (role processes, not the"
+            " runner)",
+        "ansible_operator.collections": "our Ansible modules (k8s_status, k8s_event) run in role processes",
+    },
+    "urllib3": {
+        "ansible_operator.kube": "the client's transport: keepalive, its own retries off, no-answer errors",
+    },
+    "aiohttp": {
+        "ansible_operator.owners": "the owner proxy: an HTTP server for the roles and its upstream session",
+        "ansible_operator.metrics": "the /metrics HTTP servers",
+    },
+    "kopf": {
+        "ansible_operator.kopfcompat": "kopf's internals (watch stream, vault, errors): the compat wall",
+        "ansible_operator.intake": "the kopf handlers: the watch intake",
+        "ansible_operator.manager": "kopf.operator, its settings and login handler",
+        "ansible_operator.kube": "kopf.ConnectionInfo from the runner's client configuration (the login)",
+    },
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _allowed(module: str, prefixes: dict[str, str]) -> str | None:
+    return next((p for p in prefixes if module == p or module.startswith(p + ".")), None)
+
+
+def test_only_the_allowed_modules_import_the_api_clients_kopf_and_aiohttp() -> None:
+    offenders, used = [], set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        for line, imported in _imports(path):
+            top = imported.split(".")[0]
+            if top not in CLIENTS:
+                continue
+            allowed = _allowed(module, CLIENTS[top])
+            if allowed is None:
+                offenders.append(f"{path.relative_to(ROOT)}:{line}: imports {imported} (allowed: "
+                                 f"{', '.join(CLIENTS[top])}; add a module only with a reason)")
+            else:
+                used.add((top, allowed))
+    assert offenders == [], "\n".join(offenders)
+    stale = {(top, prefix) for top, prefixes in CLIENTS.items() for prefix in prefixes} - used
+    assert not stale, f"allow-list entries no module needs any more: {sorted(stale)}"
+
+
+def test_only_kube_makes_requests_with_the_kubernetes_client() -> None:
+    """The generated API classes (CoordinationV1Api, CoreV1Api, ...) and ApiClients of their own would bring
+    their own request path and retries: the runner's requests go through kube.Kube (one RequestPolicy). The
+    Ansible modules under collections/ run in role processes and are not the runner's."""
+    offenders = [f"{path.relative_to(ROOT)}: {word}" for path in sorted(PACKAGE.rglob("*.py"))
+                 if path.name != "kube.py" and "collections" not in path.relative_to(PACKAGE).parts
+                 for word in ("V1Api(", "ApiClient(", "CustomObjectsApi(", "DynamicClient(")
+                 if word in path.read_text(encoding="utf-8")]
+    assert offenders == []
