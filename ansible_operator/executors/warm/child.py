@@ -11,7 +11,7 @@ for these):
   the environment when a plugin is loaded, so they need nothing. Plugin *search paths*
   (``ANSIBLE_ACTION_PLUGINS``...) were baked into the loaders and are not re-applied.
 * ``C.DEFAULT_LOCAL_TMP``: a fresh directory per run (the zygote's one is shared by all children); built
-  AnsiballZ payloads are shared between runs through :mod:`zygote_payloads` instead.
+  AnsiballZ payloads are shared between runs through :mod:`~ansible_operator.executors.warm.payloads` instead.
 * roles path: ``ANSIBLE_ROLES_PATH`` from the run's environment (``datadir.prepare`` puts the role's
   parent and ``RunRequest.roles_path`` there) becomes ``C.DEFAULT_ROLES_PATH`` through the rule above.
 * collections: the already-installed ``_AnsibleCollectionFinder`` gets this run's ``C.COLLECTIONS_PATHS``
@@ -46,9 +46,9 @@ import traceback
 import warnings
 from typing import Any
 
-from ansible_operator.executors import ansible_compat
 from ansible_operator.executors.lifetime import die_with_parent
-from ansible_operator.executors.zygote_protocol import (
+from ansible_operator.executors.warm import ansible_compat
+from ansible_operator.executors.warm.protocol import (
     CHILD_TAG_ERROR,
     CHILD_TAG_EVENT,
     CHILD_TAG_RESULT,
@@ -166,7 +166,7 @@ class PtyLikeStdout:
 
     def getvalue(self) -> str:
         """Nothing held back: 2.19+ ``WorkerProcess._run`` warns about what a worker's ``StringIO`` stdout
-        caught; a task run in this process (``zygote_tasks``) writes to the run's stream instead."""
+        caught; a task run in this process (``warm.tasks``) writes to the run's stream instead."""
         return ""
 
     def fileno(self) -> int:
@@ -439,7 +439,7 @@ def run_child(spec: RunSpec, event_fd: int) -> None:
             pass
         sink.send(CHILD_TAG_ERROR, {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500]})
     finally:
-        inline = sys.modules.get("ansible_operator.executors.zygote_module_inline")
+        inline = sys.modules.get("ansible_operator.executors.warm.inline_modules")
         if inline is not None:  # exit handlers in-process modules left for the end of the run
             inline.run_deferred()
 
@@ -482,26 +482,26 @@ def _run(spec: RunSpec, sink: EventSink) -> None:
     if spec.get("fast_path", True):
         _wait_on_results()
     else:
-        from ansible_operator.executors import zygote_plugin_docs
+        from ansible_operator.executors.warm import plugin_docs
 
-        zygote_plugin_docs.disable()
-    from ansible_operator.executors import zygote_modules, zygote_payloads
+        plugin_docs.disable()
+    from ansible_operator.executors.warm import fast_modules, payloads
 
     modules_in_process = bool(spec.get("fast_path", True) and spec.get("modules_in_process", True))
-    zygote_modules.install(spec.get("fast_modules") or (), in_process=modules_in_process)
+    fast_modules.install(spec.get("fast_modules") or (), in_process=modules_in_process)
     if spec.get("fast_path", True):
-        zygote_modules.pipeline(spec.get("fast_modules") or ())
-        zygote_modules.tmp_helpers_in_process()
+        fast_modules.pipeline(spec.get("fast_modules") or ())
+        fast_modules.tmp_helpers_in_process()
     if spec.get("fast_path", True) and spec.get("tasks_in_process", True):
-        from ansible_operator.executors import zygote_tasks
+        from ansible_operator.executors.warm import tasks
 
-        zygote_tasks.install()
+        tasks.install()
     if ansible_compat.payload_store_supported():
-        zygote_payloads.install(os.path.join(zygote_tmp, zygote_payloads.STORE_DIRNAME))
+        payloads.install(os.path.join(zygote_tmp, payloads.STORE_DIRNAME))
     if spec.get("fast_path", True):
-        from ansible_operator.executors import zygote_templates
+        from ansible_operator.executors.warm import templates
 
-        zygote_templates.install(os.path.join(zygote_tmp, zygote_templates.STORE_DIRNAME))
+        templates.install(os.path.join(zygote_tmp, templates.STORE_DIRNAME))
     color.ANSIBLE_COLOR = bool(C.ANSIBLE_FORCE_COLOR or not C.ANSIBLE_NOCOLOR)
     # CLI.run() calls init_plugin_loader() again; the zygote already did, and Python would print a warning.
     warnings.filterwarnings("ignore", message="AnsibleCollectionFinder has already been configured")
