@@ -42,7 +42,7 @@ from harness import cpu_seconds  # noqa: E402
 from ansible_operator.collections import COLLECTIONS_ROOT  # noqa: E402
 from ansible_operator.executors.base import RunRequest  # noqa: E402
 from ansible_operator.executors.datadir import new_run_id  # noqa: E402
-from ansible_operator.executors.warm import WarmExecutor  # noqa: E402
+from ansible_operator.executors.warm.executor import WarmExecutor  # noqa: E402
 
 _HEAD = "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
 

@@ -46,11 +46,11 @@ IDLE = re.compile(r"^(_worker|select|poll|_do_waitpid|waitpid|_recv|recv_bytes|_
 
 
 def _waitpid_frame() -> str:
-    """The frame py-spy shows while ``zygote_modules.run_forked`` waits for its module fork (``os.waitpid``
+    """The frame py-spy shows while ``fast_modules.run_forked`` waits for its module fork (``os.waitpid``
     is a C call: the innermost Python frame is ``run_forked`` itself, at that line)."""
-    source = (REPO / "ansible_operator" / "executors" / "zygote_modules.py").read_text().splitlines()
+    source = (REPO / "ansible_operator" / "executors" / "warm" / "fast_modules.py").read_text().splitlines()
     (line,) = [n for n, text in enumerate(source, 1) if "os.waitpid(pid, 0)" in text]
-    return f"run_forked (ansible_operator/executors/zygote_modules.py:{line})"
+    return f"run_forked (ansible_operator/executors/warm/fast_modules.py:{line})"
 
 
 WAITPID_FRAME = _waitpid_frame()
@@ -58,8 +58,8 @@ ZYGOTE_PHASES = [
     ("callback / event writing", r"send_callback|awx_display|OutputEventFilter|EventSink|PtyLikeStdout"
                                  r"|display\.py|ansible_runner/"),
     ("API round trips inside modules", r"urllib3/|http/client|ssl\.py|socket\.py"),
-    ("module payload (AnsiballZ)", r"module_common|_configure_module|zygote_payloads|modify_module"),
-    ("module execution", r"_execute_module|zygote_modules|exec_command|ansible_collections|kubernetes/"),
+    ("module payload (AnsiballZ)", r"module_common|_configure_module|warm/payloads|modify_module"),
+    ("module execution", r"_execute_module|warm/fast_modules|exec_command|ansible_collections|kubernetes/"),
     ("per-task worker start", r"WorkerProcess\.start|popen_fork"),
     ("templating", r"_templating|jinja2|ansible/template"),
     ("playbook / role load", r"Playbook\.load|ansible/playbook/|ansible/parsing/|load_list_of"),
@@ -70,7 +70,7 @@ OPERATOR_PHASES = [
     ("operator: status write logic", r"_write_status"),
     ("operator: owner-injecting API proxy", r"ansible_operator/owners/"),
     ("operator: queue / intake / kopf watch", r"kopf/|intake\.py|queue\.py"),
-    ("operator: events from the zygote, results", r"warm\.py|results\.py|on_event|logs\.py"),
+    ("operator: events from the zygote, results", r"warm/executor\.py|results\.py|on_event|logs\.py"),
     ("operator: run dir / artifacts / run.json", r"artifacts\.py|datadir\.py"),
     ("operator: API client (kube.py)", r"kube\.py|events\.py|kubernetes/"),
 ]
@@ -102,7 +102,7 @@ def classify(path: Path, operator: bool) -> collections.Counter[str]:
                 out["strategy poll loop (1 ms sleeps between result checks)"] += n
             elif "strategy" in s:
                 out["strategy: queueing tasks, processing results"] += n
-            elif "_become_child" in s or "zygote_child" in s:
+            elif "_become_child" in s or "warm/child.py" in s:
                 out["run child setup / exit"] += n
             else:
                 out["zygote (fork, protocol)"] += n

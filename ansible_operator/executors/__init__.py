@@ -15,7 +15,7 @@ __all__ = ["EXECUTORS", "EventCallback", "Executor", "RunOutcome", "RunRequest",
 
 EXECUTORS: dict[str, tuple[str, str]] = {
     "runner": ("ansible_operator.executors.runner", "RunnerExecutor"),
-    "warm": ("ansible_operator.executors.warm", "WarmExecutor"),
+    "warm": ("ansible_operator.executors.warm.executor", "WarmExecutor"),
 }
 
 

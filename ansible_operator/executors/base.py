@@ -1,7 +1,7 @@
 """The executor interface: "run this playbook or role with these extra vars, stream its events".
 
 The queue and status code only ever see this interface, so the plain ansible-runner executor
-(``executors/runner.py``) and the warm forking executor (``executors/warm.py``) are interchangeable.
+(``executors/runner.py``) and the warm forking executor (``executors/warm/executor.py``) are interchangeable.
 
 Events are plain dicts exactly as ansible-runner emits them (``event``, ``uuid``, ``counter``,
 ``stdout``, ``event_data`` with ``task``, ``task_action``, ``host``, ``res``, ``ok``/``changed``/... for

@@ -24,7 +24,6 @@ import copy
 import logging
 import math
 import os
-import re
 import shlex
 import sys
 import threading
@@ -36,21 +35,17 @@ from typing import Any, Sequence
 
 from ansible_operator.executors.base import EventCallback, RunOutcome, RunRequest
 from ansible_operator.executors.datadir import RUN_ID_ENV, prepare
+from ansible_operator.executors.failure import one_line as _one_line
+from ansible_operator.executors.failure import stdout_error
 
 log = logging.getLogger(__name__)
 
 __all__ = ["RunnerExecutor"]
 
 _RUNNER_STATUSES = {"successful", "failed", "timeout", "canceled"}
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # How often ansible-runner's pexpect loop wakes up to poll cancel_callback and the job timeout
 # (ansible-runner's default is 5 s, which would make cancel and timeout that slow).
 DEFAULT_POLL_INTERVAL = 0.25
-
-
-def _one_line(text: str, limit: int = 500) -> str:
-    line = " ".join(_ANSI.sub("", text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def kill_leftovers(run_id: str, wait: float = 5.0) -> int:
@@ -109,23 +104,6 @@ def _wait_dead(procs: list[Any], deadline: float) -> list[Any]:
         time.sleep(0.02)
         pending = [proc for proc in pending if running(proc)]
     return pending
-
-
-def stdout_error(artifacts_dir: Path) -> str | None:
-    """The error line (``[ERROR]: ...`` in ansible-core 2.19, ``ERROR! ...`` before) or else the last line
-    of a run that failed before/outside any task (syntax error, role not found, ...)."""
-    try:
-        lines = [
-            ln
-            for ln in _ANSI.sub("", (artifacts_dir / "stdout").read_text(errors="replace")).splitlines()
-            if ln.strip()
-        ]
-    except OSError:
-        return None
-    for ln in lines:
-        if ln.lstrip().startswith(("[ERROR]", "ERROR!")):
-            return _one_line(ln)
-    return _one_line(lines[-1]) if lines else None
 
 
 class RunnerExecutor:

@@ -11,7 +11,7 @@ from executor_helpers import started, write
 
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
-from ansible_operator.executors.warm import WarmExecutor
+from ansible_operator.executors.warm.executor import WarmExecutor
 
 pytestmark = pytest.mark.ansible_versions  # also on the lowest and the newest ansible-core
 
@@ -57,7 +57,7 @@ def test_the_zygote_prints_nothing_while_preloading(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    zygote = subprocess.Popen([sys.executable, "-m", "ansible_operator.executors.zygote"], cwd=tmp_path,
+    zygote = subprocess.Popen([sys.executable, "-m", "ansible_operator.executors.warm.zygote"], cwd=tmp_path,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert zygote.stdout is not None and zygote.stdin is not None and zygote.stderr is not None
     ready = json.loads(zygote.stdout.readline())  # blocks until preload is done

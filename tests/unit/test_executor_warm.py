@@ -27,7 +27,7 @@ from executor_helpers import descendants_with, started, write
 from ansible_operator.executors import make_executor
 from ansible_operator.executors.base import Executor, RunOutcome, RunRequest
 from ansible_operator.executors.datadir import new_run_id
-from ansible_operator.executors.warm import EXECUTOR_RESTARTED, WarmExecutor
+from ansible_operator.executors.warm.executor import EXECUTOR_RESTARTED, WarmExecutor
 from ansible_operator.extravars import Unsafe
 
 pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
@@ -233,7 +233,7 @@ async def test_contract_verbosity_is_per_run(executor: Executor, tmp_path: Path)
 
 async def test_contract_tasks_of_two_local_hosts_keep_their_own_task_vars_and_host(
         executor: Executor, tmp_path: Path) -> None:
-    """The warm executor runs localhost tasks without a worker fork (``zygote_tasks``): what the task
+    """The warm executor runs localhost tasks without a worker fork (``warm.tasks``): what the task
     executor changes (the task templated in place, the loop variable, the worker emptying host vars) must
     not reach the next host or task, a task ``timeout`` still fires, and added hosts work (2.21: inventory
     RPC). The runner executor's forked workers are the reference."""
@@ -463,7 +463,7 @@ async def test_localhost_tasks_run_in_the_run_child_unless_switched_off(
 
 async def test_an_action_plugin_exiting_fails_its_task_not_the_run(
         warm: WarmExecutor, tmp_path: Path) -> None:
-    # run in the run child (zygote_tasks), a task whose action plugin calls sys.exit must become a failed
+    # run in the run child (warm.tasks), a task whose action plugin calls sys.exit must become a failed
     # task result: the play goes on to its rescue and the run child reports as usual
     write(tmp_path / "action_plugins" / "exits.py", """
 import sys

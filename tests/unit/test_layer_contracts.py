@@ -87,9 +87,17 @@ def test_cycles_are_checked_for_the_whole_package() -> None:
 
 
 # import-linter cannot forbid an external package's sub-packages, so this test holds the compat walls (issue
-# 23): kopf's private modules only in kopfcompat, ansible-core's private package only in ansible_compat.
-WALLS = {"kopf._": "ansible_operator/kopfcompat.py",
-         "ansible._internal": "ansible_operator/executors/ansible_compat.py"}
+# 23): kopf's private modules only in kopfcompat, ansible-core's private ones (``ansible._internal``,
+# ``ansible.module_utils._internal``, ...) only in the warm executor's ansible_compat.
+WALLS = {"kopf": "ansible_operator/kopfcompat.py",
+         "ansible": "ansible_operator/executors/warm/ansible_compat.py"}
+
+
+def _private_module_of(module: str) -> str | None:
+    """The walled package (a key of WALLS) whose private module ``module`` is (a part of its dotted name
+    starts with ``_``), or None."""
+    root, *rest = module.split(".")
+    return root if root in WALLS and any(part.startswith("_") for part in rest) else None
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -109,13 +117,33 @@ def test_private_internals_of_kopf_and_ansible_core_are_imported_by_their_compat
     for path in sorted(PACKAGE.rglob("*.py")):
         relative = path.relative_to(ROOT).as_posix()
         for line, module in _imports(path):
-            for prefix, owner in WALLS.items():
-                if module.startswith(prefix) and relative != owner:
-                    offenders.append(f"{relative}:{line}: {module} (only {owner} may)")
+            walled = _private_module_of(module)
+            if walled is not None and relative != WALLS[walled]:
+                offenders.append(f"{relative}:{line}: {module} (only {WALLS[walled]} may)")
     assert offenders == [], "\n".join(offenders)
-    # and the walls themselves are where they say
-    assert any(m.startswith("kopf._") for _, m in _imports(ROOT / WALLS["kopf._"]))
-    assert any(m.startswith("ansible._internal") for _, m in _imports(ROOT / WALLS["ansible._internal"]))
+    # and the walls themselves are where they say, and do import such modules
+    for package, owner in WALLS.items():
+        assert any(_private_module_of(m) == package for _, m in _imports(ROOT / owner)), owner
+
+
+def test_the_walls_tell_private_modules_from_public_ones() -> None:
+    assert _private_module_of("ansible._internal._templating") == "ansible"
+    assert _private_module_of("ansible.module_utils._internal._ansiballz") == "ansible"
+    assert _private_module_of("kopf._core.engines") == "kopf"
+    assert _private_module_of("ansible.executor.module_common") is None
+    assert _private_module_of("ansible_runner._internal") is None  # another distribution
+    assert _private_module_of("kopf") is None
+
+
+def test_the_executors_never_import_each_other() -> None:
+    """Each implementation ``make_executor`` can load is in the independence contract (by its package)."""
+    from ansible_operator.executors import EXECUTORS
+
+    contract = _contract("Neither executor imports the other")
+    assert contract["type"] == "independence" and not contract.get("ignore_imports")
+    for module, _cls in EXECUTORS.values():
+        assert any(module == m or module.startswith(m + ".") for m in contract["modules"]), module
+    assert len(contract["modules"]) == len(EXECUTORS)
 
 
 # Who may import the clients at all (issue 23, "one API client policy"). import-linter cannot name "every

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from ansible_operator.executors import ansible_compat, warm, zygote, zygote_child
-from ansible_operator.executors.zygote_protocol import encode
+from ansible_operator.executors.warm import ansible_compat, child, executor, zygote
+from ansible_operator.executors.warm.protocol import encode
 
 pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
 
 
 def test_installed_ansible_core_is_one_whose_internals_the_zygote_knows() -> None:
-    """If this fails, ansible-core moved outside the supported range: check zygote_child.py and
+    """If this fails, ansible-core moved outside the supported range: check warm/child.py and
     ansible_compat.py against the new internals (constants re-evaluation, collection finder attributes,
     awx_display's event_context, WorkerProcess, PlaybookCLI.cli_executor, the AnsiballZ wrapper) first."""
     import ansible.release
@@ -37,9 +37,9 @@ def test_supported_range(version: str, ok: bool) -> None:
 
 
 def test_operator_side_refuses_another_ansible_core(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(metadata, "version", lambda name: "2.99.0")  # the module warm.py reads
+    monkeypatch.setattr(metadata, "version", lambda name: "2.99.0")  # the module executor.py reads
     with pytest.raises(RuntimeError, match=r"2\.16 - 2\.21.*2\.99\.0.*--executor runner"):
-        warm.check_ansible_core_version()
+        executor.check_ansible_core_version()
 
 
 def test_zygote_refuses_another_ansible_core(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -133,7 +133,7 @@ def test_run_environment_reevaluates_only_the_affected_constants(monkeypatch: py
     monkeypatch.setattr(C, "DEFAULT_HASH_BEHAVIOUR", C.DEFAULT_HASH_BEHAVIOUR)
     monkeypatch.setattr(C, "DEFAULT_ROLES_PATH", C.DEFAULT_ROLES_PATH)
     untouched = C.DEFAULT_FORKS
-    zygote_child._apply_environment({"ANSIBLE_HASH_BEHAVIOUR": "merge", "ANSIBLE_ROLES_PATH": "/r1:/r2"})
+    child._apply_environment({"ANSIBLE_HASH_BEHAVIOUR": "merge", "ANSIBLE_ROLES_PATH": "/r1:/r2"})
     assert C.DEFAULT_HASH_BEHAVIOUR == "merge"
     assert C.DEFAULT_ROLES_PATH == ["/r1", "/r2"]
     assert C.DEFAULT_FORKS == untouched
@@ -142,9 +142,9 @@ def test_run_environment_reevaluates_only_the_affected_constants(monkeypatch: py
 def test_playbook_arguments_carry_verbosity_inventory_and_extra_vars_file() -> None:
     spec: Any = {"inventory": "/pdd/inventory/hosts", "extravars_file": "/pdd/env/extravars",
                  "verbosity": 3, "playbook": "/pdd/project/main.yml"}
-    args = zygote_child._playbook_args(spec)
+    args = child._playbook_args(spec)
     assert args[0].endswith("ansible-playbook")
     assert args[1:] == ["-i", "/pdd/inventory/hosts", "-e", "@/pdd/env/extravars", "-vvv",
                         "/pdd/project/main.yml"]
     quiet: Any = {**spec, "verbosity": 0}
-    assert "-v" not in " ".join(zygote_child._playbook_args(quiet))
+    assert "-v" not in " ".join(child._playbook_args(quiet))

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from ansible_runner.display_callback.callback import awx_display
 
-from ansible_operator.executors.zygote_child import EventSink, InProcessPartials
-from ansible_operator.executors.zygote_protocol import CHILD_TAG_EVENT
+from ansible_operator.executors.warm.child import EventSink, InProcessPartials
+from ansible_operator.executors.warm.protocol import CHILD_TAG_EVENT
 
 pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
 

@@ -1,7 +1,7 @@
 """Every task of a warm run reaches a TLS API server whose kubeconfig embeds its certificates and key.
 
 kubernetes' kubeconfig loader writes ``certificate-authority-data`` / ``client-*-data`` to temporary files
-and registers their removal with ``atexit``. With modules in the run child (``zygote_module_inline``) the
+and registers their removal with ``atexit``. With modules in the run child (``warm.inline_modules``) the
 exit handlers of a module ran when it returned, so the first kubernetes.core task removed the files the
 client kubernetes.core pools for the run's next tasks still loads on each new connection: every later
 task of the run failed (``SSLError(FileNotFoundError)``). Operators that pass their own kubeconfig to runs
@@ -22,8 +22,8 @@ from executor_helpers import started, write
 from ansible_operator import collections
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
-from ansible_operator.executors.warm import WarmExecutor
-from ansible_operator.executors.zygote_modules import DEFAULT_FAST_MODULE_PREFIXES
+from ansible_operator.executors.warm.executor import WarmExecutor
+from ansible_operator.executors.warm.fast_modules import DEFAULT_FAST_MODULE_PREFIXES
 from ansible_operator_sandbox.testing import start_in_thread
 
 pytestmark = pytest.mark.ansible_versions

@@ -1,4 +1,4 @@
-"""Fast modules in the task's own process (zygote_module_inline): what a fork isolated stays isolated.
+"""Fast modules in the task's own process (warm.inline_modules): what a fork isolated stays isolated.
 
 Every test runs the same playbook with the module in the run child (``modules_in_process=True``, the
 default), in a fork of it, and (the reference) in a fresh interpreter as Ansible runs it, and expects the
@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from executor_helpers import started, write
 
-from ansible_operator.executors import ansible_compat
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
-from ansible_operator.executors.warm import WarmExecutor
+from ansible_operator.executors.warm import ansible_compat
+from ansible_operator.executors.warm.executor import WarmExecutor
 
 pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
 

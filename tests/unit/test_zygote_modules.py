@@ -1,4 +1,4 @@
-"""Fast module tasks (zygote_modules): same results as a fresh interpreter, only faster.
+"""Fast module tasks (warm.fast_modules): same results as a fresh interpreter, only faster.
 
 Each behaviour is checked by running the same playbook with the fast path on and off
 (``WarmExecutor(fast_modules=())``) and comparing what Ansible reports.
@@ -20,8 +20,8 @@ from executor_helpers import started
 
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
-from ansible_operator.executors.warm import WarmExecutor
-from ansible_operator.executors.zygote_modules import helper_result, plan_for
+from ansible_operator.executors.warm.executor import WarmExecutor
+from ansible_operator.executors.warm.fast_modules import helper_result, plan_for
 
 pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
 

@@ -1,4 +1,4 @@
-"""AnsiballZ payloads shared between warm runs (zygote_payloads): reused while valid, rebuilt when not."""
+"""AnsiballZ payloads shared between warm runs (warm.payloads): reused while valid, rebuilt when not."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any, AsyncIterator
 import pytest
 from executor_helpers import started
 
-from ansible_operator.executors import ansible_compat
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
-from ansible_operator.executors.warm import WarmExecutor
-from ansible_operator.executors.zygote_payloads import PayloadStore, decode_entry, encode_entry, is_fresh
+from ansible_operator.executors.warm import ansible_compat
+from ansible_operator.executors.warm.executor import WarmExecutor
+from ansible_operator.executors.warm.payloads import PayloadStore, decode_entry, encode_entry, is_fresh
 
 pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
 
@@ -51,7 +51,7 @@ def _bump_mtime(path: Path) -> None:
 
 @pytest.fixture
 async def warm() -> AsyncIterator[WarmExecutor]:
-    # Modules run in a fresh interpreter from their payload here: on the fast path (zygote_modules) the
+    # Modules run in a fresh interpreter from their payload here: on the fast path (warm.fast_modules) the
     # worker's collection loader would import them from disk and hide a stale payload.
     async with started(WarmExecutor(max_workers=2, fast_modules=())) as ex:
         yield ex

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core
 # What an empty play loads in a run child (cProfile of one, 2.19): these documents were parsed every run.
 _PROBE = r"""
 import json, os, sys
-from ansible_operator.executors import zygote, zygote_plugin_docs
+from ansible_operator.executors.warm import plugin_docs, zygote
 zygote.preload()
 from ansible import constants as C
 from ansible.plugins import loader
@@ -26,7 +26,7 @@ def counting_loader(*args, **kwargs):
     return original(*args, **kwargs)
 loader.AnsibleLoader = counting_loader
 if sys.argv[1] == "off":
-    zygote_plugin_docs.disable()
+    plugin_docs.disable()
 pid = os.fork()
 if pid == 0:  # a run child, as the zygote forks one
     for name in C.INVENTORY_ENABLED:

@@ -1,6 +1,6 @@
 """The run child's wake-up driven result wait (issue 14): Ansible's strategy, real, with the hook in place.
 
-``zygote_child._wait_on_results`` patches ``ansible.plugins.strategy`` of the process it runs in; here
+``child._wait_on_results`` patches ``ansible.plugins.strategy`` of the process it runs in; here
 ``monkeypatch`` restores both patched attributes after each test, so other tests see Ansible unchanged.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ansible_operator.executors import warm, zygote_child
+from ansible_operator.executors.warm import child, executor
 
 pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
 
@@ -49,8 +49,8 @@ def strategy_module(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(module.StrategyBase, "__init__", module.StrategyBase.__init__)
     monkeypatch.setattr(module, "time", module.time)
     # An hour: if a result did not wake the loop, the test would hang (and fail at _GUARD), not pass late.
-    monkeypatch.setattr(zygote_child, "RESULT_WAIT_CAP", 3600.0)
-    assert zygote_child._wait_on_results()
+    monkeypatch.setattr(child, "RESULT_WAIT_CAP", 3600.0)
+    assert child._wait_on_results()
     return module
 
 
@@ -100,7 +100,7 @@ def test_the_result_loop_sleeps_until_a_result_arrives(strategy: Any) -> None:
 def test_other_sleeps_in_the_strategy_module_are_real_sleeps(strategy_module: Any,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     slept: list[float] = []
-    monkeypatch.setattr(time, "sleep", slept.append)  # the module zygote_child's stand-in delegates to
+    monkeypatch.setattr(time, "sleep", slept.append)  # the module warm.child's stand-in delegates to
 
     def _queue_task() -> None:  # the strategy waiting for a free worker slot
         strategy_module.time.sleep(0.0001)
@@ -114,17 +114,17 @@ def test_other_sleeps_in_the_strategy_module_are_real_sleeps(strategy_module: An
                                        ("false", False), ("0", False), ("No", False), ("off", False)])
 def test_fast_path_switch(monkeypatch: pytest.MonkeyPatch, value: str | None, on: bool) -> None:
     if value is None:
-        monkeypatch.delenv(warm.FAST_PATH_ENV, raising=False)
+        monkeypatch.delenv(executor.FAST_PATH_ENV, raising=False)
     else:
-        monkeypatch.setenv(warm.FAST_PATH_ENV, value)
-    assert warm.WarmExecutor().fast_path is on
-    assert warm.WarmExecutor(fast_path=not on).fast_path is (not on)
+        monkeypatch.setenv(executor.FAST_PATH_ENV, value)
+    assert executor.WarmExecutor().fast_path is on
+    assert executor.WarmExecutor(fast_path=not on).fast_path is (not on)
 
 
 @pytest.mark.parametrize("fast_path, value, on", [
     (True, None, True), (True, "false", False), (True, "1", True), (False, None, False), (False, "1", False)])
-@pytest.mark.parametrize("env, attribute", [(warm.TASKS_IN_PROCESS_ENV, "tasks_in_process"),
-                                             (warm.MODULES_IN_PROCESS_ENV, "modules_in_process")])
+@pytest.mark.parametrize("env, attribute", [(executor.TASKS_IN_PROCESS_ENV, "tasks_in_process"),
+                                             (executor.MODULES_IN_PROCESS_ENV, "modules_in_process")])
 def test_in_process_switches_need_the_fast_path(monkeypatch: pytest.MonkeyPatch, fast_path: bool,
                                                 value: str | None, on: bool, env: str,
                                                 attribute: str) -> None:
@@ -132,4 +132,4 @@ def test_in_process_switches_need_the_fast_path(monkeypatch: pytest.MonkeyPatch,
         monkeypatch.delenv(env, raising=False)
     else:
         monkeypatch.setenv(env, value)
-    assert getattr(warm.WarmExecutor(fast_path=fast_path), attribute) is on
+    assert getattr(executor.WarmExecutor(fast_path=fast_path), attribute) is on

@@ -1,4 +1,4 @@
-"""The warm executor's compiled-template store (``zygote_templates``): reuse across runs, never stale code.
+"""The warm executor's compiled-template store (``warm.templates``): reuse across runs, never stale code.
 
 Each "run" is a fresh :class:`TemplateCodeStore` on the same directory (what a new fork of the zygote
 gets), in front of a real ``jinja2.Environment.compile``.
@@ -13,8 +13,8 @@ import jinja2
 import pytest
 from jinja2 import pass_context
 
-from ansible_operator.executors import zygote_templates
-from ansible_operator.executors.zygote_templates import TemplateCodeStore
+from ansible_operator.executors.warm import templates
+from ansible_operator.executors.warm.templates import TemplateCodeStore
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def new_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
     def start() -> TemplateCodeStore:
         store = TemplateCodeStore(str(tmp_path / "store"), lambda: ())
-        monkeypatch.setattr(jinja2.Environment, "compile", zygote_templates.cached(real, store))
+        monkeypatch.setattr(jinja2.Environment, "compile", templates.cached(real, store))
         return store
 
     return start

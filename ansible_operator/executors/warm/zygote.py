@@ -1,7 +1,8 @@
 """The warm executor's zygote: import Ansible once, then fork one child per playbook run.
 
-Run as ``python -m ansible_operator.executors.zygote`` by :class:`~ansible_operator.executors.warm.
-WarmExecutor` (always a separate, freshly exec'd process: the asyncio operator itself is never forked).
+Run as ``python -m ansible_operator.executors.warm.zygote`` by
+:class:`~ansible_operator.executors.warm.executor.WarmExecutor` (always a separate, freshly exec'd process:
+the asyncio operator itself is never forked).
 
 Why: ``ansible-playbook`` spends ~0.55 s importing Ansible and loading plugins before the first task;
 a child forked from a process that already did that starts running tasks in milliseconds and shares the
@@ -13,7 +14,7 @@ sub-reaper so everything a run starts stays under it, even processes that ``sets
 the whole process tree of a run, and orphans are reaped. When the operator goes away -- even by SIGKILL:
 stdin reaches EOF and ``PR_SET_PDEATHSIG`` sends SIGTERM -- it kills every process below it before it
 exits (:mod:`ansible_operator.executors.lifetime`).
-Protocol: :mod:`ansible_operator.executors.zygote_protocol`.
+Protocol: :mod:`ansible_operator.executors.warm.protocol`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_operator.executors import ansible_compat
 from ansible_operator.executors.lifetime import (
     become_subreaper,
     die_with_parent,
@@ -37,7 +37,8 @@ from ansible_operator.executors.lifetime import (
     kill_group,
     reap_children,
 )
-from ansible_operator.executors.zygote_protocol import (
+from ansible_operator.executors.warm import ansible_compat
+from ansible_operator.executors.warm.protocol import (
     CHILD_TAG_ERROR,
     CHILD_TAG_EVENT,
     CHILD_TAG_RESULT,
@@ -84,9 +85,9 @@ def preload() -> None:
     from ansible.plugins.loader import init_plugin_loader
 
     init_plugin_loader([])
-    from ansible_operator.executors import zygote_plugin_docs
+    from ansible_operator.executors.warm import plugin_docs
 
-    zygote_plugin_docs.install()  # before any plugin is loaded: see the module
+    plugin_docs.install()  # before any plugin is loaded: see the module
     import ansible_runner.utils  # noqa: F401  (OutputEventFilter, used by every child)
     # Every run loads these lazily (TaskQueueManager walks all callbacks, the inventory manager every
     # enabled inventory plugin, ...); loading them here also parses each plugin's DOCUMENTATION once.
@@ -125,13 +126,13 @@ def preload() -> None:
 
     # the run child's own modules: imported per run they were compiled per run (no .pyc is written where
     # PYTHONDONTWRITEBYTECODE is set, as in many images)
-    from ansible_operator.executors import (  # noqa: F401
-        zygote_child,
-        zygote_module_inline,
-        zygote_modules,
-        zygote_payloads,
-        zygote_tasks,
-        zygote_templates,
+    from ansible_operator.executors.warm import (  # noqa: F401
+        child,
+        fast_modules,
+        inline_modules,
+        payloads,
+        tasks,
+        templates,
     )
     ansible_compat.preload_json_profiles()
     _preload_kubernetes(loader)
@@ -169,7 +170,8 @@ def _preload_kubernetes_quietly(loader: Any) -> None:
 
 def _preload_module_code(collection: str) -> None:
     """Import a collection's *modules* (definitions only: ``main()`` runs under ``__main__``) and what they
-    import, for the in-process module path of :mod:`zygote_modules`; also the AnsiballZ loader."""
+    import, for the in-process module path of :mod:`~ansible_operator.executors.warm.fast_modules`; also the
+    AnsiballZ loader."""
     import importlib
     import pkgutil
     import warnings
@@ -330,7 +332,7 @@ class Zygote:
             keep = sorted({0, 1, 2, write_fd})
             for low, high in zip(keep, keep[1:] + [os.sysconf("SC_OPEN_MAX")]):
                 os.closerange(low + 1, high)
-            from ansible_operator.executors.zygote_child import run_child
+            from ansible_operator.executors.warm.child import run_child
 
             run_child(spec, write_fd)
             code = 0

@@ -18,7 +18,7 @@ strategy, the callbacks and the events see exactly what a worker would have sent
 What differs from a worker: a task's ``timeout`` alarm and any prompt run in the run child (its stdin is
 ``/dev/null`` as a worker's is); an action plugin's stray ``print`` reaches the run's stdout (a 2.19
 worker captures it and warns); an exception escaping the task executor becomes a failed task result
-instead of a dead worker. Fast modules then run in the run child too (``zygote_module_inline``; in a fork
+instead of a dead worker. Fast modules then run in the run child too (``warm.inline_modules``; in a fork
 of it with ``ANSIBLE_OPERATOR_WARM_MODULES_IN_PROCESS=false``); other modules are executed by the connection
 as usual, in processes of their own.
 """
@@ -29,7 +29,7 @@ import contextlib
 import copy
 from typing import Any, Iterator
 
-from ansible_operator.executors import ansible_compat
+from ansible_operator.executors.warm import ansible_compat
 
 
 def _in_process(worker: Any) -> bool:

@@ -1,7 +1,7 @@
 """The warm executor: runs through a pre-imported Ansible "zygote" process that forks one child per run.
 
 A plain ``ansible-playbook`` spends most of a short operator run importing Ansible and loading plugins
-(~0.55 s of ~1.2 s here). The zygote (:mod:`ansible_operator.executors.zygote`, a separate interpreter
+(~0.55 s of ~1.2 s here). The zygote (:mod:`ansible_operator.executors.warm.zygote`, a separate interpreter
 started with ``asyncio.create_subprocess_exec``: the operator's own threaded asyncio process is never
 forked) does that once; each run is a ``fork()`` of it, so a run starts executing tasks at once and shares
 the imported code copy-on-write. Runs produce the same events and artifacts layout as the ``runner``
@@ -27,11 +27,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
-from ansible_operator.executors import ansible_compat
 from ansible_operator.executors.base import EventCallback, RunOutcome, RunRequest, RunStatus
+from ansible_operator.executors.failure import stdout_error
 from ansible_operator.executors.lifetime import kill_group
-from ansible_operator.executors.zygote_modules import DEFAULT_FAST_MODULE_PREFIXES
-from ansible_operator.executors.zygote_protocol import RunSpec, encode
+from ansible_operator.executors.warm import ansible_compat
+from ansible_operator.executors.warm.fast_modules import DEFAULT_FAST_MODULE_PREFIXES
+from ansible_operator.executors.warm.protocol import RunSpec, encode
 
 __all__ = ["WarmExecutor", "check_ansible_core_version"]
 
@@ -113,11 +114,11 @@ class WarmExecutor:
         ``ANSIBLE_OPERATOR_WARM_FAST_PATH`` (on unless ``0``, ``false``, ``no`` or ``off``).
 
         ``tasks_in_process``: run localhost tasks in the run child instead of a forked Ansible worker
-        (``zygote_tasks``; part of the fast path, never on without it); None (default) reads
+        (``warm.tasks``; part of the fast path, never on without it); None (default) reads
         ``ANSIBLE_OPERATOR_WARM_TASKS_IN_PROCESS`` the same way.
 
         ``modules_in_process``: run the ``fast_modules`` in the process that runs their task instead of a
-        fork of it (``zygote_module_inline``; part of the fast path); None (default) reads
+        fork of it (``warm.inline_modules``; part of the fast path); None (default) reads
         ``ANSIBLE_OPERATOR_WARM_MODULES_IN_PROCESS`` the same way.
         """
         if max_workers < 1:
@@ -217,7 +218,7 @@ class WarmExecutor:
         if self._workdir is None or not os.path.isdir(self._workdir):
             self._workdir = tempfile.mkdtemp(prefix="ansible-operator-zygote-")
         process = await asyncio.create_subprocess_exec(
-            self._python, "-m", "ansible_operator.executors.zygote",
+            self._python, "-m", "ansible_operator.executors.warm.zygote",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
             limit=_LINE_LIMIT, cwd=self._workdir,
         )
@@ -442,8 +443,6 @@ def _outcome(run: _Run, artifacts_dir: Path) -> RunOutcome:
             if status == "failed" and rc not in (0, 2):
                 # as the runner executor: rc 2 = a task failed (the events say which); anything else
                 # failed outside any task (syntax error, role not found...): name it from the output.
-                from ansible_operator.executors.runner import stdout_error
-
                 error = stdout_error(artifacts_dir) or f"ansible-playbook exited with rc {rc}"
             return RunOutcome(status=status, rc=rc, artifacts_dir=artifacts_dir, error=error)
     if run.error is not None:

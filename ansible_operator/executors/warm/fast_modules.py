@@ -12,13 +12,13 @@ pipelined payload), the module's arguments and internal ``_ansible_*`` flags (ch
 verbosity...), the module code itself, its stdout/stderr/rc, and Ansible's parsing of them. The only
 difference is that already-imported ``ansible.module_utils`` / ``kubernetes`` / collection module_utils
 are reused instead of re-imported from the payload's zip -- the same files, since the payload is built
-from the same installation (``zygote_child`` re-imports collections that a run's collection path moves).
+from the same installation (``warm.child`` re-imports collections that a run's collection path moves).
 
 Anything that does not match the expected shape exactly (become, async wrapper, another interpreter, a
 module outside the prefixes, a non-local connection) runs the normal way.
 
 With the fast path's in-process modules (the default), the planned script runs in the calling process
-instead of a fork (``zygote_module_inline``, through :func:`_execute_in_process`); the fork remains for a
+instead of a fork (``warm.inline_modules``, through :func:`_execute_in_process`); the fork remains for a
 thread that finds another module running, and when that part is switched off.
 """
 
@@ -36,8 +36,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ansible_operator.executors import ansible_compat
 from ansible_operator.executors.lifetime import die_with_parent
+from ansible_operator.executors.warm import ansible_compat
 
 DEFAULT_FAST_MODULE_PREFIXES: tuple[str, ...] = ("kubernetes.core.", "ansible_operator.util.")
 """kubernetes.core, and our own status/requeue/event modules (they use the same kubernetes client)."""
@@ -190,7 +190,7 @@ def _become_module_side() -> None:
 
 
 def _execute_in_process(plan: ForkPlan) -> int:
-    """For a module run in this process (``zygote_module_inline``): on 2.19+, the wrapper's own last step
+    """For a module run in this process (``warm.inline_modules``): on 2.19+, the wrapper's own last step
     (``ansible_compat.run_module_directly``) instead of the whole script, whose compile, base64 decoding,
     zip writing and temporary directories were ~60 % of an in-process module task's time; the script
     otherwise (2.16 - 2.18, whose wrapper lets a module's exception through with its own frames)."""
@@ -244,15 +244,15 @@ def _print_script_traceback(exc: BaseException, script: str) -> None:
 
 def install(module_prefixes: Sequence[str], in_process: bool = False) -> None:
     """Route allowed module commands of the ``local`` connection through :func:`run_forked`, or with
-    ``in_process`` through ``zygote_module_inline.run_inline`` (no fork; the fork when it declines)."""
+    ``in_process`` through ``inline_modules.run_inline`` (no fork; the fork when it declines)."""
     if not module_prefixes:
         return
     run_inline = None
     if in_process:
-        from ansible_operator.executors import zygote_module_inline
+        from ansible_operator.executors.warm import inline_modules
 
-        zygote_module_inline.prepare()
-        run_inline = zygote_module_inline.run_inline
+        inline_modules.prepare()
+        run_inline = inline_modules.run_inline
     from ansible import constants as C
     from ansible.module_utils.common.text.converters import to_text
     from ansible.plugins.connection import ConnectionBase

@@ -21,9 +21,10 @@ long as the zygote) and hands each run the entries that are still valid:
 Everything else about a module task is unchanged: Ansible's ``_find_module_utils`` still finds the entry
 in the run's own ``ansiballz_cache`` (we copy it there just before the lookup) and does the rest
 (interpreter, arguments, wrapper) for this task. Relies on ansible-core internals
-(``module_common._find_module_utils``, ``recursive_finder``, ``_compile_module_ast``, ``_CachedModule``):
-ansible-core 2.19's (``ansible_compat.payload_store_supported``; 2.16 - 2.18 runs build their payloads as
-``ansible-playbook`` does) and tested in ``tests/unit/test_zygote_payloads.py``.
+(``module_common._find_module_utils``, ``recursive_finder``, ``_compile_module_ast``, ``_CachedModule``),
+reached only through ``ansible_compat.PayloadBuilder``: ansible-core 2.19's
+(``ansible_compat.payload_store_supported``; 2.16 - 2.18 runs build their payloads as ``ansible-playbook``
+does) and tested in ``tests/unit/test_zygote_payloads.py``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import json
 import os
 import struct
 import tempfile
-from typing import Any, Callable
+from typing import Any
 
 STORE_DIRNAME = "ansiballz-store"
 _HEADER = struct.Struct(">I")
@@ -136,50 +137,44 @@ class PayloadStore:
 
 def install(store_root: str) -> PayloadStore:
     """Wrap ansible-core's payload builder in this process (a run child) to use the shared store."""
-    from ansible.executor import module_common
-
-    from ansible_operator.executors import ansible_compat
+    from ansible_operator.executors.warm import ansible_compat
 
     store = PayloadStore(store_root)
     state: dict[str, Any] = {"module_path": None, "sources": None, "built": None}
+    original = ansible_compat.payload_builder()
 
-    find_module_utils: Callable[..., Any] = module_common._find_module_utils
-    finder: Callable[..., Any] = module_common.recursive_finder
-    compile_ast: Callable[..., Any] = module_common._compile_module_ast
-    dump: Callable[..., Any] = module_common._CachedModule.dump
-
-    def _find_module_utils(*args: Any, **kwargs: Any) -> Any:
+    def find_module_utils(*args: Any, **kwargs: Any) -> Any:
         from ansible import constants as C
 
         module_path = kwargs.get("module_path")
         if not isinstance(module_path, str):
-            return find_module_utils(*args, **kwargs)
+            return original.find_module_utils(*args, **kwargs)
         store.hand_out(module_path, os.path.join(C.DEFAULT_LOCAL_TMP, "ansiballz_cache"))
         state["module_path"] = module_path
         try:
-            return find_module_utils(*args, **kwargs)
+            return original.find_module_utils(*args, **kwargs)
         finally:
             state["module_path"] = None
 
     def recursive_finder(*args: Any, **kwargs: Any) -> Any:
         state["sources"] = []
         try:
-            result = finder(*args, **kwargs)
+            result = original.recursive_finder(*args, **kwargs)
             state["built"] = state["sources"]
             return result
         finally:
             state["sources"] = None
 
-    def _compile_module_ast(module_name: str, source_code: Any) -> Any:
+    def compile_module_ast(module_name: str, source_code: Any) -> Any:
         sources = state["sources"]
         if sources is not None:
             path = ansible_compat.source_path(source_code)
             if path and (entry := _stat(path)) is not None:
                 sources.append(entry)
-        return compile_ast(module_name, source_code)
+        return original.compile_module_ast(module_name, source_code)
 
     def dump_and_publish(self: Any, path: str) -> None:
-        dump(self, path)
+        original.dump(self, path)
         module_path, built = state["module_path"], state["built"]
         state["built"] = None
         if module_path and built and (module := _stat(module_path)) is not None:
@@ -188,8 +183,7 @@ def install(store_root: str) -> PayloadStore:
             except OSError:
                 pass  # a full disk costs the next run a rebuild, nothing else
 
-    module_common._find_module_utils = _find_module_utils
-    module_common.recursive_finder = recursive_finder
-    module_common._compile_module_ast = _compile_module_ast
-    module_common._CachedModule.dump = dump_and_publish
+    ansible_compat.set_payload_builder(ansible_compat.PayloadBuilder(
+        find_module_utils=find_module_utils, recursive_finder=recursive_finder,
+        compile_module_ast=compile_module_ast, dump=dump_and_publish))
     return store

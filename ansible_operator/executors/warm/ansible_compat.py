@@ -1,7 +1,7 @@
 """Which ansible-core versions the warm executor knows, and the internals that differ between them.
 
-The zygote re-points import-time state of ansible-core per run (``zygote_child``), forks module tasks
-(``zygote_modules``) and shares module payloads (``zygote_payloads``). Those internals come in two
+The zygote re-points import-time state of ansible-core per run (``warm.child``), forks module tasks
+(``warm.fast_modules``) and shares module payloads (``warm.payloads``). Those internals come in two
 shapes in the supported range:
 
 * **2.16 - 2.18** ("classic"): the collection finder is built from ``C.COLLECTIONS_PATHS`` alone;
@@ -29,7 +29,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 SUPPORTED_MINORS: tuple[tuple[int, int], ...] = ((2, 16), (2, 17), (2, 18), (2, 19), (2, 20), (2, 21))
 """ansible-core minors whose internals the warm executor handles (tested in CI: the lowest and highest)."""
@@ -297,7 +298,7 @@ def worker_setsid_hook() -> tuple[Any, str] | None:
 
     2.21's ``_detach`` calls ``os.setpgid(0, 0)`` instead when ``WORKER_SESSION_ISOLATION`` is false (a
     task may set ``ansible_worker_session_isolation``): the hook must neutralise both to keep the worker in
-    the run's process group (``zygote_child._keep_workers_in_the_run``; tests/unit/test_ansible_compat.py).
+    the run's process group (``child._keep_workers_in_the_run``; tests/unit/test_ansible_compat.py).
     """
     from ansible.executor.process.worker import WorkerProcess
 
@@ -312,6 +313,40 @@ def payload_store_supported() -> bool:
 
     return all(hasattr(module_common, name) for name in
                ("_find_module_utils", "recursive_finder", "_compile_module_ast", "_CachedModule"))
+
+
+@dataclass(frozen=True)
+class PayloadBuilder:
+    """The four steps of 2.19's AnsiballZ payload builder that the shared payload store hooks
+    (``payloads.install``; only where :func:`payload_store_supported`): ``module_common._find_module_utils``
+    (looks the payload up in the run's ``ansiballz_cache``, builds it if absent), ``recursive_finder``
+    (collects the module_utils), ``_compile_module_ast`` (called per source file) and
+    ``_CachedModule.dump`` (writes the cache file)."""
+
+    find_module_utils: Callable[..., Any]
+    recursive_finder: Callable[..., Any]
+    compile_module_ast: Callable[..., Any]
+    dump: Callable[..., Any]
+
+
+def payload_builder() -> PayloadBuilder:
+    """This process's payload builder as installed now (Ansible's own until :func:`set_payload_builder`)."""
+    from ansible.executor import module_common
+
+    return PayloadBuilder(find_module_utils=module_common._find_module_utils,
+                          recursive_finder=module_common.recursive_finder,
+                          compile_module_ast=module_common._compile_module_ast,
+                          dump=module_common._CachedModule.dump)
+
+
+def set_payload_builder(builder: PayloadBuilder) -> None:
+    """Make ``builder``'s steps the ones ``module_common`` calls, in this process (a run child)."""
+    from ansible.executor import module_common
+
+    module_common._find_module_utils = builder.find_module_utils
+    module_common.recursive_finder = builder.recursive_finder
+    module_common._compile_module_ast = builder.compile_module_ast
+    module_common._CachedModule.dump = builder.dump
 
 
 @contextlib.contextmanager
@@ -376,7 +411,7 @@ def worker_task_context(worker: Any) -> contextlib.AbstractContextManager[Any]:
 
 
 class _InventoryCallsInStrategyThread:
-    """2.21's inventory RPC client for a task run in the strategy's own thread (``zygote_tasks``).
+    """2.21's inventory RPC client for a task run in the strategy's own thread (``warm.tasks``).
 
     A worker's ``add_host``/``add_group`` go through a manager socket to the controller, which queues them
     for the strategy's main thread (``_process_rpc_queue``, between task results). A task run in that

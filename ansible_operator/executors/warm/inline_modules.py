@@ -1,12 +1,12 @@
 """Fast module tasks without a fork: an allowed module's AnsiballZ script run in the calling process.
 
-``zygote_modules`` runs a fast module (``kubernetes.core.``, ``ansible_operator.util.``) in a fork of the
-process that runs the task, which since ``zygote_tasks`` is the run child itself. Measured per Memcached
+``warm.fast_modules`` runs a fast module (``kubernetes.core.``, ``ansible_operator.util.``) in a fork of the
+process that runs the task, which since ``warm.tasks`` is the run child itself. Measured per Memcached
 task (bench, 2 cores, idle): 19-36 ms of wall time, of which the module's own code, client setup and API
 calls are ~20 ms; the rest, and most of the fork's 10-30 ms of CPU, is the kernel forking, copying on
 write and tearing down a ~100 MB process that lives for one module call.
 
-This module runs *the same AnsiballZ script* (through ``zygote_modules._execute``, the function the fork
+This module runs *the same AnsiballZ script* (through ``fast_modules._execute``, the function the fork
 runs, which the caller hands in) in the calling thread, and isolates what the fork isolated, item by item:
 
 * **Output.** ``sys.stdout``/``sys.stderr`` are routed per thread while the module runs: what this thread
@@ -52,7 +52,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from ansible_operator.executors import ansible_compat
+from ansible_operator.executors.warm import ansible_compat
 
 _LOCK = threading.Lock()
 _module_side: Any = None
@@ -250,7 +250,7 @@ Outcome = tuple[int, bytes, bytes]
 
 
 def run_inline(plan: Any, cwd: str | None, execute: Callable[[Any], int]) -> Outcome | None:
-    """Run ``plan`` (a ``zygote_modules.ForkPlan``) here with ``execute`` (what the fork runs for it): the
+    """Run ``plan`` (a ``fast_modules.ForkPlan``) here with ``execute`` (what the fork runs for it): the
     ``(rc, stdout, stderr)`` the fork would give, or None if this process cannot (another thread is
     running a module, no working directory): the caller forks instead."""
     if not _LOCK.acquire(blocking=False):

@@ -11,7 +11,7 @@ for these):
   the environment when a plugin is loaded, so they need nothing. Plugin *search paths*
   (``ANSIBLE_ACTION_PLUGINS``...) were baked into the loaders and are not re-applied.
 * ``C.DEFAULT_LOCAL_TMP``: a fresh directory per run (the zygote's one is shared by all children); built
-  AnsiballZ payloads are shared between runs through :mod:`zygote_payloads` instead.
+  AnsiballZ payloads are shared between runs through :mod:`~ansible_operator.executors.warm.payloads` instead.
 * roles path: ``ANSIBLE_ROLES_PATH`` from the run's environment (``datadir.prepare`` puts the role's
   parent and ``RunRequest.roles_path`` there) becomes ``C.DEFAULT_ROLES_PATH`` through the rule above.
 * collections: the already-installed ``_AnsibleCollectionFinder`` gets this run's ``C.COLLECTIONS_PATHS``
@@ -46,9 +46,9 @@ import traceback
 import warnings
 from typing import Any
 
-from ansible_operator.executors import ansible_compat
 from ansible_operator.executors.lifetime import die_with_parent
-from ansible_operator.executors.zygote_protocol import (
+from ansible_operator.executors.warm import ansible_compat
+from ansible_operator.executors.warm.protocol import (
     CHILD_TAG_ERROR,
     CHILD_TAG_EVENT,
     CHILD_TAG_RESULT,
@@ -166,7 +166,7 @@ class PtyLikeStdout:
 
     def getvalue(self) -> str:
         """Nothing held back: 2.19+ ``WorkerProcess._run`` warns about what a worker's ``StringIO`` stdout
-        caught; a task run in this process (``zygote_tasks``) writes to the run's stream instead."""
+        caught; a task run in this process (``warm.tasks``) writes to the run's stream instead."""
         return ""
 
     def fileno(self) -> int:
@@ -439,17 +439,37 @@ def run_child(spec: RunSpec, event_fd: int) -> None:
             pass
         sink.send(CHILD_TAG_ERROR, {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500]})
     finally:
-        inline = sys.modules.get("ansible_operator.executors.zygote_module_inline")
+        inline = sys.modules.get("ansible_operator.executors.warm.inline_modules")
         if inline is not None:  # exit handlers in-process modules left for the end of the run
             inline.run_deferred()
 
 
 def _run(spec: RunSpec, sink: EventSink) -> None:
+    """One run, in order: its stdio and environment, Ansible's import-time state re-pointed at it, the fast
+    path's hooks, the playbook, and the result (artifacts ``status``/``rc`` and the ``R`` message)."""
     artifacts = spec["artifacts_dir"]
     os.makedirs(os.path.join(artifacts, "job_events"), mode=0o700, exist_ok=True)
+    _redirect_stdio(artifacts)
+    os.chdir(spec["cwd"])
+    _apply_environment(_run_environment(spec["env"], artifacts))
 
-    # stdio: nothing to read; anything written below Python's sys.stdout (C code, inherited fds) lands
-    # in artifacts/stderr, which ansible-runner also creates.
+    from ansible import constants as C
+
+    zygote_tmp = C.DEFAULT_LOCAL_TMP  # the zygote's; this run gets its own, next to it
+    C.DEFAULT_LOCAL_TMP = tempfile.mkdtemp(prefix=f"ansible-local-{os.getpid()}",
+                                           dir=os.path.dirname(zygote_tmp))
+    try:
+        _repoint_ansible(spec, sink)
+        _install_hooks(spec, zygote_tmp)
+        rc = _run_playbook(spec, sink)
+    finally:
+        shutil.rmtree(C.DEFAULT_LOCAL_TMP, ignore_errors=True)
+    _report(artifacts, rc, sink)
+
+
+def _redirect_stdio(artifacts: str) -> None:
+    """stdin: nothing to read; anything written below Python's ``sys.stdout`` (C code, inherited fds) lands
+    in ``artifacts/stderr``, which ansible-runner also creates."""
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
@@ -458,8 +478,10 @@ def _run(spec: RunSpec, sink: EventSink) -> None:
     os.dup2(err_fd, 2)
     os.close(err_fd)
 
-    os.chdir(spec["cwd"])
-    run_env = dict(spec["env"])
+
+def _run_environment(env: dict[str, str], artifacts: str) -> dict[str, str]:
+    """The run's environment plus what ansible-runner would set for its callback, event filter and facts."""
+    run_env = dict(env)
     run_env.update({
         "AWX_ISOLATED_DATA_DIR": artifacts,
         "ANSIBLE_STDOUT_CALLBACK": "awx_display",
@@ -468,46 +490,59 @@ def _run(spec: RunSpec, sink: EventSink) -> None:
         "RUNNER_OMIT_EVENTS": run_env.get("RUNNER_OMIT_EVENTS", "False"),
         "RUNNER_ONLY_FAILED_EVENTS": run_env.get("RUNNER_ONLY_FAILED_EVENTS", "False"),
     })
-    _apply_environment(run_env)
+    return run_env
 
+
+def _repoint_ansible(spec: RunSpec, sink: EventSink) -> None:
+    """What Ansible resolved at import time in the zygote, made this run's (see the module docstring)."""
     from ansible import constants as C
     from ansible.utils import color
 
-    zygote_tmp = C.DEFAULT_LOCAL_TMP
-    C.DEFAULT_LOCAL_TMP = tempfile.mkdtemp(prefix=f"ansible-local-{os.getpid()}",
-                                           dir=os.path.dirname(zygote_tmp))
+    fast_path = spec.get("fast_path", True)
     _point_collection_finder()
-    _repoint_awx_display(artifacts, sink if spec.get("fast_path", True) else None)
+    _repoint_awx_display(spec["artifacts_dir"], sink if fast_path else None)
     _keep_workers_in_the_run()
-    if spec.get("fast_path", True):
+    if fast_path:
         _wait_on_results()
     else:
-        from ansible_operator.executors import zygote_plugin_docs
+        from ansible_operator.executors.warm import plugin_docs
 
-        zygote_plugin_docs.disable()
-    from ansible_operator.executors import zygote_modules, zygote_payloads
-
-    modules_in_process = bool(spec.get("fast_path", True) and spec.get("modules_in_process", True))
-    zygote_modules.install(spec.get("fast_modules") or (), in_process=modules_in_process)
-    if spec.get("fast_path", True):
-        zygote_modules.pipeline(spec.get("fast_modules") or ())
-        zygote_modules.tmp_helpers_in_process()
-    if spec.get("fast_path", True) and spec.get("tasks_in_process", True):
-        from ansible_operator.executors import zygote_tasks
-
-        zygote_tasks.install()
-    if ansible_compat.payload_store_supported():
-        zygote_payloads.install(os.path.join(zygote_tmp, zygote_payloads.STORE_DIRNAME))
-    if spec.get("fast_path", True):
-        from ansible_operator.executors import zygote_templates
-
-        zygote_templates.install(os.path.join(zygote_tmp, zygote_templates.STORE_DIRNAME))
+        plugin_docs.disable()
     color.ANSIBLE_COLOR = bool(C.ANSIBLE_FORCE_COLOR or not C.ANSIBLE_NOCOLOR)
     # CLI.run() calls init_plugin_loader() again; the zygote already did, and Python would print a warning.
     warnings.filterwarnings("ignore", message="AnsibleCollectionFinder has already been configured")
 
+
+def _install_hooks(spec: RunSpec, zygote_tmp: str) -> None:
+    """The warm executor's hooks into this run's Ansible: fast modules (always: only the prefixes in the
+    spec take it), the payload store (2.19+), and the rest of the fast path unless it is off. The stores
+    live under the zygote's temporary directory ``zygote_tmp``, shared by its runs."""
+    from ansible_operator.executors.warm import fast_modules, payloads
+
+    fast_path = spec.get("fast_path", True)
+    modules_in_process = bool(fast_path and spec.get("modules_in_process", True))
+    fast_modules.install(spec.get("fast_modules") or (), in_process=modules_in_process)
+    if fast_path:
+        fast_modules.pipeline(spec.get("fast_modules") or ())
+        fast_modules.tmp_helpers_in_process()
+    if fast_path and spec.get("tasks_in_process", True):
+        from ansible_operator.executors.warm import tasks
+
+        tasks.install()
+    if ansible_compat.payload_store_supported():
+        payloads.install(os.path.join(zygote_tmp, payloads.STORE_DIRNAME))
+    if fast_path:
+        from ansible_operator.executors.warm import templates
+
+        templates.install(os.path.join(zygote_tmp, templates.STORE_DIRNAME))
+
+
+def _run_playbook(spec: RunSpec, sink: EventSink) -> int:
+    """``ansible-playbook`` in this process, its output through ansible-runner's event filter to ``sink``
+    and ``artifacts/stdout``; the command recorded in ``artifacts/command``. Returns its exit code."""
     from ansible_runner.utils import OutputEventFilter
 
+    artifacts = spec["artifacts_dir"]
     args = _playbook_args(spec)
     with open(os.open(os.path.join(artifacts, "command"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
               "w", encoding="utf-8") as fh:
@@ -518,12 +553,14 @@ def _run(spec: RunSpec, sink: EventSink) -> None:
     sys.stdout = sys.stderr = stream
     sys.argv = list(args)
     try:
-        rc = _run_playbook_cli(args)
+        return _run_playbook_cli(args)
     finally:
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
         stream.close()  # flushes trailing output as events and closes artifacts/stdout
-        shutil.rmtree(C.DEFAULT_LOCAL_TMP, ignore_errors=True)
 
+
+def _report(artifacts: str, rc: int, sink: EventSink) -> None:
+    """The run's ``status`` and ``rc`` as ansible-runner writes them, then the result message."""
     status = "successful" if rc == 0 else "failed"
     for name, value in (("status", status), ("rc", str(rc))):
         with open(os.open(os.path.join(artifacts, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),

@@ -45,17 +45,17 @@ class RunSpec(TypedDict):
     """Additions to the zygote's environment (``PreparedRun.env``: ANSIBLE_ROLES_PATH, envvars...)."""
     verbosity: int
     fast_modules: list[str]
-    """Module FQCN prefixes run in a fork of the worker instead of a new interpreter (zygote_modules)."""
+    """Module FQCN prefixes run in a fork of the worker instead of a new interpreter (warm.fast_modules)."""
     ansible_args: list[str]
     """Extra ansible-playbook arguments (``--ansible-args``), placed before the playbook."""
     fast_path: bool
     """The run child's fast path (issue 14): wake-up driven result wait instead of Ansible's 1 ms polling
-    (``zygote_child``). Off with ``ANSIBLE_OPERATOR_WARM_FAST_PATH=false``."""
+    (``warm.child``). Off with ``ANSIBLE_OPERATOR_WARM_FAST_PATH=false``."""
     tasks_in_process: bool
-    """Localhost tasks run in the run child, not in a forked Ansible worker (``zygote_tasks``). Off with
+    """Localhost tasks run in the run child, not in a forked Ansible worker (``warm.tasks``). Off with
     ``ANSIBLE_OPERATOR_WARM_TASKS_IN_PROCESS=false`` or without the fast path."""
     modules_in_process: bool
-    """Fast modules run in the process that runs their task, not in a fork of it (``zygote_module_inline``).
+    """Fast modules run in the process that runs their task, not in a fork of it (``warm.inline_modules``).
     Off with ``ANSIBLE_OPERATOR_WARM_MODULES_IN_PROCESS=false`` or without the fast path."""
 
 
