@@ -322,8 +322,8 @@ def _add_runner_flags(run: argparse.ArgumentParser) -> None:
     ours.add_argument("--executor", choices=("warm", "runner"),
                       default=os.environ.get("ANSIBLE_OPERATOR_EXECUTOR", "warm"),
                       help="how playbooks run: 'warm' (default) = a pre-imported Ansible process forking one"
-                           " child per run (see docs/warm-executor.md); 'runner' = a fresh ansible-runner"
-                           " process per run, the fallback (env: ANSIBLE_OPERATOR_EXECUTOR)")
+                           " child per run (see docs/explanation/warm-executor.md); 'runner' = a fresh"
+                           " ansible-runner process per run, the fallback (env: ANSIBLE_OPERATOR_EXECUTOR)")
     ours.add_argument("--warm-idle-timeout", type=duration,
                       default=os.environ.get("ANSIBLE_OPERATOR_WARM_IDLE_TIMEOUT", "5m"), metavar="DURATION",
                       help="with --executor warm: stop the pre-imported Ansible process after this long"
@@ -340,7 +340,8 @@ def _add_runner_flags(run: argparse.ArgumentParser) -> None:
                            " may ask for (0-7, default 2; at 3 and above the log shows whole task results)")
     _bool_flag(ours, "--sdk-conditions", default=False,
                help="write status conditions exactly as Operator SDK does: Successful goes False when a run"
-                    " starts, Running stays True after a success (default false: see docs/status.md)")
+                    " starts, Running stays True after a success (default false: see"
+                    " docs/reference/status.md)")
     _bool_flag(ours, "--kstatus-conditions", default=False,
                help="also write Ready, Reconciling and Stalled conditions as kstatus reads them (Flux health"
                     " checks, kubectl wait --for=condition=Ready) (default false)")

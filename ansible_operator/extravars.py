@@ -9,7 +9,7 @@ Shape (Operator SDK ``runner.makeParameters``)::
     <watch vars>                                                 # override everything above, as in the SDK
     <finalizer vars>                                             # on finalizer runs, override again
 
-Security (differences from the SDK, see docs/status.md and docs/watches.md):
+Security (differences from the SDK, see docs/reference/status.md and docs/reference/watches.md):
 
 * ``markUnsafe`` (our default: on) marks *every* string that comes from the custom resource – spec
   values and keys, and also the strings inside ``_<group>_<kind>`` / ``_spec`` / ``ansible_operator_meta``,

@@ -1,7 +1,7 @@
 """``ansible-operator runs``: what did the operator's recent runs do, without digging through directories.
 
 Reads the run-artifacts layout through :mod:`ansible_operator.artifacts` (its one owner; see
-docs/architecture.md, "Run identity and artifacts").
+docs/explanation/architecture.md, "Run identity and artifacts").
 
 A run directory whose ``run.json`` is missing or unreadable (operator killed mid-write, disk full) is
 still listed, from its path and ansible-runner's ``status`` file, so nothing silently disappears.

@@ -3,7 +3,7 @@
 The condition shape is Operator SDK's Ansible operator's: ``status.conditions`` holds ``Running``,
 ``Successful`` and ``Failure`` conditions with ``status`` "True"/"False", ``reason``, ``message``,
 ``lastTransitionTime`` and, on the final conditions of a run, ``ansibleResult`` {ok, changed, skipped,
-failures, completion}. Differences from the SDK (see docs/status.md):
+failures, completion}. Differences from the SDK (see docs/reference/status.md):
 
 * after a run ``Running`` is ``False`` (reason ``Successful``/``Failed``); the SDK leaves it ``True`` with
   reason ``Successful`` "Awaiting next reconciliation", which makes "is it running?" unanswerable;

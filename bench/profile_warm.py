@@ -8,9 +8,9 @@ Starts a Kubernetes API (``--api``) and a warm operator (as ``bench/run.py`` doe
 warm-up CRs, then records with two py-spy processes (the operator; the zygote with ``--subprocesses``:
 run children, per-task workers, module forks) while ``--crs`` Memcached CRs are created at once, until
 all are ``Available`` and the operator is quiet. Writes the raw stacks to ``--out`` and prints the
-per-phase table of docs/benchmark.md: stacks whose innermost frame is a blocking call are dropped, every
-other sample is charged to the first phase whose frames it contains. py-spy sees Python only (kernel time
-for fork/exit and non-Python helpers are in the CPU total, not in the table).
+per-phase table of docs/explanation/benchmark-history.md: stacks whose innermost frame is a blocking call
+are dropped, every other sample is charged to the first phase whose frames it contains. py-spy sees
+Python only (kernel time for fork/exit and non-Python helpers are in the CPU total, not in the table).
 """
 
 from __future__ import annotations

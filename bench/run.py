@@ -5,7 +5,7 @@
     python bench/run.py --quick --json out.json
     python bench/run.py --only floor,latency --executors runner,warm
 
-Sections (see docs/benchmark.md for what each figure means):
+Sections (see docs/explanation/benchmark.md for what each figure means):
   floor       trivial one-task role through each executor directly (no operator), median ms per run
   latency     Memcached CR create -> Successful, one CR at a time, p50/p95
   throughput  N Memcached CRs created at once -> all Successful, at the default concurrency

@@ -2,7 +2,7 @@
 
 The contract between the runner (``extravars`` builds the values) and the executors (``datadir`` writes
 ``env/extravars``): it lives here, in the executors layer, so executors import nothing above them
-(docs/architecture.md, "Layer contracts"). ``ansible_operator.extravars`` re-exports both names.
+(docs/explanation/architecture.md, "Layer contracts"). ``ansible_operator.extravars`` re-exports both names.
 """
 
 from __future__ import annotations

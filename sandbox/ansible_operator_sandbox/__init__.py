@@ -12,7 +12,7 @@ Usage::
 and enforces RBAC (:mod:`ansible_operator_sandbox.auth`); the written kubeconfig then holds the CA and an
 admin client certificate (``system:masters``), so everything that used the kubeconfig keeps working.
 
-See docs/sandbox.md for what is emulated and what is not.
+See docs/reference/sandbox.md for what is emulated and what is not.
 """
 
 from __future__ import annotations

@@ -60,7 +60,8 @@ GO_PARSE_DURATION: list[tuple[str, int | str]] = [
     ("1h-1m", 'time: unknown unit "h-" in duration "1h-1m"'),
 ]
 
-# What the operator accepts beyond Go (docs/watches.md): a plain number is seconds, whitespace is ignored.
+# What the operator accepts beyond Go (docs/reference/watches.md): a plain number is seconds, whitespace is
+# ignored.
 OPERATOR_EXTENSIONS = {"0": 0.0, "1": 1.0, "1.5": 1.5, "100": 100.0, " 30s": 30.0, "30s ": 30.0}
 
 

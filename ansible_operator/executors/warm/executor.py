@@ -110,7 +110,7 @@ class WarmExecutor:
         a second) on the next run; an idle operator then costs only its own memory. None keeps it forever.
 
         ``fast_path``: the run child's fast path (waiting for task results on a wake-up instead of
-        Ansible's 1 ms polling loop, see docs/warm-executor.md); None (default) reads
+        Ansible's 1 ms polling loop, see docs/explanation/warm-executor.md); None (default) reads
         ``ANSIBLE_OPERATOR_WARM_FAST_PATH`` (on unless ``0``, ``false``, ``no`` or ``off``).
 
         ``tasks_in_process``: run localhost tasks in the run child instead of a forked Ansible worker
