@@ -72,8 +72,9 @@ case "$cmd" in
   test)
     install
     set +e
-    # Two workers: most end-to-end time is spent waiting on subprocesses (PYTEST_WORKERS=0 to disable).
-    "$VENV/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" "$@"
+    # Four workers on 2 cores: most end-to-end time is spent waiting on subprocesses (PYTEST_WORKERS=0 to
+    # disable).
+    "$VENV/bin/python" -m pytest -n "${PYTEST_WORKERS:-4}" "$@"
     rc=$?
     set -e
     if [ "$rc" = 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi
@@ -85,7 +86,7 @@ case "$cmd" in
     install_venv "$low" "$ANSIBLE_CORE_LOW"
     set +e
     # Every test that runs Ansible (marker `ansible_versions`, set in tests/conftest.py), both executors.
-    "$low/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" -m ansible_versions "$@"
+    "$low/bin/python" -m pytest -n "${PYTEST_WORKERS:-4}" -m ansible_versions "$@"
     rc=$?
     set -e
     if [ "$rc" = 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi
@@ -113,7 +114,7 @@ case "$cmd" in
     for arg in "$@"; do if [ -e "${arg%%::*}" ]; then tests=(); break; fi; done
     set +e
     # ${tests[@]+...}: an empty array is "unbound" to macOS's bash 3.2 under set -u
-    "$newest/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" ${tests[@]+"${tests[@]}"} "$@"
+    "$newest/bin/python" -m pytest -n "${PYTEST_WORKERS:-4}" ${tests[@]+"${tests[@]}"} "$@"
     rc=$?
     set -e
     if [ "$rc" = 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi

@@ -6,7 +6,7 @@
 # found on this machine and runs the tests there:
 #
 #   scripts/venv_ansible.sh venv           build (or reuse) the venv; print its path on stdout
-#   scripts/venv_ansible.sh test [ARGS]    build it, then pytest -n ${PYTEST_WORKERS:-2} ARGS (no ARGS: the
+#   scripts/venv_ansible.sh test [ARGS]    build it, then pytest -n ${PYTEST_WORKERS:-4} ARGS (no ARGS: the
 #                                          whole suite, as `./dev.sh test` on .venv)
 #
 # Python: $ANSIBLE_NEWEST_PYTHON if set, else python3.12 / python3.13 / python3.14 on PATH, else pyenv's
@@ -100,7 +100,7 @@ case "$cmd" in
     fi
     echo "tests on ansible-core $ANSIBLE_CORE_NEWEST ($venv)" >&2
     set +e
-    "$venv/bin/python" -m pytest -n "${PYTEST_WORKERS:-2}" "$@"
+    "$venv/bin/python" -m pytest -n "${PYTEST_WORKERS:-4}" "$@"
     rc=$?
     set -e
     if [ "$rc" = 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi

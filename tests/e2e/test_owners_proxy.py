@@ -434,13 +434,18 @@ CLUSTERROLES = DependentKind("rbac.authorization.k8s.io", "v1", "ClusterRole", "
 
 
 class Recorder:
-    """Collects enqueue() calls and lets a test wait for the n-th one."""
+    """Collects enqueue() calls of one owner (the module's tests share a namespace, and may run at once on
+    several xdist workers: another test's owners are not this test's business) and lets a test wait for the
+    n-th one."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
         self.calls: list[tuple[str, str, str | None, str]] = []
         self._changed = asyncio.Event()
 
     def __call__(self, api_version: str, kind: str, namespace: str | None, name: str) -> None:
+        if name != self.owner:
+            return
         self.calls.append((api_version, kind, namespace, name))
         self._changed.set()
 
@@ -482,7 +487,7 @@ def new_watcher(cluster: Cluster, rec: Recorder, owner_kinds: set[tuple[str, str
 
 @pytest.fixture
 async def watcher(cluster: Cluster) -> AsyncIterator[tuple[DependentWatcher, Recorder]]:
-    rec = Recorder()
+    rec = Recorder("dep1")
     w = new_watcher(cluster, rec, {(GROUP, KIND)}, cluster_scoped=True)
     try:
         yield w, rec
@@ -603,7 +608,7 @@ async def test_dependent_watcher_annotations_and_relist_after_410(cluster: Clust
 async def _relist_after_410(direct: Cluster, via: Cluster, gap: Callable[[str, str], None]) -> None:
     """The watcher on ``via``'s API server, the changes through ``direct``; ``gap(uid_b, uid_c)`` deletes
     dep2-b and changes dep2-c while the watch cannot see, and compacts the history."""
-    rec = Recorder()
+    rec = Recorder("dep2")
     w = new_watcher(via, rec, {(GROUP, KIND)}, cluster_scoped=True)
     try:
         await asyncio.to_thread(direct.create_owner, "dep2")
@@ -634,7 +639,7 @@ async def _relist_after_410(direct: Cluster, via: Cluster, gap: Callable[[str, s
 
 
 async def test_dependent_watcher_ignores_without_owner_kinds(cluster: Cluster) -> None:
-    rec = Recorder()
+    rec = Recorder("none")
     w = new_watcher(cluster, rec, set(), cluster_scoped=False)
     await w.ensure(CONFIGMAPS)
     assert w.watched == []
@@ -649,7 +654,7 @@ async def test_dependent_watcher_ignores_without_owner_kinds(cluster: Cluster) -
 
 async def test_proxy_and_watcher_wired_together(cluster: Cluster, tmp_path: Path) -> None:
     """The manager's wiring: proxy reports a new kind -> watcher watches it -> deleting re-queues once."""
-    rec = Recorder()
+    rec = Recorder("wired")
     w = new_watcher(cluster, rec, {(GROUP, KIND)}, cluster_scoped=False)
     p = OwnerProxy(cluster.configuration(), on_dependent=w.on_dependent)
     await p.start()

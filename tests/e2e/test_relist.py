@@ -28,6 +28,8 @@ from tests import kube
 from .conftest import EXECUTORS, HERE, NAMESPACE, Cluster, OperatorProcess, default_watch, wait_for
 from .proxy import TLSCutProxy
 
+pytestmark = pytest.mark.slow  # over ~20 s each: started first (tests/conftest.py)
+
 GROUP_PATH = "/apis/test.ansible-operator.dev/v1/"  # the widgets' collections, in the proxy's counts
 
 

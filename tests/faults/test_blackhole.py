@@ -22,6 +22,8 @@ import pytest
 
 from tests.faults.conftest import Cluster, operator_via_proxy, probe, wait_for
 
+pytestmark = pytest.mark.slow  # over ~20 s each: started first (tests/conftest.py)
+
 NS = "blackhole"  # a prefix: the test's namespace is blackhole-<random>
 DURATIONS = [45] + ([300] if os.environ.get("FAULTS_LONG") else [])
 

@@ -26,6 +26,8 @@ import pytest
 from tests import kube
 from tests.faults.conftest import private_cluster, widget_watch
 
+pytestmark = pytest.mark.slow  # over ~20 s each: started first (tests/conftest.py)
+
 NS = "throttle"  # a prefix: the test's namespace is throttle-<random>
 USER = "faults-throttled"
 CRS = 24
