@@ -213,7 +213,8 @@ async def run_operator(args: argparse.Namespace, watches: list[Watch]) -> int:
             queue = WorkQueue(watch.key, reconciler, max_concurrent=watch.max_concurrent_reconciles,
                               hooks=hooks)
             selector = label_selector_from_dict(watch.selector) if watch.selector else None
-            intake = WatchIntake(watch, queue, cache=cache, selector=selector, on_forget=reconciler.forget)
+            intake = WatchIntake(watch, queue, cache=cache, selector=selector, on_forget=reconciler.forget,
+                                 startup_resync=getattr(args, "startup_resync", "spread"))
             intake.register(registry)
             controller = Controller(watch, intake, queue, reconciler)
             controllers.append(controller)
@@ -474,12 +475,12 @@ def _dependent_watcher(settings: Any, vault: Any, watches: list[Watch],
                        namespaces: list[str], cleanups: list[Any]) -> Any:
     """One watch per dependent kind; an event on an owned object re-queues its owner."""
     from ansible_operator.dependents import DependentWatcher
-    from ansible_operator.queue import ObjectKey
+    from ansible_operator.queue import ObjectKey, Priority
 
     def enqueue_owner(api_version: str, kind: str, namespace: str | None, name: str) -> None:
         controller = controllers.get((api_version.rpartition("/")[0], kind))
-        if controller is not None:
-            controller.queue.add(ObjectKey(namespace=namespace, name=name))
+        if controller is not None:  # an echo of a run (or drift): behind users' changes
+            controller.queue.add(ObjectKey(namespace=namespace, name=name), Priority.BACKGROUND)
 
     watcher = DependentWatcher(
         enqueue_owner, settings=settings, vault=vault,
