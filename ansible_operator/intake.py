@@ -22,6 +22,12 @@ thousands of no-op runs nor makes them all resync together afterwards; without a
 there is nothing to spread over, and they are queued at once but as background keys (behind every user
 change). ``"immediate"`` runs everything at start-up, as the Operator SDK does.
 
+Dependent watches start when a run touches an owned kind (``dependents.py``); the Operator SDK gets them
+back after a restart because every object runs at start-up. Spread, the *first* converged object of a watch
+with ``watchDependentResources`` is queued at once (as background): its run re-establishes the watches of
+the kinds its role manages (the same for every object of the kind, in the common case); kinds only some
+objects create come back as those objects are re-checked or changed.
+
 The cache is uid-aware, like client-go's informer store: a name's identity is its ``metadata.uid``.
 An object deleted and re-created with the same name is a *new* object (first sight: it runs even if
 its generation equals the old one's), and the old one is forgotten (queue state, Events, artifacts).
@@ -212,6 +218,8 @@ class WatchIntake:
         self.relists = 0
         """Listings after the first one per namespace (each followed a watch gap); for metrics and tests."""
         self._listed_once: set[str | None] = set()
+        self._dependents_recovered = False
+        """A converged object was queued at once at start-up to bring the dependent watches back."""
 
     def handle(self, event_type: str | None, obj: dict[str, Any]) -> None:
         """Apply one watch event. ``event_type`` None is kopf's initial listing."""
@@ -243,6 +251,9 @@ class WatchIntake:
         delay = None
         if event_type is None and previous is None:  # first sight, in a listing: start-up
             delay = startup_delay(self.watch, obj, mode=self.startup_resync, rng=self._rng)
+            if delay and self.watch.watch_dependent_resources and not self._dependents_recovered:
+                self._dependents_recovered = True
+                delay = 0.0  # see the module docstring: one run brings the dependent watches back
         if delay is None:
             self.queue.add(key, Priority.USER)
         elif delay <= 0:

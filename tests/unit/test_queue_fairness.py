@@ -285,7 +285,8 @@ def test_startup_delay_follows_the_reconcile_period_annotation_and_without_a_per
 
 def test_intake_spreads_converged_objects_only_in_the_start_up_listing() -> None:
     queue = RecordingQueue()
-    intake = WatchIntake(make_watch(), queue, rng=random.Random(9))  # type: ignore[arg-type]
+    intake = WatchIntake(make_watch(watch_dependent_resources=False), queue,  # type: ignore[arg-type]
+                         rng=random.Random(9))
     intake.handle(None, obj(2, OURS_DONE, name="done"))
     intake.handle(None, obj(2, None, name="fresh"))
     intake.handle("ADDED", obj(2, OURS_DONE, name="restored"))  # not in the listing: a new object
@@ -310,3 +311,12 @@ def test_intake_immediate_runs_everything_at_start_up() -> None:
     assert queue.added == [key("done")] and queue.priorities == [USER] and not queue.delayed
     with pytest.raises(ValueError, match="startup_resync"):
         WatchIntake(make_watch(), queue, startup_resync="later")  # type: ignore[arg-type]
+
+
+def test_intake_runs_one_converged_object_at_once_to_bring_dependent_watches_back() -> None:
+    queue = RecordingQueue()
+    intake = WatchIntake(make_watch(watch_dependent_resources=True), queue)  # type: ignore[arg-type]
+    for i in range(3):
+        intake.handle(None, obj(2, OURS_DONE, name=f"done{i}"))
+    assert queue.added == [key("done0")] and queue.priorities == [BACKGROUND]
+    assert [k for k, _, _ in queue.delayed] == [key("done1"), key("done2")]
