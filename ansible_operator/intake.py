@@ -15,15 +15,19 @@ and do the deciding here:
 
 Start-up (``startup_resync``): the first listing after a start shows every object for the first time.
 Unconverged ones (:func:`ansible_operator.status.converged`: no ``Successful`` condition at the current
-generation, a deletion, our finalizer missing) are queued at once, as user changes. Converged ones only
-need their periodic re-check: with ``"spread"`` (the default) each is re-checked at a uniformly random
-time within its reconcile period, as a background key, so a restart neither delays new work behind
-thousands of no-op runs nor makes them all resync together afterwards; without a reconcile period (0)
-there is nothing to spread over, and they are queued at once but as background keys (behind every user
-change). ``"immediate"`` runs everything at start-up, as the Operator SDK does.
+generation, a deletion, our finalizer missing) are queued at once, as user changes. Converged ones:
+
+* ``"background"`` (the default): queued at once as background keys, behind every user change. Each is
+  still re-run soon after a start, as the Operator SDK does -- an operator upgrade that changes a role
+  applies it to every object -- but new and edited objects no longer wait behind them;
+* ``"spread"`` (for thousands of objects): each is re-checked at a uniformly random time within its
+  reconcile period, as a background key, so a restart neither runs thousands of no-op runs at once nor
+  makes them all resync together afterwards; without a reconcile period (0) there is nothing to spread
+  over, and they are queued at once as background keys;
+* ``"immediate"``: everything at start-up, in listing order, as the Operator SDK does.
 
 Dependent watches start when a run touches an owned kind (``dependents.py``); the Operator SDK gets them
-back after a restart because every object runs at start-up. Spread, the *first* converged object of a watch
+back after a restart because every object runs at start-up (here too, by default). Spread, the first converged object of a watch
 with ``watchDependentResources`` is queued at once (as background): its run re-establishes the watches of
 the kinds its role manages (the same for every object of the kind, in the common case); kinds only some
 objects create come back as those objects are re-checked or changed.
@@ -176,7 +180,7 @@ def object_key(obj: dict[str, Any]) -> ObjectKey:
     return ObjectKey(namespace=meta.get("namespace") or None, name=meta["name"])
 
 
-STARTUP_RESYNC = ("spread", "immediate")
+STARTUP_RESYNC = ("background", "spread", "immediate")
 """``--startup-resync``: how converged objects are re-checked at start-up (see the module docstring)."""
 
 
@@ -189,6 +193,8 @@ def startup_delay(watch: Watch, obj: dict[str, Any], *, mode: str, rng: random.R
     finalizer = watch.finalizer
     if finalizer and finalizer.name not in (meta.get("finalizers") or []):
         return None  # the finalizer still has to be added: a run is due
+    if mode == "background":
+        return 0.0
     period = annotation_overrides(watch, meta.get("annotations"))["reconcile_period"]
     return rng.uniform(0.0, period) if period else 0.0
 
@@ -203,7 +209,7 @@ class WatchIntake:
     def __init__(self, watch: Watch, queue: WorkQueue, *, cache: ObjectCache | None = None,
                  selector: Callable[[dict[str, str]], bool] | None = None,
                  on_forget: Callable[[ObjectKey, dict[str, Any]], None] | None = None,
-                 startup_resync: str = "spread", rng: random.Random | None = None) -> None:
+                 startup_resync: str = "background", rng: random.Random | None = None) -> None:
         if startup_resync not in STARTUP_RESYNC:
             raise ValueError(f"startup_resync must be one of {', '.join(STARTUP_RESYNC)}"
                              f" (got {startup_resync!r})")

@@ -68,7 +68,7 @@ def test_a_restart_runs_unconverged_widgets_first_and_spreads_converged_ones(
 
     cluster.patch_widget("edited", {"spec": {"color": "green"}})  # generation 2, while nobody runs it
     # A reconcile period of 1000 h: the converged widgets are re-checked at a random time within it.
-    second = start_operator([watch], "--reconcile-period=1000h", name="second")
+    second = start_operator([watch], "--reconcile-period=1000h", "--startup-resync=spread", name="second")
     cluster.create_widget("late", {"color": "red"})
     cluster.wait_condition("edited", "Successful", generation=2)
     cluster.wait_condition("late", "Successful", generation=1)

@@ -286,7 +286,7 @@ def test_startup_delay_follows_the_reconcile_period_annotation_and_without_a_per
 def test_intake_spreads_converged_objects_only_in_the_start_up_listing() -> None:
     queue = RecordingQueue()
     intake = WatchIntake(make_watch(watch_dependent_resources=False), queue,  # type: ignore[arg-type]
-                         rng=random.Random(9))
+                         startup_resync="spread", rng=random.Random(9))
     intake.handle(None, obj(2, OURS_DONE, name="done"))
     intake.handle(None, obj(2, None, name="fresh"))
     intake.handle("ADDED", obj(2, OURS_DONE, name="restored"))  # not in the listing: a new object
@@ -299,7 +299,8 @@ def test_intake_spreads_converged_objects_only_in_the_start_up_listing() -> None
 
 def test_intake_without_a_period_queues_converged_objects_as_background() -> None:
     queue = RecordingQueue()
-    intake = WatchIntake(make_watch(reconcile_period=None), queue)  # type: ignore[arg-type]
+    intake = WatchIntake(make_watch(reconcile_period=None), queue,  # type: ignore[arg-type]
+                         startup_resync="spread")
     intake.handle(None, obj(2, OURS_DONE, name="done"))
     assert queue.added == [key("done")] and queue.priorities == [BACKGROUND] and not queue.delayed
 
@@ -315,8 +316,19 @@ def test_intake_immediate_runs_everything_at_start_up() -> None:
 
 def test_intake_runs_one_converged_object_at_once_to_bring_dependent_watches_back() -> None:
     queue = RecordingQueue()
-    intake = WatchIntake(make_watch(watch_dependent_resources=True), queue)  # type: ignore[arg-type]
+    intake = WatchIntake(make_watch(watch_dependent_resources=True), queue,  # type: ignore[arg-type]
+                         startup_resync="spread")
     for i in range(3):
         intake.handle(None, obj(2, OURS_DONE, name=f"done{i}"))
     assert queue.added == [key("done0")] and queue.priorities == [BACKGROUND]
     assert [k for k, _, _ in queue.delayed] == [key("done1"), key("done2")]
+
+
+def test_intake_background_default_queues_converged_objects_at_once_behind_user_changes() -> None:
+    queue = RecordingQueue()
+    intake = WatchIntake(make_watch(), queue)  # type: ignore[arg-type]
+    assert intake.startup_resync == "background"
+    intake.handle(None, obj(2, OURS_DONE, name="done"))
+    intake.handle(None, obj(2, None, name="fresh"))
+    assert queue.added == [key("done"), key("fresh")] and queue.priorities == [BACKGROUND, USER]
+    assert not queue.delayed
