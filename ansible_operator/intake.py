@@ -29,8 +29,8 @@ generation, a deletion, our finalizer missing) are queued at once, as user chang
 Dependent watches start when a run touches an owned kind (``dependents.py``); the Operator SDK gets them
 back after a restart because every object runs at start-up (here too, by default). With ``"spread"``, the
 first converged object of a watch with ``watchDependentResources`` is queued at once (as background): its
-run re-establishes the watches of the kinds its role manages (the same for every object of the kind, in the common case); kinds only some
-objects create come back as those objects are re-checked or changed.
+run re-establishes the watches of the kinds its role manages (the same for every object of the kind, in
+the common case); kinds only some objects create come back as those objects are re-checked or changed.
 
 The cache is uid-aware, like client-go's informer store: a name's identity is its ``metadata.uid``.
 An object deleted and re-created with the same name is a *new* object (first sight: it runs even if
