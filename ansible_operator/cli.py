@@ -345,6 +345,11 @@ def _add_runner_flags(run: argparse.ArgumentParser) -> None:
     _bool_flag(ours, "--kstatus-conditions", default=False,
                help="also write Ready, Reconciling and Stalled conditions as kstatus reads them (Flux health"
                     " checks, kubectl wait --for=condition=Ready) (default false)")
+    ours.add_argument("--startup-resync", choices=("background", "spread", "immediate"), default="background",
+                      help="at start-up, re-run objects already converged behind new and edited ones"
+                           " (background, default), or each at a random time within its reconcile period"
+                           " (spread: for thousands of objects), or all at once as Operator SDK does"
+                           " (immediate)")
     ours.add_argument("--sandbox", action="store_true",
                       help="start the embedded sandbox API server, install crds/, and run against it (demo)")
     ours.add_argument("--sandbox-crds", action="append", default=None, metavar="PATH",

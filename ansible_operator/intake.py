@@ -9,7 +9,28 @@ and do the deciding here:
 * only changes that matter enqueue the object: first sight, a generation change (objects without a
   generation: any change outside ``status`` and bookkeeping metadata), deletion starting, annotations
   when the watch has ``watchAnnotationsChanges``, and the label selector starting to match;
-* the runner's own writes (status, finalizers) therefore never re-trigger a run.
+* the runner's own writes (status, finalizers) therefore never re-trigger a run;
+* these are a user's changes: they enter the queue as :attr:`~ansible_operator.queue.Priority.USER`, ahead
+  of resyncs and dependent echoes, except at start-up (see below).
+
+Start-up (``startup_resync``): the first listing after a start shows every object for the first time.
+Unconverged ones (:func:`ansible_operator.status.converged`: no ``Successful`` condition at the current
+generation, a deletion, our finalizer missing) are queued at once, as user changes. Converged ones:
+
+* ``"background"`` (the default): queued at once as background keys, behind every user change. Each is
+  still re-run soon after a start, as the Operator SDK does -- an operator upgrade that changes a role
+  applies it to every object -- but new and edited objects no longer wait behind them;
+* ``"spread"`` (for thousands of objects): each is re-checked at a uniformly random time within its
+  reconcile period, as a background key, so a restart neither runs thousands of no-op runs at once nor
+  makes them all resync together afterwards; without a reconcile period (0) there is nothing to spread
+  over, and they are queued at once as background keys;
+* ``"immediate"``: everything at start-up, in listing order, as the Operator SDK does.
+
+Dependent watches start when a run touches an owned kind (``dependents.py``); the Operator SDK gets them
+back after a restart because every object runs at start-up (here too, by default). With ``"spread"``, the
+first converged object of a watch with ``watchDependentResources`` is queued at once (as background): its
+run re-establishes the watches of the kinds its role manages (the same for every object of the kind, in
+the common case); kinds only some objects create come back as those objects are re-checked or changed.
 
 The cache is uid-aware, like client-go's informer store: a name's identity is its ``metadata.uid``.
 An object deleted and re-created with the same name is a *new* object (first sight: it runs even if
@@ -33,6 +54,7 @@ import copy
 import hashlib
 import json
 import logging
+import random
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -41,8 +63,9 @@ from typing import Any, Callable, Iterable
 import kopf
 
 from ansible_operator import kopfcompat
-from ansible_operator.queue import ObjectKey, WorkQueue
-from ansible_operator.watches import Watch
+from ansible_operator.queue import ObjectKey, Priority, WorkQueue
+from ansible_operator.status import converged
+from ansible_operator.watches import Watch, annotation_overrides
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +180,25 @@ def object_key(obj: dict[str, Any]) -> ObjectKey:
     return ObjectKey(namespace=meta.get("namespace") or None, name=meta["name"])
 
 
+STARTUP_RESYNC = ("background", "spread", "immediate")
+"""``--startup-resync``: how converged objects are re-checked at start-up (see the module docstring)."""
+
+
+def startup_delay(watch: Watch, obj: dict[str, Any], *, mode: str, rng: random.Random) -> float | None:
+    """When an object first seen in the start-up listing runs: None = now, as a user change (unconverged,
+    or ``mode`` "immediate"); else after this many seconds (0: now), as background work."""
+    if mode == "immediate" or not converged(obj):
+        return None
+    meta = obj.get("metadata") or {}
+    finalizer = watch.finalizer
+    if finalizer and finalizer.name not in (meta.get("finalizers") or []):
+        return None  # the finalizer still has to be added: a run is due
+    if mode == "background":
+        return 0.0
+    period = annotation_overrides(watch, meta.get("annotations"))["reconcile_period"]
+    return rng.uniform(0.0, period) if period else 0.0
+
+
 _TOMBSTONES = 10_000
 """How many uids of deleted objects intake remembers, to drop late events about them."""
 
@@ -166,8 +208,14 @@ class WatchIntake:
 
     def __init__(self, watch: Watch, queue: WorkQueue, *, cache: ObjectCache | None = None,
                  selector: Callable[[dict[str, str]], bool] | None = None,
-                 on_forget: Callable[[ObjectKey, dict[str, Any]], None] | None = None) -> None:
+                 on_forget: Callable[[ObjectKey, dict[str, Any]], None] | None = None,
+                 startup_resync: str = "background", rng: random.Random | None = None) -> None:
+        if startup_resync not in STARTUP_RESYNC:
+            raise ValueError(f"startup_resync must be one of {', '.join(STARTUP_RESYNC)}"
+                             f" (got {startup_resync!r})")
         self.watch = watch
+        self.startup_resync = startup_resync
+        self._rng = rng or random.Random()
         self.queue = queue
         self.cache = cache if cache is not None else ObjectCache()
         self._selector = selector
@@ -176,6 +224,8 @@ class WatchIntake:
         self.relists = 0
         """Listings after the first one per namespace (each followed a watch gap); for metrics and tests."""
         self._listed_once: set[str | None] = set()
+        self._dependents_recovered = False
+        """A converged object was queued at once at start-up to bring the dependent watches back."""
 
     def handle(self, event_type: str | None, obj: dict[str, Any]) -> None:
         """Apply one watch event. ``event_type`` None is kopf's initial listing."""
@@ -202,8 +252,21 @@ class WatchIntake:
         current = fingerprint(obj, watch_annotations=self.watch.watch_annotations_changes, selected=selected)
         previous = self.cache.fingerprint(key)
         self.cache.store(key, obj, current)
-        if needs_run(previous, current):
-            self.queue.add(key)
+        if not needs_run(previous, current):
+            return
+        delay = None
+        if event_type is None and previous is None:  # first sight, in a listing: start-up
+            delay = startup_delay(self.watch, obj, mode=self.startup_resync, rng=self._rng)
+            if delay and self.watch.watch_dependent_resources and not self._dependents_recovered:
+                self._dependents_recovered = True
+                delay = 0.0  # see the module docstring: one run brings the dependent watches back
+        if delay is None:
+            self.queue.add(key, Priority.USER)
+        elif delay <= 0:
+            self.queue.add(key, Priority.BACKGROUND)
+        else:
+            log.debug("%s %s: converged; re-checking it in %.0fs", self.watch.kind, key, delay)
+            self.queue.add_after(key, delay, Priority.BACKGROUND)
 
     def relisted(self, namespace: str | None, listed: Iterable[tuple[str | None, str, str | None]]) -> int:
         """A listing of ``namespace`` (None: all) ended, holding these (namespace, name, uid). Cached objects

@@ -301,7 +301,8 @@ class _OperatorRun:
         registry = kopf.OperatorRegistry()
         kopf.on.login(registry=registry)(_kopf_login(self.configuration))
         for watch in self.watches:
-            controller = _build_controller(watch, runtime, self.metrics, registry)
+            controller = _build_controller(watch, runtime, self.metrics, registry,
+                                           getattr(self.args, "startup_resync", "spread"))
             self.controllers.append(controller)
             self.controllers_by_gk[(watch.group, watch.kind)] = controller
         return registry
@@ -450,7 +451,8 @@ class _OperatorRun:
         self.cleanups.append(task.cancel)
 
 
-def _build_controller(watch: Watch, runtime: Any, metrics: Any, registry: Any) -> Controller:
+def _build_controller(watch: Watch, runtime: Any, metrics: Any, registry: Any,
+                      startup_resync: str = "spread") -> Controller:
     """A watch's cache, reconciler, work queue (with controller-runtime's metrics) and kopf intake."""
     from ansible_operator.intake import ObjectCache, WatchIntake
     from ansible_operator.labels import label_selector_from_dict
@@ -463,7 +465,8 @@ def _build_controller(watch: Watch, runtime: Any, metrics: Any, registry: Any) -
                                group=watch.group)  # controller-runtime's metrics
     queue = WorkQueue(watch.key, reconciler, max_concurrent=watch.max_concurrent_reconciles, hooks=hooks)
     selector = label_selector_from_dict(watch.selector) if watch.selector else None
-    intake = WatchIntake(watch, queue, cache=cache, selector=selector, on_forget=reconciler.forget)
+    intake = WatchIntake(watch, queue, cache=cache, selector=selector, on_forget=reconciler.forget,
+                         startup_resync=startup_resync)
     intake.register(registry)
     return Controller(watch, intake, queue, reconciler)
 
@@ -600,12 +603,12 @@ def _dependent_watcher(settings: Any, vault: Any, watches: list[Watch],
                        namespaces: list[str], cleanups: list[Any]) -> Any:
     """One watch per dependent kind; an event on an owned object re-queues its owner."""
     from ansible_operator.dependents import DependentWatcher
-    from ansible_operator.queue import ObjectKey
+    from ansible_operator.queue import ObjectKey, Priority
 
     def enqueue_owner(api_version: str, kind: str, namespace: str | None, name: str) -> None:
         controller = controllers.get((api_version.rpartition("/")[0], kind))
-        if controller is not None:
-            controller.queue.add(ObjectKey(namespace=namespace, name=name))
+        if controller is not None:  # an echo of a run (or drift): behind users' changes
+            controller.queue.add(ObjectKey(namespace=namespace, name=name), Priority.BACKGROUND)
 
     watcher = DependentWatcher(
         enqueue_owner, settings=settings, vault=vault,

@@ -8,7 +8,18 @@ into *keys* and guarantee:
 * at most one reconcile per key at a time;
 * adds while a key is queued coalesce (no-op); adds while it runs mark it *dirty*, which yields exactly
   one follow-up run after the current one, however many adds arrived;
-* at most ``max_concurrent`` reconciles per queue (one queue per watch), FIFO across keys;
+* at most ``max_concurrent`` reconciles per queue (one queue per watch), FIFO across keys of one
+  :class:`Priority`;
+* fairness: a key a user's change queued (:attr:`Priority.USER`: a new object, a new generation, a
+  deletion, an unconverged object at start-up) goes ahead of *background* work (:attr:`Priority.BACKGROUND`:
+  periodic resyncs, dependent-resource echoes, retries after backoff), so a new object never waits behind
+  thousands of resyncs. Background work is never starved: after ``fairness`` user keys in a row taken
+  while background keys wait, the next key taken is the oldest background one (at least one background
+  run per ``fairness + 1``). A user add of a key queued as background moves it to the user queue; a
+  running key's follow-up keeps the highest priority of the adds that marked it dirty; a timer fires as
+  background unless scheduled as user (when timers merge, the higher priority is kept);
+* periodic resyncs (:attr:`ReconcileOutcome.resync`) are stretched by a random ``0..resync_jitter`` of
+  the period (controller-runtime's ``SyncPeriod`` jitter), so objects converged together drift apart;
 * a failed reconcile (or one that raised) is retried after a per-key exponential backoff
   (:class:`RateLimiter`); a success resets the backoff; ``requeue_after`` schedules a later run
   (periodic resync, role-requested requeue);
@@ -28,6 +39,7 @@ check and the state change that depends on it.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import random
 import time
@@ -37,7 +49,23 @@ from typing import Awaitable, Callable, Hashable, Protocol
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ObjectKey", "QueueHooks", "ReconcileOutcome", "RateLimiter", "WorkQueue"]
+__all__ = ["ObjectKey", "Priority", "QueueHooks", "ReconcileOutcome", "RateLimiter", "WorkQueue",
+           "resync_delay"]
+
+DEFAULT_FAIRNESS = 10
+"""User keys taken in a row, while background keys wait, before one background key is taken."""
+
+DEFAULT_RESYNC_JITTER = 0.1
+"""Periodic resyncs wait their period plus up to this fraction of it (controller-runtime's 10 %)."""
+
+
+class Priority(enum.IntEnum):
+    """Which of a queue's two lines a key waits in: user changes go first (see the module docstring)."""
+
+    BACKGROUND = 0
+    """Periodic resyncs, dependent-resource echoes, retries after backoff, converged objects at start-up."""
+    USER = 1
+    """A change a user made: a new object, a new generation, a deletion, an unconverged object."""
 
 
 @dataclass(frozen=True, order=True)
@@ -59,6 +87,10 @@ class ReconcileOutcome:
     """Retry after the key's exponential backoff; wins over ``requeue_after``."""
     requeue_after: float | None = None
     """Run again after this many seconds (resync, role-requested requeue). Ignored when ``failed``."""
+    resync: bool = False
+    """``requeue_after`` is the periodic resync (the reconcile period): the queue adds its jitter."""
+    priority: Priority = Priority.BACKGROUND
+    """The line the requeue waits in (USER: the run saw a newer generation arrive; run it first)."""
 
 
 class QueueHooks(Protocol):
@@ -137,6 +169,12 @@ class RateLimiter:
         return self._failures.get(key, 0)
 
 
+def resync_delay(period: float, jitter: float, rng: random.Random) -> float:
+    """``period`` stretched by a uniform ``0..jitter`` fraction of itself (never shortened: an object is not
+    re-checked before its period is up)."""
+    return period * (1.0 + rng.uniform(0.0, jitter)) if jitter > 0 and period > 0 else period
+
+
 ReconcileFn = Callable[[ObjectKey], Awaitable[ReconcileOutcome]]
 
 
@@ -145,22 +183,37 @@ class WorkQueue:
 
     def __init__(self, name: str, reconcile: ReconcileFn, *, max_concurrent: int,
                  rate_limiter: RateLimiter | None = None,
-                 clock: Callable[[], float] = time.monotonic, hooks: QueueHooks | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, hooks: QueueHooks | None = None,
+                 fairness: int = DEFAULT_FAIRNESS, resync_jitter: float = DEFAULT_RESYNC_JITTER,
+                 rng: random.Random | None = None) -> None:
         if max_concurrent < 1:
             raise ValueError(f"work queue {name!r}: max_concurrent must be >= 1 (got {max_concurrent})")
+        if fairness < 1:
+            raise ValueError(f"work queue {name!r}: fairness must be >= 1 (got {fairness})")
+        if not 0.0 <= resync_jitter <= 1.0:
+            raise ValueError(f"work queue {name!r}: resync_jitter must be in [0, 1] (got {resync_jitter})")
         self.name = name
+        self.fairness = fairness
+        self.resync_jitter = resync_jitter
+        self._rng = rng or random.Random()
         self.max_concurrent = max_concurrent
         self.rate_limiter = rate_limiter or RateLimiter()
         self._reconcile = reconcile
         self._clock = clock
         self._hooks: QueueHooks = hooks if hooks is not None else _NoHooks()
 
-        self._queue: deque[ObjectKey] = deque()   # FIFO of keys ready to run
-        self._queued: set[ObjectKey] = set()      # mirror of _queue for O(1) coalescing
+        # One FIFO per priority, of (ticket, key). A key's live entry is the one whose ticket _queued holds;
+        # others are stale (the key was upgraded, forgotten or taken) and skipped: O(1) upgrades and drops.
+        self._lines: dict[Priority, deque[tuple[int, ObjectKey]]] = {p: deque() for p in Priority}
+        self._queued: dict[ObjectKey, tuple[Priority, int]] = {}  # key → (line, ticket) of its live entry
+        self._waiting: dict[Priority, int] = {p: 0 for p in Priority}  # live entries per line
+        self._ticket = 0
+        self._user_streak = 0                     # user keys taken in a row while background ones waited
         self._running: set[ObjectKey] = set()
-        self._dirty: set[ObjectKey] = set()       # added while running → one follow-up run
+        self._dirty: dict[ObjectKey, Priority] = {}  # added while running → one follow-up, at this priority
         self._forgotten: set[ObjectKey] = set()   # forgotten while running → no follow-up, no timer
-        self._timers: dict[ObjectKey, tuple[float, asyncio.TimerHandle]] = {}  # key → (due, handle)
+        # key → (due, handle, priority it fires at)
+        self._timers: dict[ObjectKey, tuple[float, asyncio.TimerHandle, Priority]] = {}
 
         self._waiters: list[asyncio.Future[None]] = []
         self._workers: list[asyncio.Task[None]] = []
@@ -170,8 +223,12 @@ class WorkQueue:
     # ------------------------------------------------------------------ metrics-facing properties
     @property
     def depth(self) -> int:
-        """Keys ready to run but not yet started (delayed ones not counted)."""
-        return len(self._queue)
+        """Keys ready to run but not yet started, of both priorities (delayed ones not counted)."""
+        return len(self._queued)
+
+    def waiting(self, priority: Priority) -> int:
+        """Keys of ``priority`` ready to run but not yet started."""
+        return self._waiting[priority]
 
     @property
     def in_flight(self) -> int:
@@ -191,26 +248,29 @@ class WorkQueue:
         return key in self._running
 
     # ------------------------------------------------------------------ producers
-    def add(self, key: ObjectKey) -> None:
-        """Enqueue ``key`` now. Coalesces with a queued one; marks a running one dirty.
+    def add(self, key: ObjectKey, priority: Priority = Priority.USER) -> None:
+        """Enqueue ``key`` now. Coalesces with a queued one (a USER add moves a key queued as BACKGROUND
+        to the user line); marks a running one dirty.
 
-        A pending delayed add for ``key`` is dropped: running now subsumes it, and this run's outcome
-        decides the next backoff/requeue. The backoff failure count is *not* reset.
+        A pending delayed add for ``key`` is dropped: running now subsumes it (at the higher of the two
+        priorities), and this run's outcome decides the next backoff/requeue. The backoff failure count is
+        *not* reset.
         """
         if self._stopping:
             log.debug("work queue %s stopped; ignoring add of %s", self.name, key)
             return
         self._forgotten.discard(key)
-        self._cancel_timer(key)
-        self._add_now(key)
+        pending = self._cancel_timer(key)
+        self._add_now(key, max(priority, pending) if pending is not None else priority)
 
-    def add_after(self, key: ObjectKey, delay: float) -> None:
-        """Add ``key`` after ``delay`` seconds; the soonest of several pending delayed adds wins."""
+    def add_after(self, key: ObjectKey, delay: float, priority: Priority = Priority.BACKGROUND) -> None:
+        """Add ``key`` after ``delay`` seconds, at ``priority``; the soonest of several pending delayed adds
+        wins (keeping the higher priority)."""
         if self._stopping:
             log.debug("work queue %s stopped; ignoring delayed add of %s", self.name, key)
             return
         self._forgotten.discard(key)
-        self._schedule(key, delay)
+        self._schedule(key, delay, priority)
 
     def forget(self, key: ObjectKey) -> None:
         """The object is gone: cancel its timers, reset backoff, drop it from the queue.
@@ -220,12 +280,9 @@ class WorkQueue:
         """
         self._cancel_timer(key)
         self.rate_limiter.forget(key)
-        if key in self._dirty:
-            self._dirty.discard(key)
+        if self._dirty.pop(key, None) is not None:
             self._hooks.dropped(key)
-        if key in self._queued:
-            self._queued.discard(key)
-            self._queue.remove(key)
+        if self._unqueue(key):
             self._hooks.dropped(key)
         if key in self._running:
             self._forgotten.add(key)
@@ -273,61 +330,109 @@ class WorkQueue:
 
         Meant for tests. Never returns while paused with keys queued.
         """
-        while self._queue or self._running or self._has_due_timer():
+        while self._queued or self._running or self._has_due_timer():
             await self._wait_change()
 
     # ------------------------------------------------------------------ internals
-    def _add_now(self, key: ObjectKey) -> None:
+    def _add_now(self, key: ObjectKey, priority: Priority) -> None:
         if key in self._running:
-            if key not in self._dirty:
-                self._dirty.add(key)
+            dirty = self._dirty.get(key)
+            if dirty is None:
                 self._hooks.added(key)
+            if dirty is None or priority > dirty:
+                self._dirty[key] = priority
             return
-        if key in self._queued:
+        queued = self._queued.get(key)
+        if queued is not None:
+            if priority > queued[0]:
+                self._unqueue(key)
+                self._enqueue(key, priority)  # an upgrade: the same add (no hook), in the user line
+                self._notify()
             return
-        self._queued.add(key)
-        self._queue.append(key)
+        self._enqueue(key, priority)
         self._hooks.added(key)
         self._notify()
 
+    def _enqueue(self, key: ObjectKey, priority: Priority) -> None:
+        self._ticket += 1
+        self._queued[key] = (priority, self._ticket)
+        self._lines[priority].append((self._ticket, key))
+        self._waiting[priority] += 1
+
+    def _unqueue(self, key: ObjectKey) -> bool:
+        """Take ``key`` out of its line (its entry goes stale); whether it was queued."""
+        queued = self._queued.pop(key, None)
+        if queued is None:
+            return False
+        self._waiting[queued[0]] -= 1
+        if not self._waiting[queued[0]]:
+            self._lines[queued[0]].clear()  # only stale entries left
+        return True
+
+    def _take(self, priority: Priority) -> ObjectKey | None:
+        """The oldest live key of ``priority``'s line (stale entries on the way are dropped)."""
+        line = self._lines[priority]
+        while line:
+            ticket, key = line.popleft()
+            if self._queued.get(key) == (priority, ticket):
+                self._unqueue(key)
+                return key
+        return None
+
+    def _pop(self) -> ObjectKey | None:
+        """The next key to run: user keys first, but one background key after ``fairness`` user keys taken
+        in a row while background keys waited."""
+        background_waits = self._waiting[Priority.BACKGROUND] > 0
+        if self._waiting[Priority.USER] and not (background_waits and self._user_streak >= self.fairness):
+            if background_waits:
+                self._user_streak += 1
+            return self._take(Priority.USER)
+        self._user_streak = 0
+        return self._take(Priority.BACKGROUND)
+
     def _requeue_dirty(self, key: ObjectKey) -> None:
         """The follow-up run of a key marked dirty while it ran (already counted as added)."""
-        self._dirty.discard(key)
+        priority = self._dirty.pop(key, Priority.USER)
         if key not in self._queued:
-            self._queued.add(key)
-            self._queue.append(key)
+            self._enqueue(key, priority)
 
-    def _schedule(self, key: ObjectKey, delay: float) -> None:
+    def _schedule(self, key: ObjectKey, delay: float, priority: Priority) -> None:
         if self._stopping:
             return
         self._hooks.retried(key)
         if delay <= 0:
-            self._cancel_timer(key)
-            self._add_now(key)
+            pending_priority = self._cancel_timer(key)
+            self._add_now(key, priority if pending_priority is None else max(priority, pending_priority))
             return
         due = self._clock() + delay
         pending = self._timers.get(key)
         if pending is not None:
-            if pending[0] <= due:
-                return  # the earlier one wins
+            if pending[0] <= due:  # the earlier one wins, at the higher priority
+                if priority > pending[2]:
+                    self._timers[key] = (pending[0], pending[1], priority)
+                return
             pending[1].cancel()
+            priority = max(priority, pending[2])
         handle = asyncio.get_running_loop().call_later(delay, self._fire, key)
-        self._timers[key] = (due, handle)
+        self._timers[key] = (due, handle, priority)
 
     def _fire(self, key: ObjectKey) -> None:
-        self._timers.pop(key, None)
-        if not self._stopping:
-            self._add_now(key)
+        pending = self._timers.pop(key, None)
+        if not self._stopping and pending is not None:
+            self._add_now(key, pending[2])
         self._notify()
 
-    def _cancel_timer(self, key: ObjectKey) -> None:
+    def _cancel_timer(self, key: ObjectKey) -> Priority | None:
+        """Drop ``key``'s pending delayed add; the priority it would have fired at, if there was one."""
         pending = self._timers.pop(key, None)
-        if pending is not None:
-            pending[1].cancel()
+        if pending is None:
+            return None
+        pending[1].cancel()
+        return pending[2]
 
     def _has_due_timer(self) -> bool:
         now = self._clock()
-        return any(due <= now for due, _ in self._timers.values())
+        return any(due <= now for due, _, _ in self._timers.values())
 
     def _notify(self) -> None:
         waiters, self._waiters = self._waiters, []
@@ -346,10 +451,10 @@ class WorkQueue:
 
     async def _next_key(self) -> ObjectKey | None:
         while not self._stopping:
-            if not self._paused and self._queue:
-                key = self._queue.popleft()
-                self._queued.discard(key)
-                return key
+            if not self._paused and self._queued:
+                key = self._pop()
+                if key is not None:
+                    return key
             await self._wait_change()
         return None
 
@@ -364,7 +469,7 @@ class WorkQueue:
                 outcome = await self._call(key)
             except asyncio.CancelledError:
                 self._running.discard(key)
-                self._dirty.discard(key)
+                self._dirty.pop(key, None)
                 self._hooks.finished(key, None, False)
                 self._notify()
                 raise
@@ -391,8 +496,7 @@ class WorkQueue:
         self._running.discard(key)
         if key in self._forgotten:
             self._forgotten.discard(key)
-            if key in self._dirty:
-                self._dirty.discard(key)
+            if self._dirty.pop(key, None) is not None:
                 self._hooks.dropped(key)
             self.rate_limiter.forget(key)
             self._notify()
@@ -405,10 +509,14 @@ class WorkQueue:
         else:
             self.rate_limiter.forget(key)
             delay = outcome.requeue_after
+            if delay is not None and outcome.resync:
+                delay = resync_delay(delay, self.resync_jitter, self._rng)
         if key in self._dirty:
             # New information arrived during the run: run again now; that run's outcome decides timers.
-            self._cancel_timer(key)
+            pending = self._cancel_timer(key)
+            if pending is not None and pending > self._dirty[key]:
+                self._dirty[key] = pending
             self._requeue_dirty(key)
         elif delay is not None:
-            self._schedule(key, delay)
+            self._schedule(key, delay, Priority.BACKGROUND if outcome.failed else outcome.priority)
         self._notify()

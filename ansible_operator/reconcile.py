@@ -27,7 +27,7 @@ from ansible_operator.intake import ObjectCache
 from ansible_operator.kube import ApiError, Conflict, Kube, NotFound, ResourceRef
 from ansible_operator.logs import log_context
 from ansible_operator.owners.credentials import Credentials
-from ansible_operator.queue import ObjectKey, ReconcileOutcome
+from ansible_operator.queue import ObjectKey, Priority, ReconcileOutcome
 from ansible_operator.watches import Watch, annotation_overrides
 
 log = logging.getLogger(__name__)
@@ -170,11 +170,12 @@ class Reconciler:
             log.info("generation %s was applied; generation %s arrived meanwhile: running again",
                      obj["metadata"].get("generation"),
                      (self.cache.get(key) or {}).get("metadata", {}).get("generation"))
-            return ReconcileOutcome(requeue_after=0.0)
+            return ReconcileOutcome(requeue_after=0.0, priority=Priority.USER)
         if not result.succeeded:
             return ReconcileOutcome(failed=True)
-        requeue = result.requeue_after if result.requeue_after is not None else overrides["reconcile_period"]
-        return ReconcileOutcome(requeue_after=requeue)
+        if result.requeue_after is not None:  # the role asked for it: exactly then
+            return ReconcileOutcome(requeue_after=result.requeue_after)
+        return ReconcileOutcome(requeue_after=overrides["reconcile_period"], resync=True)
 
     async def _confirm(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         """``obj`` as the API has it now (a quorum read), if it is still the same object (same uid); None if

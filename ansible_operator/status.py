@@ -47,6 +47,7 @@ __all__ = [
     "merge_conditions",
     "ansible_result",
     "format_time",
+    "converged",
 ]
 
 CONDITION_TYPES = ("Running", "Successful", "Failure")
@@ -277,3 +278,31 @@ def interrupted_status(current: Mapping[str, Any] | None, *, message: str, gener
     updates = [_condition("Running", False, INTERRUPTED_REASON, message, now=now, generation=generation)]
     updates += _kstatus(style, "interrupted", message, now=now, generation=generation)
     return _with_conditions(current, updates, generation, observed=False)
+
+
+def converged(obj: Mapping[str, Any]) -> bool:
+    """Whether the status says the object's current spec was applied and nothing is pending: a ``Successful``
+    condition ``True`` whose ``observedGeneration`` (or, failing that, ``status.observedGeneration``) is
+    ``metadata.generation``, and no run left in flight (``Running`` ``True`` with reason ``Running``: an
+    operator killed mid-run). Both condition styles qualify (``--sdk-conditions`` sets ``Successful`` to
+    ``False`` when a run starts). No generation, no status, conditions without ``observedGeneration`` (an
+    Operator SDK operator wrote them), a deletion: not converged."""
+    meta = obj.get("metadata")
+    status = obj.get("status")
+    if not isinstance(meta, Mapping) or not isinstance(status, Mapping) or meta.get("deletionTimestamp"):
+        return False
+    generation = meta.get("generation")
+    conditions = status.get("conditions")
+    if not isinstance(generation, int) or not isinstance(conditions, list):
+        return False
+    successful = False
+    for cond in conditions:
+        if not isinstance(cond, Mapping):
+            continue
+        in_flight = cond.get("type") == "Running" and cond.get("reason") == RUNNING_REASON
+        if in_flight and cond.get("status") == "True":
+            return False
+        if cond.get("type") == "Successful" and cond.get("status") == "True":
+            observed = cond.get("observedGeneration", status.get("observedGeneration"))
+            successful = observed == generation
+    return successful

@@ -11,17 +11,23 @@ import pytest
 
 from ansible_operator.intake import WatchIntake
 from ansible_operator.labels import label_selector_from_dict
-from ansible_operator.queue import ObjectKey
+from ansible_operator.queue import ObjectKey, Priority
 from ansible_operator.watches import Watch
 
 
 class RecordingQueue:
     def __init__(self) -> None:
         self.added: list[ObjectKey] = []
+        self.priorities: list[Priority] = []
+        self.delayed: list[tuple[ObjectKey, float, Priority]] = []
         self.forgotten: list[ObjectKey] = []
 
-    def add(self, key: ObjectKey) -> None:
+    def add(self, key: ObjectKey, priority: Priority = Priority.USER) -> None:
         self.added.append(key)
+        self.priorities.append(priority)
+
+    def add_after(self, key: ObjectKey, delay: float, priority: Priority = Priority.BACKGROUND) -> None:
+        self.delayed.append((key, delay, priority))
 
     def forget(self, key: ObjectKey) -> None:
         self.forgotten.append(key)
