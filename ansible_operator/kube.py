@@ -567,8 +567,12 @@ class Kube:
                 fields = _fields(method, path, attempt, exc)
                 if delay is None:
                     if attempt > 1 and (throttle or failure):
-                        log.warning("%s %s: giving up after %d attempts in %.1fs: %s", method, path, attempt,
-                                    time.monotonic() - started, fields["cause"], extra=fields)
+                        # the caller logs the error (one line); it says how long we tried
+                        took = time.monotonic() - started
+                        exc.message = f"{exc.message} (gave up after {attempt} attempts in {took:.1f}s)"
+                        exc.args = (f"{exc.status} {exc.reason}: {exc.message}",)
+                        log.debug("%s %s: giving up after %d attempts in %.1fs: %s", method, path, attempt,
+                                  took, fields["cause"], extra=fields)
                     raise
                 log.debug("%s %s: attempt %d failed (%s); retrying in %.1fs", method, path, attempt,
                           fields["cause"], delay, extra={**fields, "delay": round(delay, 3)})
