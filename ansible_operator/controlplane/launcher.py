@@ -162,16 +162,30 @@ class ControlPlane:
 
     def _start(self) -> None:
         say = self.progress or (lambda _m: None)
-        bins = self.binaries or binaries_mod.find(progress=self.progress)
-        self.binaries = bins
+        self.binaries = self.binaries or binaries_mod.find(progress=self.progress)
         wanted = set(self.components) | {"etcd", "kube-apiserver"}
-        d = self.directory
-        d.mkdir(parents=True, exist_ok=True)
-        pki = PKI(d / "pki")
+        self.directory.mkdir(parents=True, exist_ok=True)
         ports = {name: free_port() for name in ("etcd", "etcd-peer", "kube-apiserver",
                                                 "kube-controller-manager", "kube-scheduler", "kwok")}
         self.url = f"https://127.0.0.1:{ports['kube-apiserver']}"
         self.etcd_url = f"http://127.0.0.1:{ports['etcd']}"
+        self._define_components(PKI(self.directory / "pki"), ports)
+        started = time.monotonic()
+        for name in COMPONENTS:
+            if name not in wanted:
+                continue
+            t0 = time.monotonic()
+            self.parts[name].start()
+            self.wait_ready(name)
+            say(f"{name} ready in {time.monotonic() - t0:.1f} s")
+        self._install_defaults(wanted)
+        say(f"control plane ready in {time.monotonic() - started:.1f} s at {self.url} "
+            f"(kubeconfig {self.kubeconfig})")
+
+    def _define_components(self, pki: PKI, ports: dict[str, int]) -> None:
+        """Certificates and kubeconfigs, and each component's command line (started by :meth:`_start`)."""
+        d, bins = self.directory, self.binaries
+        assert bins is not None
         serving = pki.serving("apiserver", ["127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
                                             "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
                                             "10.0.0.1"])
@@ -185,10 +199,8 @@ class ControlPlane:
                                     user="system:kube-scheduler")
         logs = d / "logs"
 
-        def component(name: str, args: list[str]) -> Component:
-            part = Component(name, bins[name], args, logs / f"{name}.log")
-            self.parts[name] = part
-            return part
+        def component(name: str, args: list[str]) -> None:
+            self.parts[name] = Component(name, bins[name], args, logs / f"{name}.log")
 
         component("etcd", [
             "--name=default", f"--data-dir={d / 'etcd'}",
@@ -230,17 +242,6 @@ class ControlPlane:
         kwok_serving = pki.serving("kwok", ["127.0.0.1", "localhost"])
         component("kwok", kwok.args(d / "kwok", self.kubeconfig, ports["kwok"], kwok_serving.cert,
                                     kwok_serving.key, bins.kwok_stages))
-        started = time.monotonic()
-        for name in COMPONENTS:
-            if name not in wanted:
-                continue
-            t0 = time.monotonic()
-            self.parts[name].start()
-            self.wait_ready(name)
-            say(f"{name} ready in {time.monotonic() - t0:.1f} s")
-        self._install_defaults(wanted)
-        say(f"control plane ready in {time.monotonic() - started:.1f} s at {self.url} "
-            f"(kubeconfig {self.kubeconfig})")
 
     def stop(self) -> None:
         """Stop everything (the provisioner first, then the components in reverse order)."""
