@@ -13,7 +13,7 @@ the module, which may run where the ``ansible_operator`` package is not importab
 imports the same file through ``ansible_operator.durations``. Keep it self-contained: standard library only.
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import absolute_import, annotations, division, print_function
 
 import math
 import re

@@ -8,10 +8,11 @@ accept exactly the same connection options (``kubeconfig``, ``context``, ``host`
 ``kubernetes.core.k8s`` -- which is how the operator points a run at its per-run kubeconfig.
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import absolute_import, annotations, division, print_function
 
 import copy
 import json
+from typing import TYPE_CHECKING
 
 __metaclass__ = type
 
@@ -25,6 +26,13 @@ try:
 except ImportError as exc:  # reported by AnsibleK8SModule's "requires kubernetes" check
     IMPORT_ERROR = exc
 
+if TYPE_CHECKING:  # annotations only: never evaluated (postponed), so no import at run time
+    from typing import Any
+
+    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import K8SClient
+    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule
+    from kubernetes.dynamic.resource import Resource
+
 NAME_ARG_SPEC = {
     "api_version": {"type": "str", "default": "v1", "aliases": ["api", "version"]},
     "kind": {"type": "str", "required": True},
@@ -33,12 +41,12 @@ NAME_ARG_SPEC = {
 }
 
 
-def auth_argspec():
+def auth_argspec() -> dict[str, Any]:
     """A fresh copy of kubernetes.core's connection options (callers extend it)."""
     return copy.deepcopy(AUTH_ARG_SPEC)
 
 
-def client_for(module):
+def client_for(module: AnsibleK8SModule) -> K8SClient | None:
     """kubernetes.core's DynamicClient wrapper for this module's connection options."""
     try:
         return get_api_client(module=module)
@@ -49,7 +57,7 @@ def client_for(module):
     return None
 
 
-def find_resource(client, kind, api_version):
+def find_resource(client: K8SClient, kind: str, api_version: str) -> Resource | None:
     """The API resource for ``kind`` (also accepts plural, singular and short names), or ``None``."""
     try:
         return client.resource(kind, api_version)
@@ -57,7 +65,7 @@ def find_resource(client, kind, api_version):
         return None
 
 
-def api_error(exc):
+def api_error(exc: Exception) -> dict[str, Any]:
     """A compact, JSON-friendly description of an API error for ``fail_json``."""
     body = getattr(exc, "body", None)
     if isinstance(body, bytes):
@@ -75,7 +83,7 @@ def api_error(exc):
     }
 
 
-def is_api_error(exc, status=None):
+def is_api_error(exc: Exception, status: int | None = None) -> bool:
     if IMPORT_ERROR is not None or not isinstance(exc, DynamicApiError):
         return False
     return status is None or getattr(exc, "status", None) == status

@@ -20,13 +20,17 @@ same here:
   ``lastTransitionTime`` gets the current time.
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import absolute_import, annotations, division, print_function
 
 import copy
 import datetime
 import re
+from typing import TYPE_CHECKING
 
 __metaclass__ = type
+
+if TYPE_CHECKING:  # annotations only: never evaluated (postponed), so no import at run time
+    from typing import Any, Sequence
 
 CONDITION_KEYS = ("type", "status", "reason", "message", "lastHeartbeatTime", "lastTransitionTime")
 CONDITION_STATUSES = ("True", "False", "Unknown")
@@ -38,12 +42,12 @@ class ConditionError(ValueError):
     """A condition given to the module is malformed; the message names the offending field."""
 
 
-def now_rfc3339():
+def now_rfc3339() -> str:
     """Current UTC time the way Kubernetes serialises ``metav1.Time`` (seconds, ``Z``)."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def validate_conditions(conditions):
+def validate_conditions(conditions: object) -> list[dict[str, Any]]:
     """Check and normalise conditions (SDK rules); returns new dicts without ``None`` values.
 
     Booleans for ``status`` become ``"True"``/``"False"`` because YAML turns an unquoted ``True`` into
@@ -53,12 +57,12 @@ def validate_conditions(conditions):
         return []
     if not isinstance(conditions, list):
         raise ConditionError("`conditions` must be a list of objects")
-    out = []
+    out: list[dict[str, Any]] = []
     for index, condition in enumerate(conditions):
         where = "conditions[{0}]".format(index)
         if not isinstance(condition, dict):
             raise ConditionError("{0} must be an object, got {1!r}".format(where, condition))
-        cleaned = {}
+        cleaned: dict[str, Any] = {}
         for key, value in condition.items():
             if key not in CONDITION_KEYS:
                 raise ConditionError(
@@ -95,16 +99,16 @@ def validate_conditions(conditions):
     return out
 
 
-def _find(conditions, type_):
+def _find(conditions: Sequence[object], type_: object) -> int | None:
     for index, condition in enumerate(conditions):
         if isinstance(condition, dict) and condition.get("type") == type_:
             return index
     return None
 
 
-def merge_conditions(old, new, now):
+def merge_conditions(old: object, new: list[dict[str, Any]], now: str) -> list[Any]:
     """Merge validated ``new`` conditions into ``old`` by type (see module docstring); returns a new list."""
-    merged = copy.deepcopy(old) if isinstance(old, list) else []
+    merged: list[Any] = copy.deepcopy(old) if isinstance(old, list) else []
     for condition in new:
         index = _find(merged, condition["type"])
         if index is None:
@@ -127,14 +131,14 @@ def merge_conditions(old, new, now):
     return merged
 
 
-def contains(old, patch, replace_lists):
+def contains(old: object, patch: dict[str, Any] | None, replace_lists: bool) -> bool:
     """True when applying ``patch`` (a merge patch of a status dict) to ``old`` would change nothing.
 
     Mirrors SDK's ``object_contains``: lists are compared as "every patch item already present" unless
     ``replace_lists`` (never for ``conditions``, whose merge already produced the full wanted list).
     """
 
-    def value_contains(old_value, new_value, key):
+    def value_contains(old_value: object, new_value: object, key: str) -> bool:
         if isinstance(new_value, dict):
             if not isinstance(old_value, dict):
                 return False
@@ -154,7 +158,7 @@ def contains(old, patch, replace_lists):
     return all(value_contains(old.get(k), v, k) for k, v in (patch or {}).items())
 
 
-def apply_merge_patch(target, patch):
+def apply_merge_patch(target: object, patch: object) -> Any:
     """RFC 7386 JSON merge patch (what the API server does with ``application/merge-patch+json``)."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
@@ -167,7 +171,13 @@ def apply_merge_patch(target, patch):
     return result
 
 
-def plan_status_patch(old_status, status, conditions, replace_lists, now=None):
+def plan_status_patch(
+    old_status: object,
+    status: dict[str, Any] | None,
+    conditions: list[dict[str, Any]],
+    replace_lists: bool,
+    now: str | None = None,
+) -> tuple[dict[str, Any], bool, dict[str, Any]]:
     """Work out the merge patch for ``.status`` and whether it changes anything.
 
     Returns ``(patch, changed, new_status)`` where ``new_status`` is what ``.status`` will be after the
@@ -187,7 +197,12 @@ def plan_status_patch(old_status, status, conditions, replace_lists, now=None):
     return patch, True, apply_merge_patch(old_status, patch)
 
 
-def plan_status_replace(old_status, status, conditions, now=None):
+def plan_status_replace(
+    old_status: object,
+    status: dict[str, Any] | None,
+    conditions: list[dict[str, Any]],
+    now: str | None = None,
+) -> tuple[dict[str, Any], bool]:
     """``replace: true``: the whole ``.status`` becomes ``status`` (+ merged ``conditions``).
 
     Conditions still keep their old ``lastTransitionTime`` when their status did not change, so a

@@ -2,7 +2,7 @@
 # -*- coding: utf-8 -*-
 # Apache-2.0 (see the project's LICENSE)
 
-from __future__ import absolute_import, division, print_function
+from __future__ import absolute_import, annotations, division, print_function
 
 __metaclass__ = type
 
@@ -102,6 +102,7 @@ result:
 import copy  # noqa: E402
 import datetime  # noqa: E402
 import time  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 from ansible_collections.ansible_operator.util.plugins.module_utils.k8s_common import (  # noqa: E402
     api_error,
@@ -111,6 +112,12 @@ from ansible_collections.ansible_operator.util.plugins.module_utils.k8s_common i
     is_api_error,
 )
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule  # noqa: E402
+
+if TYPE_CHECKING:  # annotations only: never evaluated (postponed), so no import at run time
+    from typing import Any
+
+    from ansible_collections.kubernetes.core.plugins.module_utils.k8s.client import K8SClient
+    from kubernetes.dynamic.resource import Resource
 
 EVENT_ARG_SPEC = {
     "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
@@ -141,19 +148,18 @@ EVENT_ARG_SPEC = {
 }
 
 
-def argument_spec():
-    spec = auth_argspec()
+def argument_spec() -> dict[str, Any]:
+    spec: dict[str, Any] = auth_argspec()
     spec.update(copy.deepcopy(EVENT_ARG_SPEC))
     return spec
 
 
-def _drop_none(value):
-    if isinstance(value, dict):
-        return {k: _drop_none(v) for k, v in value.items() if v is not None}
-    return value
+def _drop_none(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` without ``None`` entries, at every level of nested dicts."""
+    return {k: _drop_none(v) if isinstance(v, dict) else v for k, v in value.items() if v is not None}
 
 
-def _involved_object(module, client):
+def _involved_object(module: AnsibleK8SModule, client: K8SClient) -> dict[str, Any]:
     """The involvedObject with uid/resourceVersion filled in from the API when the object exists."""
     involved = _drop_none(module.params.get("involvedObject") or {})
     if not involved or (involved.get("uid") and involved.get("resourceVersion")):
@@ -172,16 +178,17 @@ def _involved_object(module, client):
     return involved
 
 
-def _get(events, name, namespace):
+def _get(events: Resource, name: str, namespace: str) -> dict[str, Any] | None:
     try:
-        return events.get(name=name, namespace=namespace).to_dict()
+        found: dict[str, Any] = events.get(name=name, namespace=namespace).to_dict()
+        return found
     except Exception as exc:
         if is_api_error(exc, 404):
             return None
         raise
 
 
-def record(module, client):
+def record(module: AnsibleK8SModule, client: K8SClient) -> dict[str, Any]:
     params = module.params
     for key in ("message", "reason"):
         if not params.get(key):
@@ -193,7 +200,7 @@ def record(module, client):
     namespace = params["namespace"]
     if params["appendTimestamp"]:
         name = "{0}.{1:x}".format(name, time.time_ns())
-    event = {
+    event: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"name": name, "namespace": namespace},
@@ -224,7 +231,7 @@ def record(module, client):
     return {"changed": True, "result": patched}
 
 
-def remove(module, client):
+def remove(module: AnsibleK8SModule, client: K8SClient) -> dict[str, Any]:
     events = client.resource("Event", "v1")
     params = module.params
     if _get(events, params["name"], params["namespace"]) is None:
@@ -238,7 +245,7 @@ def remove(module, client):
     return {"changed": True, "result": {}}
 
 
-def main():
+def main() -> None:
     module = AnsibleK8SModule(argument_spec=argument_spec(), supports_check_mode=True)
     client = client_for(module)
     try:

@@ -2,7 +2,7 @@
 # -*- coding: utf-8 -*-
 # Apache-2.0 (see the project's LICENSE)
 
-from __future__ import absolute_import, division, print_function
+from __future__ import absolute_import, annotations, division, print_function
 
 __metaclass__ = type
 
@@ -102,6 +102,7 @@ result:
 
 import copy  # noqa: E402
 import time  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 from ansible_collections.ansible_operator.util.plugins.module_utils.k8s_common import (  # noqa: E402
     NAME_ARG_SPEC,
@@ -121,11 +122,16 @@ from ansible_collections.ansible_operator.util.plugins.module_utils.status_merge
 )
 from ansible_collections.kubernetes.core.plugins.module_utils.k8s.core import AnsibleK8SModule  # noqa: E402
 
+if TYPE_CHECKING:  # annotations only: never evaluated (postponed), so no import at run time
+    from typing import Any
+
+    from kubernetes.dynamic.resource import Resource
+
 CONFLICT_RETRIES = 5
 
 
-def argument_spec():
-    spec = auth_argspec()
+def argument_spec() -> dict[str, Any]:
+    spec: dict[str, Any] = auth_argspec()
     spec.update(copy.deepcopy(NAME_ARG_SPEC))
     spec.update(
         status={"type": "dict"},
@@ -148,7 +154,13 @@ def argument_spec():
     return spec
 
 
-def _write(module, resource, instance, new_status, patch):
+def _write(
+    module: AnsibleK8SModule,
+    resource: Resource,
+    instance: dict[str, Any],
+    new_status: dict[str, Any],
+    patch: dict[str, Any] | None,
+) -> dict[str, Any]:
     """PUT or merge-PATCH the status; optimistic concurrency via resourceVersion (409 -> caller retries)."""
     meta = instance["metadata"]
     target = resource.status if resource.subresources and "status" in resource.subresources else resource
@@ -156,19 +168,21 @@ def _write(module, resource, instance, new_status, patch):
     if module.params["replace"]:
         body = copy.deepcopy(instance)
         body["status"] = new_status
-        return target.replace(body=body, name=meta["name"], namespace=namespace).to_dict()
+        replaced: dict[str, Any] = target.replace(body=body, name=meta["name"], namespace=namespace).to_dict()
+        return replaced
     body = {
         "metadata": {"name": meta["name"], "resourceVersion": meta.get("resourceVersion")},
         "status": patch,
     }
     if namespace:
         body["metadata"]["namespace"] = namespace
-    return target.patch(
+    patched: dict[str, Any] = target.patch(
         body=body, name=meta["name"], namespace=namespace, content_type="application/merge-patch+json"
     ).to_dict()
+    return patched
 
 
-def run(module):
+def run(module: AnsibleK8SModule) -> None:
     params = module.params
     if not params.get("status") and not params.get("conditions"):
         module.fail_json(msg="give at least one of `status` or `conditions`")
@@ -225,7 +239,7 @@ def run(module):
     module.fail_json(msg="the object kept changing under us ({0} conflicts)".format(CONFLICT_RETRIES))
 
 
-def main():
+def main() -> None:
     module = AnsibleK8SModule(argument_spec=argument_spec(), supports_check_mode=True)
     run(module)
 

@@ -2,7 +2,7 @@
 # -*- coding: utf-8 -*-
 # Apache-2.0 (see the project's LICENSE)
 
-from __future__ import absolute_import, division, print_function
+from __future__ import absolute_import, annotations, division, print_function
 
 __metaclass__ = type
 
@@ -95,7 +95,7 @@ DEFAULT_ADDRESS = "http://localhost:5050/metrics"
 ADDRESS_ENV = "ANSIBLE_OPERATOR_OSDK_METRIC_URL"
 
 
-def main():
+def main() -> None:
     flag = {"type": "bool"}
     number = {"type": "float"}
     module = AnsibleModule(

@@ -2,7 +2,7 @@
 # -*- coding: utf-8 -*-
 # Apache-2.0 (see the project's LICENSE)
 
-from __future__ import absolute_import, division, print_function
+from __future__ import absolute_import, annotations, division, print_function
 
 __metaclass__ = type
 
@@ -45,7 +45,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.ansible_operator.util.plugins.module_utils.duration import parse_duration  # noqa: E402
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec={"time": {"type": "str", "required": True}}, supports_check_mode=True
     )
