@@ -246,3 +246,18 @@ def test_k8s_event_counts_and_involved_object(env: Env) -> None:
     assert stored.source.component == "gizmo-operator"
     unique = results["unique"]["result"]["metadata"]["name"]
     assert unique.startswith("g4-backup.") and unique != "g4-backup"
+
+
+MODULES = aocollections.COLLECTIONS_ROOT / "ansible_collections/ansible_operator/util/plugins/modules"
+
+
+@pytest.mark.parametrize("module", sorted(p.stem for p in MODULES.glob("*.py") if p.stem != "__init__"))
+def test_ansible_doc_reads_every_module(module: str) -> None:
+    """`ansible-doc` parses DOCUMENTATION, EXAMPLES and RETURN as YAML (a plain scalar with ': ' fails)."""
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.pathsep.join(str(p) for p in aocollections.paths()))
+    name = f"ansible_operator.util.{module}"
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-doc"), "-j", name],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)[name]["doc"]
+    assert doc["module"] == module and doc["short_description"]

@@ -11,8 +11,8 @@ module: osdk_metric
 short_description: Create or update a custom Prometheus metric exported on the operator's /metrics
 description:
   - Sends the metric to the operator, which exports it under exactly I(name) on its C(/metrics) endpoint.
-  - Compatible with Operator SDK's C(operator_sdk.util.osdk_metric) (that name is redirected here): same
-    options, same request (a JSON POST of the SDK's UserMetric), same rules.
+  - Compatible with Operator SDK's C(operator_sdk.util.osdk_metric) (that name is redirected here), with the
+    same options, the same request (a JSON POST of the SDK's UserMetric), same rules.
   - The first task naming a metric creates it with its type and I(description); a later task must use the
     same type (histogram and summary are interchangeable, as in the SDK).
 options:
