@@ -36,11 +36,12 @@ import logging
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, cast
 
 import kopf
 
 from ansible_operator import kopfcompat
+from ansible_operator.kubetypes import KubeObject, ObjectMeta
 from ansible_operator.queue import ObjectKey, WorkQueue
 from ansible_operator.watches import Watch
 
@@ -66,8 +67,8 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def fingerprint(obj: dict[str, Any], *, watch_annotations: bool, selected: bool) -> Fingerprint:
-    meta = obj.get("metadata") or {}
+def fingerprint(obj: KubeObject, *, watch_annotations: bool, selected: bool) -> Fingerprint:
+    meta: ObjectMeta = obj.get("metadata") or {}
     generation = meta.get("generation")
     content = None
     if generation is None:
@@ -78,7 +79,7 @@ def fingerprint(obj: dict[str, Any], *, watch_annotations: bool, selected: bool)
     return Fingerprint(generation, content, annotations, bool(meta.get("deletionTimestamp")), selected)
 
 
-def _meaningful_annotations(meta: dict[str, Any]) -> dict[str, str]:
+def _meaningful_annotations(meta: ObjectMeta) -> dict[str, str]:
     # kubectl's client-side-apply bookkeeping changes with the spec; it carries no new intent of its own.
     annotations = dict(meta.get("annotations") or {})
     annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
@@ -104,7 +105,7 @@ ListingObserver = Callable[[str | None, frozenset[tuple[ObjectKey, str | None]]]
 """Called with (namespace or None for all, {(key, uid), ...}) after each complete listing."""
 
 
-def uid_of(obj: dict[str, Any]) -> str | None:
+def uid_of(obj: KubeObject) -> str | None:
     return (obj.get("metadata") or {}).get("uid")
 
 
@@ -113,7 +114,7 @@ class ObjectCache:
     fingerprint intake decided on. Reconcile reads from it; only intake writes."""
 
     def __init__(self) -> None:
-        self._objects: dict[ObjectKey, dict[str, Any]] = {}
+        self._objects: dict[ObjectKey, KubeObject] = {}
         self._fingerprints: dict[ObjectKey, Fingerprint] = {}
         self._listing_observers: list[ListingObserver] = []
 
@@ -129,7 +130,7 @@ class ObjectCache:
             except Exception:  # an observer must never break the watch stream
                 log.exception("listing observer failed")
 
-    def get(self, key: ObjectKey) -> dict[str, Any] | None:
+    def get(self, key: ObjectKey) -> KubeObject | None:
         obj = self._objects.get(key)
         return copy.deepcopy(obj) if obj is not None else None
 
@@ -143,7 +144,7 @@ class ObjectCache:
     def fingerprint(self, key: ObjectKey) -> Fingerprint | None:
         return self._fingerprints.get(key)
 
-    def store(self, key: ObjectKey, obj: dict[str, Any], fp: Fingerprint) -> None:
+    def store(self, key: ObjectKey, obj: KubeObject, fp: Fingerprint) -> None:
         self._objects[key] = obj
         self._fingerprints[key] = fp
 
@@ -152,8 +153,8 @@ class ObjectCache:
         self._fingerprints.pop(key, None)
 
 
-def object_key(obj: dict[str, Any]) -> ObjectKey:
-    meta = obj.get("metadata") or {}
+def object_key(obj: KubeObject) -> ObjectKey:
+    meta: ObjectMeta = obj.get("metadata") or {}
     return ObjectKey(namespace=meta.get("namespace") or None, name=meta["name"])
 
 
@@ -166,7 +167,7 @@ class WatchIntake:
 
     def __init__(self, watch: Watch, queue: WorkQueue, *, cache: ObjectCache | None = None,
                  selector: Callable[[dict[str, str]], bool] | None = None,
-                 on_forget: Callable[[ObjectKey, dict[str, Any]], None] | None = None) -> None:
+                 on_forget: Callable[[ObjectKey, KubeObject], None] | None = None) -> None:
         self.watch = watch
         self.queue = queue
         self.cache = cache if cache is not None else ObjectCache()
@@ -177,7 +178,7 @@ class WatchIntake:
         """Listings after the first one per namespace (each followed a watch gap); for metrics and tests."""
         self._listed_once: set[str | None] = set()
 
-    def handle(self, event_type: str | None, obj: dict[str, Any]) -> None:
+    def handle(self, event_type: str | None, obj: KubeObject) -> None:
         """Apply one watch event. ``event_type`` None is kopf's initial listing."""
         key = object_key(obj)
         uid = uid_of(obj)
@@ -263,7 +264,7 @@ class WatchIntake:
             body = event.get("object")
             if not isinstance(body, dict) or not (body.get("metadata") or {}).get("name"):
                 return
-            self.handle(event.get("type"), copy.deepcopy(body))
+            self.handle(event.get("type"), cast(KubeObject, copy.deepcopy(body)))  # JSON as kopf decoded it
 
         handler: Any = on_event  # kopf's WatchingFn protocol spells out every kwarg; we take two
         kopf.on.event(

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kubernetes
 import pytest
 import yaml
 
+from ansible_operator.kubetypes import KubeObject
 from ansible_operator.owners.injection import (
     ANNOTATION_PRIMARY_RESOURCE,
     ANNOTATION_PRIMARY_RESOURCE_TYPE,
@@ -25,7 +26,7 @@ from ansible_operator.owners.injection import (
 from ansible_operator.owners.paths import RequestInfo, parse_request_path, request_action
 from ansible_operator.owners.proxy import OwnerProxy
 
-CR = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
+CR: KubeObject = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
       "metadata": {"name": "mc", "namespace": "apps", "uid": "u-1"}}
 NAMESPACED = Owner.from_object(CR)
 CLUSTER = Owner("cache.example.com/v1alpha1", "Cluster", "c1", None, "u-2")
@@ -206,7 +207,7 @@ async def test_kubeconfig_tokens_are_per_owner_and_released(tmp_path: Path) -> N
     await proxy.start()
     try:
         a = proxy.kubeconfig_for(CR, tmp_path / "a" / "kubeconfig")
-        other = dict(CR, metadata={"name": "mc2", "namespace": "apps", "uid": "u-9"})
+        other = cast(KubeObject, dict(CR, metadata={"name": "mc2", "namespace": "apps", "uid": "u-9"}))
         b = proxy.kubeconfig_for(other, tmp_path / "b" / "kubeconfig")
         assert stat.S_IMODE(a.stat().st_mode) == 0o600
         ca, cb = yaml.safe_load(a.read_text()), yaml.safe_load(b.read_text())
