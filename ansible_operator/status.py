@@ -88,10 +88,10 @@ def merge_conditions(existing: list[Condition] | None, updates: list[Condition])
     Entries of ``existing`` that are not mappings with a ``type`` are dropped (the SDK drops them too).
     """
     merged: list[Condition] = [copy.deepcopy(c) for c in existing or []
-                               if isinstance(c, Mapping) and "type" in c]  # read back: may not be conditions
+                               if isinstance(c, Mapping) and "type" in c]
     index = {c["type"]: i for i, c in enumerate(merged)}
     for update in updates:
-        new = copy.deepcopy(update)
+        new = cast(Condition, copy.deepcopy(dict(update)))
         i = index.get(new["type"])
         if i is None:
             index[new["type"]] = len(merged)
