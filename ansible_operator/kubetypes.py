@@ -1,9 +1,10 @@
 """The shapes of the Kubernetes objects the runner reads and writes: TypedDicts of the JSON the API serves.
 
 Every object comes from the API server as JSON (``apijson.loads``, kopf's watch): the types describe the
-fields the runner uses, they check nothing at run time. Where such JSON enters (``Kube.get``, a watch
-event) a ``cast`` states the shape; code reading it still checks what a role or a user could have written
-(a condition that is no mapping, ``spec`` missing). ``total=False``: the API server omits empty fields.
+fields the runner uses, they check nothing at run time. Where such JSON enters (``Kube.get``'s answer, a
+watch event, a Lease read) an annotation or a ``cast`` states the shape; code reading it still checks what a
+role or a user could have written (a condition that is no mapping, ``spec`` missing). ``total=False``: the
+API server omits empty fields.
 
 Objects of any kind keep the fields the runner does not know (a CR's ``spec``, a dependent's ``data``): the
 types name what the runner reads, they never drop anything. Like kopf's ``kopf._cogs.structs.bodies``.
