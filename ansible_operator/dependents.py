@@ -37,10 +37,11 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, cast
 
 from ansible_operator import kopfcompat
 from ansible_operator.kube import error_from_kopf
+from ansible_operator.kubetypes import KubeObject, ObjectMeta
 from ansible_operator.owners.injection import (
     ANNOTATION_PRIMARY_RESOURCE,
     ANNOTATION_PRIMARY_RESOURCE_TYPE,
@@ -65,10 +66,10 @@ re-recorded Event (count+1) would re-queue the owner, whose run records the Even
 # pure parts
 
 
-def fingerprint(obj: Mapping[str, Any]) -> str:
+def fingerprint(obj: KubeObject) -> str:
     """Digest of everything a change to which should re-queue the owner (see module docstring)."""
     trimmed = {k: v for k, v in obj.items() if k != "status"}
-    meta = dict(trimmed.get("metadata") or {})
+    meta = dict(obj.get("metadata") or {})
     meta.pop("resourceVersion", None)
     meta.pop("managedFields", None)
     trimmed["metadata"] = meta
@@ -76,7 +77,7 @@ def fingerprint(obj: Mapping[str, Any]) -> str:
                           .encode()).hexdigest()
 
 
-def should_enqueue(event_type: str, old_fingerprint: str | None, obj: Mapping[str, Any]) -> bool:
+def should_enqueue(event_type: str, old_fingerprint: str | None, obj: KubeObject) -> bool:
     """DELETED always; MODIFIED when the fingerprint moved (or the object was unknown); never ADDED."""
     if event_type == "DELETED":
         return True
@@ -97,14 +98,14 @@ def _group_of(api_version: str) -> str:
     return api_version.rpartition("/")[0]
 
 
-def owners_of(obj: Mapping[str, Any], kinds: OwnerKinds, *, follow_annotations: bool = True) -> set[OwnerKey]:
+def owners_of(obj: KubeObject, kinds: OwnerKinds, *, follow_annotations: bool = True) -> set[OwnerKey]:
     """The owners of ``obj`` among the kinds we reconcile.
 
     ownerReferences first (only the controller reference when one of ours is marked ``controller``);
     an owner reference's namespace is the object's own, or none for cluster-scoped owner kinds. Without a
     matching reference, the primary-resource annotations (``<ns>/<name>`` and ``<Kind>.<group>``).
     """
-    meta = obj.get("metadata") or {}
+    meta: ObjectMeta = obj.get("metadata") or {}
     namespace = meta.get("namespace") or None
     refs = [
         r
@@ -150,7 +151,7 @@ class _KindWatch:
         self.kind = kind
         self.namespace = namespace
         self.known: dict[str, tuple[str, frozenset[OwnerKey]]] = {}  # uid -> (fingerprint, owners)
-        self._listing: dict[str, tuple[str, frozenset[OwnerKey], dict[str, Any]]] = {}
+        self._listing: dict[str, tuple[str, frozenset[OwnerKey], KubeObject]] = {}
         self.listings = 0
         """Completed listings (the first one, then one after each watch gap that ended in 410)."""
         self.synced = asyncio.Event()
@@ -189,16 +190,17 @@ class _KindWatch:
         if not isinstance(item, dict):
             return
         type_ = item.get("type")
-        obj = item.get("object") or {}
-        if type_ == "BOOKMARK" or not isinstance(obj, dict):
+        raw = item.get("object") or {}
+        if type_ == "BOOKMARK" or not isinstance(raw, dict):
             return
-        meta = obj.get("metadata") or {}
+        obj = cast(KubeObject, raw)  # JSON as kopf decoded it
+        meta: ObjectMeta = obj.get("metadata") or {}
         uid = str(meta.get("uid") or "")
         if type_ is None:  # a listed object (kopf's convention); judged when the listing ends
             owners = self.watcher._owners(obj, self.kind)
             if uid and owners:  # the name only, for the log line of a change found by a relist
                 self._listing[uid] = (fingerprint(obj), owners, {"metadata": {
-                    "name": meta.get("name"), "namespace": meta.get("namespace")}})
+                    "name": meta.get("name", ""), "namespace": meta.get("namespace", "")}})
             return
         previous = self.known.get(uid)
         owners = self.watcher._owners(obj, self.kind)
@@ -402,13 +404,13 @@ class DependentWatcher:
             self._kinds = OwnerKinds(versions, frozenset(cluster))
             return self._kinds
 
-    def _owners(self, obj: Mapping[str, Any], kind: DependentKind) -> frozenset[OwnerKey]:
+    def _owners(self, obj: KubeObject, kind: DependentKind) -> frozenset[OwnerKey]:
         assert self._kinds is not None
         follow_annotations = kind.namespaced or self._cluster_scoped
         return frozenset(owners_of(obj, self._kinds, follow_annotations=follow_annotations))
 
-    def _enqueue(self, owners: Iterable[OwnerKey], why: str, obj: Mapping[str, Any] | None) -> None:
-        meta = (obj or {}).get("metadata") or {}
+    def _enqueue(self, owners: Iterable[OwnerKey], why: str, obj: KubeObject | None) -> None:
+        meta: ObjectMeta = (obj or {}).get("metadata") or {}
         for api_version, kind, namespace, name in sorted(
             owners, key=lambda o: (o[0], o[1], o[2] or "", o[3])
         ):

@@ -20,10 +20,11 @@ from __future__ import annotations
 import logging
 import socket
 from datetime import datetime
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from ansible_operator.kube import ApiError, Forbidden, NotFound
+from ansible_operator.kubetypes import Event, KubeObject, ObjectMeta, ObjectReference
 from ansible_operator.queue import ObjectKey
 from ansible_operator.results import RunResult
 from ansible_operator.status import format_time
@@ -40,18 +41,19 @@ def _message(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
 
 
-def event(obj: Mapping[str, Any], *, type: str, reason: str, message: str, action: str, now: datetime,
-          component: str = DEFAULT_COMPONENT, instance: str | None = None) -> dict[str, Any]:
+def event(obj: KubeObject, *, type: str, reason: str, message: str, action: str, now: datetime,
+          component: str = DEFAULT_COMPONENT, instance: str | None = None) -> Event:
     """A core/v1 Event body about ``obj`` (``type`` is ``Normal`` or ``Warning``)."""
-    meta = obj.get("metadata") or {}
+    meta: ObjectMeta = obj.get("metadata") or {}
     name = str(meta.get("name", ""))
-    involved: dict[str, Any] = {"apiVersion": obj.get("apiVersion", ""), "kind": obj.get("kind", ""),
-                                "name": name}
+    involved: ObjectReference = {"apiVersion": obj.get("apiVersion", ""), "kind": obj.get("kind", ""),
+                                 "name": name}
     if meta.get("namespace"):
         involved["namespace"] = meta["namespace"]
-    for key in ("uid", "resourceVersion"):
-        if meta.get(key):
-            involved[key] = meta[key]
+    if meta.get("uid"):
+        involved["uid"] = meta["uid"]
+    if meta.get("resourceVersion"):
+        involved["resourceVersion"] = meta["resourceVersion"]
     ts = format_time(now)
     return {
         "apiVersion": "v1",
@@ -71,8 +73,8 @@ def event(obj: Mapping[str, Any], *, type: str, reason: str, message: str, actio
     }
 
 
-def for_result(obj: Mapping[str, Any], result: RunResult, *, now: datetime, phase: str = "reconcile",
-               component: str = DEFAULT_COMPONENT, instance: str | None = None) -> dict[str, Any] | None:
+def for_result(obj: KubeObject, result: RunResult, *, now: datetime, phase: str = "reconcile",
+               component: str = DEFAULT_COMPONENT, instance: str | None = None) -> Event | None:
     """The Event for one run, or None when there is nothing worth telling.
 
     * failed / timed out / error → ``Warning`` ``ReconcileFailed`` with the failure message;
@@ -96,8 +98,8 @@ def for_result(obj: Mapping[str, Any], result: RunResult, *, now: datetime, phas
                  instance=instance)
 
 
-def refused(obj: Mapping[str, Any], message: str, *, now: datetime, component: str = DEFAULT_COMPONENT,
-            instance: str | None = None) -> dict[str, Any]:
+def refused(obj: KubeObject, message: str, *, now: datetime, component: str = DEFAULT_COMPONENT,
+            instance: str | None = None) -> Event:
     """The Event for input refused before any run (``extravars.RefusedVariable``)."""
     return event(obj, type="Warning", reason="Refused", message=message, action="Reconcile", now=now,
                  component=component, instance=instance)
@@ -109,7 +111,7 @@ NAMESPACE_TERMINATING = "because it is being terminated"
 
 
 class EventApi(Protocol):
-    async def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]: ...
+    async def create_event(self, namespace: str, event: Event) -> Event: ...
 
     async def request(self, method: str, path: str, *, body: Any = None, content_type: str | None = None,
                       query: list[tuple[str, str]] | None = None) -> Any: ...
@@ -120,16 +122,16 @@ class EventRecorder:
 
     def __init__(self, api: EventApi) -> None:
         self.api = api
-        self._last: dict[ObjectKey, tuple[tuple[Any, ...], str, int]] = {}
+        self._last: dict[ObjectKey, tuple[tuple[str | None, ...], str, int]] = {}
         """Per object: the last Event recorded (its identity, name and count)."""
         self._told_forbidden = False
         """Whether the missing permission was reported (once: the SDK records no Events, so its scaffold's
         RBAC grants none, and a warning on every reconcile would bury the log)."""
 
-    async def record(self, obj: Mapping[str, Any], body: dict[str, Any] | None) -> None:
+    async def record(self, obj: KubeObject, body: Event | None) -> None:
         if body is None:
             return
-        meta = obj.get("metadata") or {}
+        meta: ObjectMeta = obj.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
         key = ObjectKey(namespace=meta.get("namespace") or None, name=str(meta.get("name", "")))
         identity = (meta.get("uid"), body.get("type"), body.get("reason"), body.get("message"))

@@ -45,6 +45,7 @@ from typing import Any, Mapping
 
 # Unsafe and the YAML dump belong to the executors layer (they write env/extravars); re-exported here.
 from ansible_operator.executors.varsfile import Unsafe, dump
+from ansible_operator.kubetypes import KubeObject
 
 __all__ = [
     "Unsafe",
@@ -296,7 +297,7 @@ async def load_reserved_names() -> frozenset[str]:
 
 
 def build_extra_vars(
-    obj: Mapping[str, Any],
+    obj: KubeObject,
     *,
     watch_vars: Mapping[str, Any],
     snake_case: bool,

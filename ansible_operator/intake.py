@@ -58,11 +58,12 @@ import random
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, cast
 
 import kopf
 
 from ansible_operator import kopfcompat
+from ansible_operator.kubetypes import KubeObject, ObjectMeta
 from ansible_operator.queue import ObjectKey, Priority, WorkQueue
 from ansible_operator.status import converged
 from ansible_operator.watches import Watch, annotation_overrides
@@ -89,8 +90,8 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def fingerprint(obj: dict[str, Any], *, watch_annotations: bool, selected: bool) -> Fingerprint:
-    meta = obj.get("metadata") or {}
+def fingerprint(obj: KubeObject, *, watch_annotations: bool, selected: bool) -> Fingerprint:
+    meta: ObjectMeta = obj.get("metadata") or {}
     generation = meta.get("generation")
     content = None
     if generation is None:
@@ -101,7 +102,7 @@ def fingerprint(obj: dict[str, Any], *, watch_annotations: bool, selected: bool)
     return Fingerprint(generation, content, annotations, bool(meta.get("deletionTimestamp")), selected)
 
 
-def _meaningful_annotations(meta: dict[str, Any]) -> dict[str, str]:
+def _meaningful_annotations(meta: ObjectMeta) -> dict[str, str]:
     # kubectl's client-side-apply bookkeeping changes with the spec; it carries no new intent of its own.
     annotations = dict(meta.get("annotations") or {})
     annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
@@ -127,7 +128,7 @@ ListingObserver = Callable[[str | None, frozenset[tuple[ObjectKey, str | None]]]
 """Called with (namespace or None for all, {(key, uid), ...}) after each complete listing."""
 
 
-def uid_of(obj: dict[str, Any]) -> str | None:
+def uid_of(obj: KubeObject) -> str | None:
     return (obj.get("metadata") or {}).get("uid")
 
 
@@ -136,7 +137,7 @@ class ObjectCache:
     fingerprint intake decided on. Reconcile reads from it; only intake writes."""
 
     def __init__(self) -> None:
-        self._objects: dict[ObjectKey, dict[str, Any]] = {}
+        self._objects: dict[ObjectKey, KubeObject] = {}
         self._fingerprints: dict[ObjectKey, Fingerprint] = {}
         self._listing_observers: list[ListingObserver] = []
 
@@ -152,7 +153,7 @@ class ObjectCache:
             except Exception:  # an observer must never break the watch stream
                 log.exception("listing observer failed")
 
-    def get(self, key: ObjectKey) -> dict[str, Any] | None:
+    def get(self, key: ObjectKey) -> KubeObject | None:
         obj = self._objects.get(key)
         return copy.deepcopy(obj) if obj is not None else None
 
@@ -166,7 +167,7 @@ class ObjectCache:
     def fingerprint(self, key: ObjectKey) -> Fingerprint | None:
         return self._fingerprints.get(key)
 
-    def store(self, key: ObjectKey, obj: dict[str, Any], fp: Fingerprint) -> None:
+    def store(self, key: ObjectKey, obj: KubeObject, fp: Fingerprint) -> None:
         self._objects[key] = obj
         self._fingerprints[key] = fp
 
@@ -175,8 +176,8 @@ class ObjectCache:
         self._fingerprints.pop(key, None)
 
 
-def object_key(obj: dict[str, Any]) -> ObjectKey:
-    meta = obj.get("metadata") or {}
+def object_key(obj: KubeObject) -> ObjectKey:
+    meta: ObjectMeta = obj.get("metadata") or {}
     return ObjectKey(namespace=meta.get("namespace") or None, name=meta["name"])
 
 
@@ -184,7 +185,7 @@ STARTUP_RESYNC = ("background", "spread", "immediate")
 """``--startup-resync``: how converged objects are re-checked at start-up (see the module docstring)."""
 
 
-def startup_delay(watch: Watch, obj: dict[str, Any], *, mode: str, rng: random.Random) -> float | None:
+def startup_delay(watch: Watch, obj: KubeObject, *, mode: str, rng: random.Random) -> float | None:
     """When an object first seen in the start-up listing runs: None = now, as a user change (unconverged,
     or ``mode`` "immediate"); else after this many seconds (0: now), as background work."""
     if mode == "immediate" or not converged(obj):
@@ -208,7 +209,7 @@ class WatchIntake:
 
     def __init__(self, watch: Watch, queue: WorkQueue, *, cache: ObjectCache | None = None,
                  selector: Callable[[dict[str, str]], bool] | None = None,
-                 on_forget: Callable[[ObjectKey, dict[str, Any]], None] | None = None,
+                 on_forget: Callable[[ObjectKey, KubeObject], None] | None = None,
                  startup_resync: str = "background", rng: random.Random | None = None) -> None:
         if startup_resync not in STARTUP_RESYNC:
             raise ValueError(f"startup_resync must be one of {', '.join(STARTUP_RESYNC)}"
@@ -227,7 +228,7 @@ class WatchIntake:
         self._dependents_recovered = False
         """A converged object was queued at once at start-up to bring the dependent watches back."""
 
-    def handle(self, event_type: str | None, obj: dict[str, Any]) -> None:
+    def handle(self, event_type: str | None, obj: KubeObject) -> None:
         """Apply one watch event. ``event_type`` None is kopf's initial listing."""
         key = object_key(obj)
         uid = uid_of(obj)
@@ -326,7 +327,7 @@ class WatchIntake:
             body = event.get("object")
             if not isinstance(body, dict) or not (body.get("metadata") or {}).get("name"):
                 return
-            self.handle(event.get("type"), copy.deepcopy(body))
+            self.handle(event.get("type"), cast(KubeObject, copy.deepcopy(body)))  # JSON as kopf decoded it
 
         handler: Any = on_event  # kopf's WatchingFn protocol spells out every kwarg; we take two
         kopf.on.event(

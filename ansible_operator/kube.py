@@ -31,6 +31,7 @@ from kubernetes.client.rest import ApiException
 
 from ansible_operator import apijson, kopfcompat
 from ansible_operator.errors import OperatorError
+from ansible_operator.kubetypes import Event, KubeObject
 
 log = logging.getLogger(__name__)
 
@@ -607,23 +608,23 @@ class Kube:
 
     # -- the calls the runner needs ----------------------------------------------------------------
 
-    async def get(self, ref: ResourceRef, namespace: str | None, name: str) -> dict[str, Any] | None:
+    async def get(self, ref: ResourceRef, namespace: str | None, name: str) -> KubeObject | None:
         try:
-            found: dict[str, Any] = await self.request("GET", ref.path(namespace, name))
+            found: KubeObject = await self.request("GET", ref.path(namespace, name))
         except NotFound:
             return None
         return found
 
     async def merge_patch(self, ref: ResourceRef, namespace: str | None, name: str, patch: dict[str, Any],
-                          *, subresource: str | None = None) -> dict[str, Any]:
+                          *, subresource: str | None = None) -> KubeObject:
         path = ref.path(namespace, name, subresource)
-        patched: dict[str, Any] = await self.request("PATCH", path, body=patch,
-                                                     content_type="application/merge-patch+json")
+        patched: KubeObject = await self.request("PATCH", path, body=patch,
+                                                 content_type="application/merge-patch+json")
         return patched
 
-    async def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
+    async def create_event(self, namespace: str, event: Event) -> Event:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/events"
-        created: dict[str, Any] = await self.request("POST", path, body=event)
+        created: Event = await self.request("POST", path, body=event)
         return created
 
     async def discover(self, group: str, version: str, kind: str) -> ResourceRef:

@@ -33,10 +33,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, cast
 from urllib.parse import quote
 
 from ansible_operator.kube import Conflict, Kube, NotFound, ServerError, TooManyRequests
+from ansible_operator.kubetypes import Lease, LeaseSpec
 
 __all__ = ["LeaderElector", "LeaseRecord", "default_identity", "format_micro_time"]
 
@@ -74,8 +75,8 @@ class LeaseRecord:
     resource_version: str | None
 
     @classmethod
-    def from_lease(cls, lease: dict[str, Any]) -> "LeaseRecord":
-        spec = lease.get("spec") or {}
+    def from_lease(cls, lease: Lease) -> "LeaseRecord":
+        spec: LeaseSpec = lease.get("spec") or {}
         return cls(
             holder=spec.get("holderIdentity") or "",
             lease_duration=float(spec.get("leaseDurationSeconds") or 0),
@@ -280,31 +281,31 @@ class LeaderElector:
         base = f"/apis/coordination.k8s.io/v1/namespaces/{quote(self.namespace, safe='')}/leases"
         return f"{base}/{quote(name, safe='')}" if name else base
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
+    def _call(self, method: str, path: str, body: Lease | None, timeout: float) -> Lease:
         """One request (no retry: the election loop retries), connect and answer within ``timeout``."""
         answer = self._kube.request_once(method, path, body, read_timeout=timeout, connect_timeout=timeout)
         if not isinstance(answer, dict):
             raise ValueError(f"lease {self.namespace}/{self.name}: {method} answered no JSON object")
-        return answer
+        return cast(Lease, answer)  # the API server's JSON
 
-    def _get_lease(self, timeout: float) -> dict[str, Any]:
+    def _get_lease(self, timeout: float) -> Lease:
         return self._call("GET", self._path(self.name), None, timeout)
 
-    def _create_lease(self, lease: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def _create_lease(self, lease: Lease, timeout: float) -> Lease:
         return self._call("POST", self._path(), lease, timeout)
 
-    def _replace_lease(self, lease: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def _replace_lease(self, lease: Lease, timeout: float) -> Lease:
         """A full replace (``PUT``) carrying the ``resourceVersion`` read: 409 when someone wrote since."""
         return self._call("PUT", self._path(self.name), lease, timeout)
 
-    def _read(self, timeout: float | None = None) -> dict[str, Any] | None:
+    def _read(self, timeout: float | None = None) -> Lease | None:
         try:
             return self._get_lease(timeout or self.retry_period * 2)
         except NotFound:
             return None
 
     def _spec(self, *, acquire_time: str, now: float, transitions: int, holder: str | None = None,
-              duration: float | None = None) -> dict[str, Any]:
+              duration: float | None = None) -> LeaseSpec:
         return {
             "holderIdentity": self.identity if holder is None else holder,
             "leaseDurationSeconds": max(1, int(round(self.lease_duration if duration is None else duration))),
@@ -318,7 +319,7 @@ class LeaderElector:
         now = self._clock()
         lease = self._read()
         if lease is None:
-            body = {
+            body: Lease = {
                 "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace},
                 "spec": self._spec(acquire_time=format_micro_time(now), now=now, transitions=0),

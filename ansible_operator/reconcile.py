@@ -25,6 +25,7 @@ from ansible_operator.executors.base import Executor, RunOutcome, RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.intake import ObjectCache
 from ansible_operator.kube import ApiError, Conflict, Kube, NotFound, ResourceRef
+from ansible_operator.kubetypes import KubeObject, StatusBody
 from ansible_operator.logs import log_context
 from ansible_operator.owners.credentials import Credentials
 from ansible_operator.queue import ObjectKey, Priority, ReconcileOutcome
@@ -177,7 +178,7 @@ class Reconciler:
             return ReconcileOutcome(requeue_after=result.requeue_after)
         return ReconcileOutcome(requeue_after=overrides["reconcile_period"], resync=True)
 
-    async def _confirm(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+    async def _confirm(self, obj: KubeObject) -> KubeObject | None:
         """``obj`` as the API has it now (a quorum read), if it is still the same object (same uid); None if
         it is gone, or gone and re-created under the same name (then not ours to run for or write to)."""
         meta = obj["metadata"]
@@ -186,7 +187,7 @@ class Reconciler:
             return None
         return fresh
 
-    def _newer_generation(self, key: ObjectKey, obj: dict[str, Any]) -> bool:
+    def _newer_generation(self, key: ObjectKey, obj: KubeObject) -> bool:
         latest = self.cache.get(key)
         if latest is None:
             return False
@@ -198,7 +199,7 @@ class Reconciler:
 
     # -- deletion ----------------------------------------------------------------------------------
 
-    async def _finalize(self, obj: dict[str, Any], overrides: dict[str, Any]) -> ReconcileOutcome:
+    async def _finalize(self, obj: KubeObject, overrides: dict[str, Any]) -> ReconcileOutcome:
         finalizer = self.watch.finalizer
         assert finalizer is not None
         # Operator SDK: a finalizer with only `vars` re-runs the main role/playbook with those vars added.
@@ -219,7 +220,7 @@ class Reconciler:
         await self._remove_finalizer(obj, finalizer.name)
         return ReconcileOutcome()
 
-    async def _refuse(self, obj: dict[str, Any], exc: extravars.RefusedVariable) -> ReconcileOutcome:
+    async def _refuse(self, obj: KubeObject, exc: extravars.RefusedVariable) -> ReconcileOutcome:
         """Input that must never reach Ansible: report it, run nothing, don't retry (an edit re-queues)."""
         log.error("refusing to run: %s", exc)
         if self.watch.manage_status:
@@ -229,7 +230,7 @@ class Reconciler:
                                                      component=self.rt.component))
         return ReconcileOutcome()
 
-    async def _report(self, obj: dict[str, Any], result: results.RunResult, *, phase: str = "reconcile",
+    async def _report(self, obj: KubeObject, result: results.RunResult, *, phase: str = "reconcile",
                       write_status: bool = True) -> None:
         """The outcome of a run: conditions (with manageStatus) and an Event."""
         if write_status and self.watch.manage_status:
@@ -238,7 +239,7 @@ class Reconciler:
         await self.events.record(obj, events.for_result(obj, result, now=utcnow(), phase=phase,
                                                         component=self.rt.component))
 
-    async def _add_finalizer(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+    async def _add_finalizer(self, obj: KubeObject) -> KubeObject | None:
         name = self.watch.finalizer.name  # type: ignore[union-attr]
         meta = obj["metadata"]
         finalizers = list(meta.get("finalizers") or []) + [name]
@@ -249,7 +250,7 @@ class Reconciler:
             return None
         # Conflict propagates: the queue retries with backoff, by then the cache holds the newer object
 
-    async def _remove_finalizer(self, obj: dict[str, Any], name: str) -> None:
+    async def _remove_finalizer(self, obj: KubeObject, name: str) -> None:
         meta = obj["metadata"]
         for _ in range(_STATUS_WRITE_ATTEMPTS):
             fresh = await self._confirm(obj)
@@ -271,7 +272,7 @@ class Reconciler:
 
     # -- the run -----------------------------------------------------------------------------------
 
-    def _extra_vars(self, obj: dict[str, Any], more_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _extra_vars(self, obj: KubeObject, more_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         watch_vars = dict(self.watch.vars)
         if more_vars:
             watch_vars.update(more_vars)
@@ -280,12 +281,12 @@ class Reconciler:
             mark_unsafe=self.watch.mark_unsafe, group=self.watch.group, kind=self.watch.kind,
         )
 
-    def _object_path(self, obj: dict[str, Any]) -> artifacts.ObjectPath:
+    def _object_path(self, obj: KubeObject) -> artifacts.ObjectPath:
         meta = obj["metadata"]
         return artifacts.ObjectPath(self.watch.group, self.watch.version, self.watch.kind,
                                     meta.get("namespace") or None, meta["name"])
 
-    async def _run(self, obj: dict[str, Any], phase: str, variables: dict[str, Any], *, role: str | None,
+    async def _run(self, obj: KubeObject, phase: str, variables: dict[str, Any], *, role: str | None,
                    playbook: Path | None, overrides: dict[str, Any]) -> results.RunResult:
         meta = obj["metadata"]
         object_path = self._object_path(obj)
@@ -304,7 +305,7 @@ class Reconciler:
                                       meta.get("uid"), keep=frozenset(janitor.active))
             janitor.poke()
 
-    async def _run_in(self, run_dir: Path, obj: dict[str, Any], phase: str, variables: dict[str, Any], *,
+    async def _run_in(self, run_dir: Path, obj: KubeObject, phase: str, variables: dict[str, Any], *,
                       role: str | None, playbook: Path | None,
                       overrides: dict[str, Any]) -> results.RunResult:
         meta = obj["metadata"]
@@ -365,12 +366,12 @@ class Reconciler:
         self._ended(run_dir, obj, record, result, started, overrides)
         return result
 
-    def _run_log_context(self, obj: dict[str, Any], run_id: str) -> AbstractContextManager[Mapping[str, Any]]:
+    def _run_log_context(self, obj: KubeObject, run_id: str) -> AbstractContextManager[Mapping[str, Any]]:
         meta = obj["metadata"]
         return log_context(kind=self.watch.kind, gvk=self._gvk, namespace=meta.get("namespace"),
                            name=meta["name"], run_id=run_id)
 
-    def _ended(self, run_dir: Path, obj: dict[str, Any], record: artifacts.RunRecord,
+    def _ended(self, run_dir: Path, obj: KubeObject, record: artifacts.RunRecord,
                result: results.RunResult, started: datetime, overrides: dict[str, Any]) -> None:
         """After a run: hooks, the final ``run.json``, private files, pruning, the log line."""
         finished = utcnow()
@@ -401,7 +402,7 @@ class Reconciler:
 
     # -- writing the outcome -----------------------------------------------------------------------
 
-    async def _interrupted(self, obj: dict[str, Any]) -> None:
+    async def _interrupted(self, obj: KubeObject) -> None:
         """The run was stopped (shutdown): say so in ``Running`` rather than leave ``Running=True`` with
         nobody running. Best effort, for at most :data:`_INTERRUPTED_WRITE_TIMEOUT` seconds."""
         message = "the operator stopped during the run; the next start runs it again"
@@ -412,9 +413,9 @@ class Reconciler:
         except Exception as exc:  # noqa: BLE001 - unreachable, timed out: the restart re-runs it anyway
             log.info("could not mark the interrupted run in status: %s", exc or type(exc).__name__)
 
-    async def _write_status(self, obj: dict[str, Any],
-                            build: Callable[[dict[str, Any] | None, int | None], dict[str, Any]],
-                            *, fresh: dict[str, Any] | None = None) -> None:
+    async def _write_status(self, obj: KubeObject,
+                            build: Callable[[dict[str, Any] | None, int | None], StatusBody],
+                            *, fresh: KubeObject | None = None) -> None:
         """Read the object fresh (roles may have written status meanwhile), build, write; retry on conflict.
 
         ``build`` gets the fresh status and the generation of ``obj`` (the object the run used); ``fresh``:
@@ -463,7 +464,7 @@ class Reconciler:
                               {(k.namespace, k.name, uid) for k, uid in present},
                               before=new_run_id()[:16], keep=frozenset(janitor.active))
 
-    def forget(self, key: ObjectKey, old: dict[str, Any] | None = None) -> None:
+    def forget(self, key: ObjectKey, old: KubeObject | None = None) -> None:
         """The object is gone (``old``: its last body): drop what we remember about it, and its run
         artifacts; a run of it still in progress removes its own when it ends."""
         self.events.forget(key)

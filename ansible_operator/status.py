@@ -31,8 +31,9 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, cast
 
+from ansible_operator.kubetypes import AnsibleResult, Condition, StatusBody
 from ansible_operator.results import RunResult
 
 __all__ = [
@@ -81,9 +82,6 @@ def _completion_time(now: datetime) -> str:
     return now.astimezone(timezone.utc).isoformat()
 
 
-Condition = dict[str, Any]
-
-
 def merge_conditions(existing: list[Condition] | None, updates: list[Condition]) -> list[Condition]:
     """Replace conditions by ``type``, keeping the existing order and appending new types.
 
@@ -94,7 +92,7 @@ def merge_conditions(existing: list[Condition] | None, updates: list[Condition])
                                if isinstance(c, Mapping) and "type" in c]
     index = {c["type"]: i for i, c in enumerate(merged)}
     for update in updates:
-        new = copy.deepcopy(dict(update))
+        new = cast(Condition, copy.deepcopy(dict(update)))
         i = index.get(new["type"])
         if i is None:
             index[new["type"]] = len(merged)
@@ -107,7 +105,7 @@ def merge_conditions(existing: list[Condition] | None, updates: list[Condition])
     return merged
 
 
-def ansible_result(result: RunResult, now: datetime) -> dict[str, Any]:
+def ansible_result(result: RunResult, now: datetime) -> AnsibleResult:
     return {
         "ok": result.ok,
         "changed": result.changed,
@@ -118,8 +116,8 @@ def ansible_result(result: RunResult, now: datetime) -> dict[str, Any]:
 
 
 def _condition(ctype: str, status: bool, reason: str, message: str, *, now: datetime,
-               generation: int | None, result: dict[str, Any] | None = None) -> dict[str, Any]:
-    cond: dict[str, Any] = {
+               generation: int | None, result: AnsibleResult | None = None) -> Condition:
+    cond: Condition = {
         "type": ctype,
         "status": "True" if status else "False",
         "reason": reason,
@@ -133,9 +131,10 @@ def _condition(ctype: str, status: bool, reason: str, message: str, *, now: date
     return cond
 
 
-def _with_conditions(current: Mapping[str, Any] | None, updates: list[dict[str, Any]], generation: int | None,
-                     *, observed: bool = True) -> dict[str, Any]:
-    status = copy.deepcopy(dict(current)) if isinstance(current, Mapping) else {}
+def _with_conditions(current: Mapping[str, Any] | None, updates: list[Condition], generation: int | None,
+                     *, observed: bool = True) -> StatusBody:
+    # the status read back (a role's own fields kept): typed for the fields written here
+    status = cast(StatusBody, copy.deepcopy(dict(current))) if isinstance(current, Mapping) else StatusBody()
     existing = status.get("conditions")
     status["conditions"] = merge_conditions(existing if isinstance(existing, list) else [], updates)
     if observed and generation is not None:
@@ -186,7 +185,7 @@ def _flipped(current: Mapping[str, Any] | None, ctype: str, status: bool, *, now
     conditions = current.get("conditions") if isinstance(current, Mapping) else None
     for cond in conditions if isinstance(conditions, list) else []:
         if isinstance(cond, Mapping) and cond.get("type") == ctype:
-            flipped = dict(cond)
+            flipped = cast(Condition, dict(cond))  # as read back: reason and message kept
             wanted = "True" if status else "False"
             if flipped.get("status") != wanted:
                 flipped["lastTransitionTime"] = format_time(now)
@@ -198,7 +197,7 @@ def _flipped(current: Mapping[str, Any] | None, ctype: str, status: bool, *, now
 
 
 def running_status(current: Mapping[str, Any] | None, *, generation: int | None,
-                   now: datetime, style: Conditions = DEFAULT) -> dict[str, Any]:
+                   now: datetime, style: Conditions = DEFAULT) -> StatusBody:
     """Status body for "a run started": Running=True; Successful/Failure are left as the last run set them
     (with ``style.sdk``: Successful goes False, as the SDK's ``markRunning``).
 
@@ -213,7 +212,7 @@ def running_status(current: Mapping[str, Any] | None, *, generation: int | None,
 
 
 def result_status(current: Mapping[str, Any] | None, result: RunResult, *, generation: int | None,
-                  now: datetime, style: Conditions = DEFAULT) -> dict[str, Any]:
+                  now: datetime, style: Conditions = DEFAULT) -> StatusBody:
     """Status body after a run (see the module docstring for the exact conditions)."""
     ar = ansible_result(result, now)
     message = result.message
@@ -250,7 +249,7 @@ def result_status(current: Mapping[str, Any] | None, result: RunResult, *, gener
 
 
 def refused_status(current: Mapping[str, Any] | None, *, message: str, generation: int | None,
-                   now: datetime, style: Conditions = DEFAULT) -> dict[str, Any]:
+                   now: datetime, style: Conditions = DEFAULT) -> StatusBody:
     """Status body when the object was refused before any run (e.g. a spec field mapping to ``ansible_*``).
 
     Reason ``Refused`` on all three conditions; no ``ansibleResult`` since nothing ran. (``style.sdk``: as
@@ -271,7 +270,7 @@ def refused_status(current: Mapping[str, Any] | None, *, message: str, generatio
 
 
 def interrupted_status(current: Mapping[str, Any] | None, *, message: str, generation: int | None,
-                       now: datetime, style: Conditions = DEFAULT) -> dict[str, Any]:
+                       now: datetime, style: Conditions = DEFAULT) -> StatusBody:
     """Status body when a run was stopped before it ended (the operator shutting down): ``Running`` goes
     ``False`` with reason ``Interrupted``; ``Successful``/``Failure`` and ``observedGeneration`` stay what
     the last finished run made them (nothing was concluded)."""

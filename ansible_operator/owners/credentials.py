@@ -8,7 +8,9 @@ kubeconfig (``--inject-owner-ref=false``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
+
+from ansible_operator.kubetypes import KubeObject
 
 __all__ = ["Credentials", "PassThroughCredentials", "ProxyCredentials", "RunKubeconfigs"]
 
@@ -16,7 +18,7 @@ __all__ = ["Credentials", "PassThroughCredentials", "ProxyCredentials", "RunKube
 class Credentials(Protocol):
     """Gives each run the cluster credentials its roles use (reconcile asks, once per run)."""
 
-    def envvars_for(self, owner: dict[str, Any], run_dir: Path) -> dict[str, str]: ...
+    def envvars_for(self, owner: KubeObject, run_dir: Path) -> dict[str, str]: ...
 
     def release(self, run_dir: Path) -> None: ...
 
@@ -24,7 +26,7 @@ class Credentials(Protocol):
 class RunKubeconfigs(Protocol):
     """What writes a run's kubeconfig bound to its owner and revokes it afterwards (``OwnerProxy``)."""
 
-    def kubeconfig_for(self, owner: dict[str, Any], path: Path) -> Path: ...
+    def kubeconfig_for(self, owner: KubeObject, path: Path) -> Path: ...
 
     def release(self, path: Path) -> None: ...
 
@@ -36,7 +38,7 @@ class PassThroughCredentials:
     def __init__(self, kubeconfig: str | None) -> None:
         self.kubeconfig = kubeconfig
 
-    def envvars_for(self, owner: dict[str, Any], run_dir: Path) -> dict[str, str]:
+    def envvars_for(self, owner: KubeObject, run_dir: Path) -> dict[str, str]:
         if not self.kubeconfig:
             return {}
         path = str(Path(self.kubeconfig).resolve())
@@ -53,7 +55,7 @@ class ProxyCredentials:
     def __init__(self, proxy: RunKubeconfigs) -> None:
         self.proxy = proxy
 
-    def envvars_for(self, owner: dict[str, Any], run_dir: Path) -> dict[str, str]:
+    def envvars_for(self, owner: KubeObject, run_dir: Path) -> dict[str, str]:
         path = self.proxy.kubeconfig_for(owner, run_dir / "kubeconfig")
         return {"K8S_AUTH_KUBECONFIG": str(path), "KUBECONFIG": str(path)}
 

@@ -31,6 +31,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
+from ansible_operator.kubetypes import OwnerReference
+
 log = logging.getLogger("ansible_operator.owners")
 
 __all__ = [
@@ -108,7 +110,7 @@ class Owner:
                    str(meta["namespace"]) if meta.get("namespace") else None, str(meta["uid"]))
 
 
-def owner_ref(owner: Owner) -> dict[str, Any]:
+def owner_ref(owner: Owner) -> OwnerReference:
     """The ownerReference Operator SDK injects (no ``controller``/``blockOwnerDeletion``, see module doc)."""
     return {"apiVersion": owner.api_version, "kind": owner.kind, "name": owner.name, "uid": owner.uid}
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import yaml
 
 from ansible_operator.kube import ApiError, NotFound, check_response
+from ansible_operator.kubetypes import KubeObject
 from ansible_operator.owners.forward import forward
 from ansible_operator.owners.injection import (
     DependentKind,
@@ -116,7 +117,7 @@ class OwnerProxy:
 
     # -- credentials --------------------------------------------------------------------------------
 
-    def kubeconfig_for(self, owner: dict[str, Any], path: Path) -> Path:
+    def kubeconfig_for(self, owner: KubeObject, path: Path) -> Path:
         """Write a 0600 kubeconfig at ``path`` whose bearer token is bound to ``owner``; returns ``path``.
 
         The context's namespace is the owner's, so tasks that omit ``namespace`` land next to the CR.

@@ -26,6 +26,7 @@ import pytest
 import yaml
 from kubernetes.client.rest import ApiException
 
+from ansible_operator.kubetypes import KubeObject
 from ansible_operator.owners.injection import (
     ANNOTATION_PRIMARY_RESOURCE,
     ANNOTATION_PRIMARY_RESOURCE_TYPE,
@@ -72,7 +73,7 @@ class Cluster:
         kubernetes.config.load_kube_config(str(self.kubeconfig), client_configuration=cfg)
         return cfg
 
-    def create_owner(self, name: str) -> dict[str, Any]:
+    def create_owner(self, name: str) -> KubeObject:
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
                 "metadata": {"name": name, "namespace": NS}, "spec": {}}
         return self.custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, body)
@@ -495,7 +496,7 @@ async def watcher(cluster: Cluster) -> AsyncIterator[tuple[DependentWatcher, Rec
         await w.close()
 
 
-def _owned(owner: dict[str, Any], **meta: Any) -> dict[str, Any]:
+def _owned(owner: KubeObject, **meta: Any) -> dict[str, Any]:
     ref = {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
            "uid": owner["metadata"]["uid"]}
     return {"ownerReferences": [ref], **meta}

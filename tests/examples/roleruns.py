@@ -21,6 +21,7 @@ from ansible_operator import collections, extravars
 from ansible_operator.executors import make_executor
 from ansible_operator.executors.base import Executor, RunRequest
 from ansible_operator.executors.datadir import new_run_id
+from ansible_operator.kubetypes import KubeObject
 from ansible_operator.results import ResultCollector
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,7 +114,7 @@ class _SharedExecutor:
 _EXECUTOR = _SharedExecutor()
 
 
-def run_role(role: str, obj: dict[str, Any], kind: Kind, kubeconfig: Path, workdir: Path,
+def run_role(role: str, obj: KubeObject, kind: Kind, kubeconfig: Path, workdir: Path,
              *, finalizer_vars: dict[str, Any] | None = None, timeout: float = 240) -> RoleRun:
     """Run ``roles/<role>`` for ``obj`` (as read from the API) with the operator's extra vars."""
     evars = extravars.build_extra_vars(obj, watch_vars={}, snake_case=True, mark_unsafe=True,

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import kubernetes
 import pytest
 
+from ansible_operator.kubetypes import KubeObject
 from tests.harness import wait_for
 
 from .conftest import KUBECTL, ExampleAPI
@@ -57,7 +58,7 @@ class Cluster:
         self.custom.patch_namespaced_custom_object(kind.group, kind.version, self.ns, kind.plural, name,
                                                    {"spec": spec})
 
-    def get(self, kind: Kind, name: str) -> dict[str, Any]:
+    def get(self, kind: Kind, name: str) -> KubeObject:
         return self.custom.get_namespaced_custom_object(kind.group, kind.version, self.ns, kind.plural, name)
 
     def reconcile(self, role: str, kind: Kind, name: str) -> RoleRun:

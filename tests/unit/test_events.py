@@ -11,12 +11,13 @@ import pytest
 
 from ansible_operator import events
 from ansible_operator.kube import Forbidden, NotFound
+from ansible_operator.kubetypes import Event, KubeObject
 from ansible_operator.queue import ObjectKey
 from ansible_operator.results import FailedTask, RunResult
 
 T0 = datetime(2026, 11, 22, 13, 45, 1, 123456, tzinfo=timezone.utc)
 
-OBJ = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
+OBJ: KubeObject = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
        "metadata": {"name": "m1", "namespace": "ns1", "uid": "u-1", "resourceVersion": "42"}}
 FAILED = FailedTask(name="create deployment", action="k8s", role="memcached",
                     message="Failed to create object: quota exceeded (403 Forbidden)", host="localhost")
@@ -68,7 +69,7 @@ def test_event_for_changes_and_none_when_nothing_changed() -> None:
 
 
 def test_event_for_cluster_scoped_object_and_long_message() -> None:
-    obj = {"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "t"}}
+    obj: KubeObject = {"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "t"}}
     long = FailedTask(name="t", action=None, role=None, message="x" * 5000, host=None)
     ev = events.for_result(obj, result("failed", failed=long), now=T0)
     assert ev is not None and ev["metadata"]["namespace"] == "default"
@@ -78,12 +79,12 @@ def test_event_for_cluster_scoped_object_and_long_message() -> None:
 
 class FakeApi:
     def __init__(self) -> None:
-        self.created: list[dict[str, Any]] = []
+        self.created: list[Event] = []
         self.patched: list[tuple[str, dict[str, Any]]] = []
         self.fail_create: Exception | None = None
         self.expired = False
 
-    async def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
+    async def create_event(self, namespace: str, event: Event) -> Event:
         if self.fail_create:
             raise self.fail_create
         self.created.append(event)

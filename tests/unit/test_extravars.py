@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -20,6 +20,7 @@ from ansible_operator.extravars import (
     object_var_name,
     to_snake_case,
 )
+from ansible_operator.kubetypes import KubeObject
 
 # Operator SDK internal/ansible/paramconv/paramconv_test.go TestToSnake, verbatim.
 SDK_TO_SNAKE = [
@@ -62,7 +63,7 @@ def test_to_snake_case(name: str, expected: str) -> None:
     assert to_snake_case(name) == expected
 
 
-def cr(spec: dict | None = None, **meta) -> dict:
+def cr(spec: dict | None = None, **meta) -> KubeObject:
     obj = {
         "apiVersion": "cache.example.com/v1alpha1",
         "kind": "Memcached",
@@ -70,7 +71,7 @@ def cr(spec: dict | None = None, **meta) -> dict:
     }
     if spec is not None:
         obj["spec"] = spec
-    return obj
+    return cast(KubeObject, obj)
 
 
 def test_shape_matches_operator_sdk() -> None:

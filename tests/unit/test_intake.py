@@ -10,6 +10,7 @@ from typing import Any, cast
 import pytest
 
 from ansible_operator.intake import WatchIntake
+from ansible_operator.kubetypes import KubeObject
 from ansible_operator.labels import label_selector_from_dict
 from ansible_operator.queue import ObjectKey, Priority
 from ansible_operator.watches import Watch
@@ -41,13 +42,13 @@ def make_watch(**kw: Any) -> Watch:
     return Watch(**base)
 
 
-def cr(generation: int | None = 1, **meta: Any) -> dict[str, Any]:
+def cr(generation: int | None = 1, **meta: Any) -> KubeObject:
     metadata: dict[str, Any] = {"name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "1"}
     if generation is not None:
         metadata["generation"] = generation
     metadata.update(meta)
-    return {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached", "metadata": metadata,
-            "spec": {"size": 1}}
+    return cast(KubeObject, {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
+                             "metadata": metadata, "spec": {"size": 1}})
 
 
 def intake_for(watch: Watch | None = None,
@@ -56,7 +57,7 @@ def intake_for(watch: Watch | None = None,
     w = watch or make_watch()
     selector = label_selector_from_dict(w.selector) if w.selector else None
 
-    def on_forget(key: ObjectKey, old: dict[str, Any]) -> None:
+    def on_forget(key: ObjectKey, old: KubeObject) -> None:
         if forgotten is not None:
             forgotten.append((key, old["metadata"]["uid"]))
 
@@ -66,7 +67,7 @@ def intake_for(watch: Watch | None = None,
 KEY = ObjectKey(namespace="ns", name="a")
 
 
-def cached(intake: WatchIntake) -> dict[str, Any]:
+def cached(intake: WatchIntake) -> KubeObject:
     """The cached object of KEY, which the test expects to be there."""
     obj = intake.cache.get(KEY)
     assert obj is not None, f"{KEY} is not in the cache"
@@ -133,14 +134,14 @@ def test_deletion_start_enqueues_and_deleted_forgets() -> None:
 def test_objects_without_generation_enqueue_on_content_not_status() -> None:
     intake, queue = intake_for()
     cm = cr(generation=None)
-    cm["data"] = {"a": "1"}
+    cast(dict[str, Any], cm)["data"] = {"a": "1"}  # a kind of its own (no spec, no generation)
     intake.handle("ADDED", cm)
     touched = copy.deepcopy(cm)
     touched["metadata"]["resourceVersion"] = "2"
     touched["status"] = {"x": 1}
     intake.handle("MODIFIED", touched)
     edited = copy.deepcopy(touched)
-    edited["data"] = {"a": "2"}
+    cast(dict[str, Any], edited)["data"] = {"a": "2"}
     intake.handle("MODIFIED", edited)
     assert queue.added == [KEY, KEY]
 
@@ -253,7 +254,7 @@ async def test_kopf_relist_after_410_reaches_the_intake(monkeypatch: pytest.Monk
                                               namespace=references.NamespaceName("ns"),
                                               _iterations=2):
         if isinstance(item, dict) and item.get("type") is None:
-            intake.handle(None, cast(dict[str, Any], item["object"]))
+            intake.handle(None, cast(KubeObject, item["object"]))
     assert intake.relists == 1
     assert intake.cache.keys() == [KEY] and cached(intake)["metadata"]["uid"] == "u3"
     assert queue.added == [KEY, ObjectKey("ns", "b"), KEY]  # the re-created "a" runs again

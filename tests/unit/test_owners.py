@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kubernetes
 import pytest
 import yaml
 
+from ansible_operator.kubetypes import KubeObject
 from ansible_operator.owners.injection import (
     ANNOTATION_PRIMARY_RESOURCE,
     ANNOTATION_PRIMARY_RESOURCE_TYPE,
@@ -25,7 +26,7 @@ from ansible_operator.owners.injection import (
 from ansible_operator.owners.paths import RequestInfo, parse_request_path, request_action
 from ansible_operator.owners.proxy import OwnerProxy
 
-CR = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
+CR: KubeObject = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
       "metadata": {"name": "mc", "namespace": "apps", "uid": "u-1"}}
 NAMESPACED = Owner.from_object(CR)
 CLUSTER = Owner("cache.example.com/v1alpha1", "Cluster", "c1", None, "u-2")
@@ -206,7 +207,7 @@ async def test_kubeconfig_tokens_are_per_owner_and_released(tmp_path: Path) -> N
     await proxy.start()
     try:
         a = proxy.kubeconfig_for(CR, tmp_path / "a" / "kubeconfig")
-        other = dict(CR, metadata={"name": "mc2", "namespace": "apps", "uid": "u-9"})
+        other = cast(KubeObject, dict(CR, metadata={"name": "mc2", "namespace": "apps", "uid": "u-9"}))
         b = proxy.kubeconfig_for(other, tmp_path / "b" / "kubeconfig")
         assert stat.S_IMODE(a.stat().st_mode) == 0o600
         ca, cb = yaml.safe_load(a.read_text()), yaml.safe_load(b.read_text())
@@ -243,15 +244,20 @@ def _ref(kind: str, name: str, uid: str, controller: bool | None = None,
     return ref
 
 
+def _obj(body: dict[str, Any]) -> KubeObject:
+    """A dependent of any kind (a ConfigMap's ``data``...): as JSON from the API server."""
+    return cast(KubeObject, body)
+
+
 def test_owners_from_owner_references() -> None:
     obj: dict[str, Any] = {"metadata": {"namespace": "apps", "ownerReferences": [
         _ref("Memcached", "a", "1"), _ref("Memcached", "b", "2"),
         _ref("ReplicaSet", "rs", "3", True, "apps/v1")]}}
-    assert owners_of(obj, KINDS) == {("cache.example.com/v1alpha1", "Memcached", "apps", "a"),
-                                     ("cache.example.com/v1alpha1", "Memcached", "apps", "b")}
+    assert owners_of(_obj(obj), KINDS) == {("cache.example.com/v1alpha1", "Memcached", "apps", "a"),
+                                           ("cache.example.com/v1alpha1", "Memcached", "apps", "b")}
     # a controller reference among ours wins
     obj["metadata"]["ownerReferences"][1]["controller"] = True
-    assert owners_of(obj, KINDS) == {("cache.example.com/v1alpha1", "Memcached", "apps", "b")}
+    assert owners_of(_obj(obj), KINDS) == {("cache.example.com/v1alpha1", "Memcached", "apps", "b")}
     # cluster-scoped owner kinds have no namespace
     cobj = {
         "metadata": {
@@ -259,39 +265,39 @@ def test_owners_from_owner_references() -> None:
             "ownerReferences": [_ref("Cluster", "c", "9", api_version="cache.example.com/v1")],
         }
     }
-    assert owners_of(cobj, KINDS) == {("cache.example.com/v1", "Cluster", None, "c")}
+    assert owners_of(_obj(cobj), KINDS) == {("cache.example.com/v1", "Cluster", None, "c")}
 
 
 def test_owners_from_annotations() -> None:
     obj: dict[str, Any] = {"metadata": {"name": "role", "annotations": {
         "operator-sdk/primary-resource": "apps/a",
         "operator-sdk/primary-resource-type": "Memcached.cache.example.com"}}}
-    assert owners_of(obj, KINDS) == {("cache.example.com/v1alpha1", "Memcached", "apps", "a")}
-    assert owners_of(obj, KINDS, follow_annotations=False) == set()
+    assert owners_of(_obj(obj), KINDS) == {("cache.example.com/v1alpha1", "Memcached", "apps", "a")}
+    assert owners_of(_obj(obj), KINDS, follow_annotations=False) == set()
     obj["metadata"]["annotations"]["operator-sdk/primary-resource"] = "/c"
-    assert owners_of(obj, KINDS) == {("cache.example.com/v1alpha1", "Memcached", None, "c")}
+    assert owners_of(_obj(obj), KINDS) == {("cache.example.com/v1alpha1", "Memcached", None, "c")}
     obj["metadata"]["annotations"]["operator-sdk/primary-resource-type"] = "Other.cache.example.com"
-    assert owners_of(obj, KINDS) == set()
-    assert owners_of({"metadata": {}}, KINDS) == set()
+    assert owners_of(_obj(obj), KINDS) == set()
+    assert owners_of(_obj({"metadata": {}}), KINDS) == set()
 
 
 def test_event_filtering_ignores_status_and_bookkeeping() -> None:
     base: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "d", "generation": 1, "resourceVersion": "5", "labels": {"a": "1"}},
             "spec": {"replicas": 1}, "status": {"readyReplicas": 0}}
-    fp = fingerprint(base)
+    fp = fingerprint(_obj(base))
     status_only = {**base, "metadata": {**base["metadata"], "resourceVersion": "6",
                                         "managedFields": [{"manager": "x"}]}, "status": {"readyReplicas": 1}}
-    assert not should_enqueue("MODIFIED", fp, status_only)
+    assert not should_enqueue("MODIFIED", fp, _obj(status_only))
     relabelled = {**base, "metadata": {**base["metadata"], "labels": {"a": "2"}}}
-    assert should_enqueue("MODIFIED", fp, relabelled)
+    assert should_enqueue("MODIFIED", fp, _obj(relabelled))
     respec = {**base, "spec": {"replicas": 2}, "metadata": {**base["metadata"], "generation": 2}}
-    assert should_enqueue("MODIFIED", fp, respec)
+    assert should_enqueue("MODIFIED", fp, _obj(respec))
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}}
-    assert should_enqueue("MODIFIED", fingerprint(cm), {**cm, "data": {"k": "w"}})
-    assert should_enqueue("MODIFIED", None, cm)  # never seen before: treat as a change
-    assert should_enqueue("DELETED", fp, base)
-    assert not should_enqueue("ADDED", None, base)
+    assert should_enqueue("MODIFIED", fingerprint(_obj(cm)), _obj({**cm, "data": {"k": "w"}}))
+    assert should_enqueue("MODIFIED", None, _obj(cm))  # never seen before: treat as a change
+    assert should_enqueue("DELETED", fp, _obj(base))
+    assert not should_enqueue("ADDED", None, _obj(base))
 
 
 async def test_discovery_refetches_on_miss_and_propagates_errors() -> None:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from test_intake import RecordingQueue
 from test_queue import Recorder, idle
 
 from ansible_operator.intake import WatchIntake, startup_delay
+from ansible_operator.kubetypes import KubeObject
 from ansible_operator.queue import ObjectKey, Priority, ReconcileOutcome, WorkQueue, resync_delay
 from ansible_operator.status import converged
 from ansible_operator.watches import Finalizer, Watch
@@ -211,7 +212,7 @@ def make_watch(**kw: Any) -> Watch:
 
 
 def obj(generation: int = 2, conditions: list[dict[str, Any]] | None = None, *, status_gen: int | None = None,
-        name: str = "a", **meta: Any) -> dict[str, Any]:
+        name: str = "a", **meta: Any) -> KubeObject:
     metadata: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"u-{name}", "generation": generation}
     metadata.update(meta)
     body: dict[str, Any] = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
@@ -220,7 +221,7 @@ def obj(generation: int = 2, conditions: list[dict[str, Any]] | None = None, *, 
         body["status"] = {"conditions": conditions}
         if status_gen is not None:
             body["status"]["observedGeneration"] = status_gen
-    return body
+    return cast(KubeObject, body)
 
 
 def cond(ctype: str, status: str, gen: int | None = 2, reason: str = "Successful") -> dict[str, Any]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ansible_operator import artifacts
 from ansible_operator.executors.base import RunOutcome, RunRequest
 from ansible_operator.intake import ObjectCache, fingerprint
 from ansible_operator.kube import ApiError, ResourceRef
+from ansible_operator.kubetypes import Event, KubeObject
 from ansible_operator.owners.credentials import PassThroughCredentials
 from ansible_operator.queue import ObjectKey
 from ansible_operator.reconcile import Reconciler, Runtime
@@ -20,16 +21,16 @@ KEY = ObjectKey("ns", "a")
 
 
 class FakeKube:
-    def __init__(self, obj: dict[str, Any]) -> None:
+    def __init__(self, obj: KubeObject) -> None:
         self.obj = obj
         self.status_patches: list[dict[str, Any]] = []
-        self.events: list[dict[str, Any]] = []
+        self.events: list[Event] = []
 
-    async def get(self, ref: ResourceRef, namespace: str | None, name: str) -> dict[str, Any] | None:
+    async def get(self, ref: ResourceRef, namespace: str | None, name: str) -> KubeObject | None:
         return copy.deepcopy(self.obj) if self.obj is not None else None
 
     async def merge_patch(self, ref: ResourceRef, namespace: str | None, name: str, patch: dict[str, Any],
-                          *, subresource: str | None = None) -> dict[str, Any]:
+                          *, subresource: str | None = None) -> KubeObject:
         if self.obj is None:
             raise ApiError(404, "NotFound", name)
         if subresource == "status":
@@ -37,7 +38,7 @@ class FakeKube:
             self.obj["status"] = patch["status"]
         return copy.deepcopy(self.obj)
 
-    async def create_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
+    async def create_event(self, namespace: str, event: Event) -> Event:
         self.events.append(event)
         return {"metadata": {"name": f"e{len(self.events)}"}, "count": 1}
 
@@ -67,14 +68,15 @@ class EditingExecutor:
         return RunOutcome(status="successful", rc=0, artifacts_dir=request.private_data_dir)
 
 
-def store(cache: ObjectCache, obj: dict[str, Any]) -> None:
+def store(cache: ObjectCache, obj: KubeObject) -> None:
     cache.store(KEY, copy.deepcopy(obj), fingerprint(obj, watch_annotations=False, selected=True))
 
 
 def make(tmp_path: Path) -> tuple[Reconciler, FakeKube, EditingExecutor]:
-    obj = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
-           "metadata": {"name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "1", "generation": 1},
-           "spec": {"size": 1}}
+    obj: KubeObject = {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached",
+                       "metadata": {"name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "1",
+                                    "generation": 1},
+                       "spec": {"size": 1}}
     watch = Watch(group="cache.example.com", version="v1alpha1", kind="Memcached", role="/tmp/role",
                   playbook=None, vars={}, finalizer=None, reconcile_period=None)
     cache = ObjectCache()
@@ -118,7 +120,7 @@ async def test_artifacts_of_a_deleted_object_are_removed(tmp_path: Path) -> None
     assert janitor is not None
     await janitor.settle()  # waits for the background removal
     assert [p.name for p in obj_dir.iterdir()] == [other.name]
-    reconciler.forget(KEY, dict(kube.obj, metadata=dict(kube.obj["metadata"], uid="u2")))
+    reconciler.forget(KEY, cast(KubeObject, dict(kube.obj, metadata=dict(kube.obj["metadata"], uid="u2"))))
     await janitor.settle()
     assert not obj_dir.exists() and not obj_dir.parent.exists()
 
@@ -184,7 +186,7 @@ async def test_a_run_starts_from_the_api_not_from_a_lagging_cache(tmp_path: Path
     """The cache still holds the object as it was; the API already has it deleting (foreground deletion,
     its dependent's DELETED event re-queued it first): running the role would re-create that dependent."""
     reconciler, kube, executor = make(tmp_path)
-    kube.obj["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", generation=2)
+    kube.obj["metadata"].update({"deletionTimestamp": "2026-01-01T00:00:00Z", "generation": 2})
     outcome = await reconciler(KEY)
     assert executor.seen_generations == [] and kube.status_patches == [] and kube.events == []
     assert not outcome.failed and outcome.requeue_after is None
@@ -203,8 +205,8 @@ async def test_a_run_starts_from_the_api_not_from_a_lagging_cache(tmp_path: Path
     assert cached is not None
     kube.obj = None  # type: ignore[assignment]
     await reconciler(KEY)
-    kube.obj = dict(copy.deepcopy(cached), metadata={"name": "a", "namespace": "ns", "uid": "u2",
-                                                     "generation": 1, "resourceVersion": "9"})
+    kube.obj = cast(KubeObject, dict(copy.deepcopy(cached), metadata={
+        "name": "a", "namespace": "ns", "uid": "u2", "generation": 1, "resourceVersion": "9"}))
     await reconciler(KEY)
     assert executor.seen_generations == [2]
 

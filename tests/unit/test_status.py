@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Mapping
 
+from ansible_operator.kubetypes import Condition
 from ansible_operator.results import FailedTask, RunResult
 from ansible_operator.status import (
     CONDITION_TYPES,
@@ -39,7 +40,7 @@ def result(status: str = "successful", *, failed: FailedTask | None = None, chan
     )
 
 
-def by_type(status: dict) -> dict[str, dict]:
+def by_type(status: Mapping[str, Any]) -> dict[str, dict]:
     return {c["type"]: c for c in status["conditions"]}
 
 
@@ -84,7 +85,7 @@ def test_success_after_running() -> None:
         "ansibleResult": {"ok": 5, "changed": 2, "skipped": 1, "failures": 0, "completion": T1.isoformat()},
     }
     assert c["Failure"]["status"] == "False" and "ansibleResult" not in c["Failure"]
-    assert st["custom"] == {"a": 1}
+    assert dict(st)["custom"] == {"a": 1}  # a role's own field, kept
     assert st["observedGeneration"] == 3
 
 
@@ -158,13 +159,13 @@ def test_role_written_fields_and_conditions_are_kept() -> None:
     st = result_status(current, result(), generation=None, now=T0)
     assert [c["type"] for c in st["conditions"]] == ["Ready", "Running", "Successful", "Failure"]
     assert by_type(st)["Ready"] == current["conditions"][0]
-    assert st["nodes"] == ["a", "b"]
+    assert dict(st)["nodes"] == ["a", "b"]
     assert "observedGeneration" not in st and "observedGeneration" not in by_type(st)["Successful"]
     assert current["conditions"][1]["status"] == "True"  # input not mutated
 
 
 def test_merge_conditions_rules() -> None:
-    existing = [
+    existing: list[Condition] = [
         {"type": "A", "status": "True", "lastTransitionTime": "old", "message": "m"},
         {"type": "B", "status": "False", "lastTransitionTime": "old"},
     ]
@@ -188,7 +189,7 @@ def test_refused_status() -> None:
     assert c["Failure"]["status"] == "True" and c["Failure"]["reason"] == "Refused"
     assert c["Failure"]["message"] == msg and "ansibleResult" not in c["Failure"]
     assert c["Successful"]["status"] == "False" and c["Running"]["status"] == "False"
-    assert st["observedGeneration"] == 5 and st["x"] == 1
+    assert st["observedGeneration"] == 5 and dict(st)["x"] == 1
 
 
 
