@@ -519,6 +519,9 @@ class Kube:
                  policy: RequestPolicy = DEFAULT_POLICY) -> None:
         self.configuration = configuration
         self.policy = policy
+        self._reset = asyncio.Event()
+        """Set (and replaced) by :meth:`reset_connections`: attempts in flight on a connection from before
+        an outage stop waiting for it."""
         self.api_client = with_keepalive(kubernetes.client.ApiClient(configuration))
         # urllib3 would retry on its own (3 times, no backoff, one "Retrying (Retry(total=2...))" warning
         # each) under our retries: off, so that the policy above is the only one
@@ -532,9 +535,13 @@ class Kube:
         self.api_client.close()
 
     def reset_connections(self) -> None:
-        """Close the pooled connections (after an outage some may be dead without a word): the next
-        requests connect afresh instead of each waiting out :data:`READ_TIMEOUT` on a dead one."""
+        """After an outage some connections may be dead without a word: close the pooled ones, so the next
+        requests connect afresh, and stop waiting for the idempotent attempts in flight (each would wait
+        out :data:`READ_TIMEOUT` on a dead connection): they are sent again on a new one. A POST in flight
+        is waited for (it may have arrived). Called on the event loop."""
         self.api_client.rest_client.pool_manager.clear()
+        self._reset.set()
+        self._reset = asyncio.Event()
 
     async def request(self, method: str, path: str, *, body: Any = None, content_type: str | None = None,
                       query: list[tuple[str, str]] | None = None, read_timeout: float | None = None,
@@ -550,9 +557,7 @@ class Kube:
         while True:
             attempt += 1
             try:
-                return await asyncio.to_thread(self.request_once, method, path, body, content_type, query,
-                                               read_timeout=policy.read_timeout,
-                                               connect_timeout=policy.connect_timeout)
+                return await self._attempt(policy, method, path, body, content_type, query)
             except ApiError as exc:
                 delay: float | None = None
                 throttle = isinstance(exc, TooManyRequests) and exc.retry_after is not None
@@ -578,6 +583,30 @@ class Kube:
                 log.debug("%s %s: attempt %d failed (%s); retrying in %.1fs", method, path, attempt,
                           fields["cause"], delay, extra={**fields, "delay": round(delay, 3)})
                 await asyncio.sleep(delay)
+
+    async def _attempt(self, policy: RequestPolicy, method: str, path: str, body: Any,
+                       content_type: str | None, query: list[tuple[str, str]] | None) -> Any:
+        """One attempt in a worker thread; abandoned (:class:`ConnectFailed`, which the policy sends again)
+        when :meth:`reset_connections` says its connection may be dead and resending it is safe."""
+        attempt = asyncio.ensure_future(asyncio.to_thread(
+            self.request_once, method, path, body, content_type, query,
+            read_timeout=policy.read_timeout, connect_timeout=policy.connect_timeout))
+        if not policy.idempotent(method, content_type):
+            return await attempt
+        reset = asyncio.ensure_future(self._reset.wait())
+        try:
+            await asyncio.wait({attempt, reset}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            attempt.cancel()
+            raise
+        finally:
+            reset.cancel()
+        if attempt.done():
+            return attempt.result()
+        # the thread ends by its own timeout; its outcome is nobody's any more
+        attempt.add_done_callback(lambda f: f.cancelled() or f.exception())
+        raise ConnectFailed(0, "ServiceUnavailable", f"{method} {path}: connection from before an API outage "
+                                                     "abandoned")
 
     def request_once(self, method: str, path: str, body: Any = None, content_type: str | None = None,
                      query: list[tuple[str, str]] | None = None, *, read_timeout: float = READ_TIMEOUT,

@@ -170,6 +170,8 @@ class _OperatorRun:
         self.controllers: list[Controller] = []
         self.controllers_by_gk: dict[tuple[str, str], Controller] = {}
         self.elector_state: dict[str, Any] = {"leading": not args.leader_elect}
+        self.on_api_recovered: list[Callable[[], None]] = []
+        """Called when the API server answers again after an outage (connections may be dead)."""
         self.exit_code = 0
 
     async def run(self) -> int:
@@ -266,7 +268,7 @@ class _OperatorRun:
         self.dependents = _dependent_watcher(settings, vault, self.watches, self.controllers_by_gk,
                                              self.namespaces, self.cleanups)
         return await _start_owner_proxy(self.configuration, self.dependents, self.watches, self.cleanups,
-                                        port=self.args.proxy_port or 0)
+                                        self.on_api_recovered, port=self.args.proxy_port or 0)
 
     def make_runtime(self, credentials: Any) -> Any:
         """What every reconciler shares: clients, executor, artifacts, logging and status options."""
@@ -325,6 +327,8 @@ class _OperatorRun:
 
         def recovered() -> int:  # connections from before the outage may be dead without a word
             kube.reset_connections()
+            for hook in self.on_api_recovered:
+                hook()
             return kopfcompat.restart_watches()
 
         api = ApiReachability(kube, args.api_unreachable_timeout, on_recovered=recovered)
@@ -621,7 +625,8 @@ def _dependent_watcher(settings: Any, vault: Any, watches: list[Watch],
 
 
 async def _start_owner_proxy(configuration: Any, dependents: Any, watches: list[Watch],
-                             cleanups: list[Any], port: int = 0) -> Any:
+                             cleanups: list[Any], on_api_recovered: list[Callable[[], None]],
+                             port: int = 0) -> Any:
     from ansible_operator.owners.credentials import ProxyCredentials
     from ansible_operator.owners.injection import DependentKind
     from ansible_operator.owners.proxy import OwnerProxy
@@ -636,6 +641,7 @@ async def _start_owner_proxy(configuration: Any, dependents: Any, watches: list[
     proxy = OwnerProxy(configuration, on_dependent=on_dependent, port=port)
     await proxy.start()
     cleanups.append(proxy.close)
+    on_api_recovered.append(proxy.drop_connections)
     return ProxyCredentials(proxy)
 
 

@@ -58,7 +58,7 @@ async def forward(session: "ClientSession", upstream: Upstream, request: "web.Re
                      else request_timeout()),
         )
     except (ClientError, OSError) as exc:  # TimeoutError included
-        return _upstream_failed(exc)
+        return _upstream_failed(exc, dropped=session.closed)
     streaming = streams or answer.headers.get("Content-Length") is None
     try:
         out_headers = {k: v for k, v in answer.headers.items() if k.lower() not in _RESPONSE_DROP}
@@ -99,12 +99,15 @@ async def _streamed(request: "web.Request", answer: "ClientResponse",
     return response
 
 
-def _upstream_failed(exc: BaseException) -> "web.Response":
-    """What a role's client gets when the API server did not answer in time (504) or at all (502)."""
+def _upstream_failed(exc: BaseException, *, dropped: bool = False) -> "web.Response":
+    """What a role's client gets when the API server did not answer in time (504) or at all (502);
+    ``dropped``: the proxy itself closed the connection (``OwnerProxy.drop_connections``, after an outage)."""
     from aiohttp import web
 
     timed_out = isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower()
-    status, reason = (504, "Timeout") if timed_out else (502, "BadGateway")
+    status, reason = (504, "Timeout") if timed_out and not dropped else (502, "BadGateway")
     what = f"no answer within {READ_TIMEOUT:g}s" if timed_out and not str(exc) else str(exc)
+    if dropped:
+        what = "the connection dated from before an API server outage and was dropped; send the request again"
     return web.Response(status=status, body=status_body(status, reason, f"owner proxy: upstream: {what}"),
                         content_type="application/json")

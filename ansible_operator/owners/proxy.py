@@ -23,6 +23,7 @@ discovery (:class:`~ansible_operator.owners.upstream.Discovery`); when it cannot
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import json
@@ -78,22 +79,28 @@ class OwnerProxy:
         self._paths: dict[Path, str] = {}
         self._reported: set[tuple[str, str, str]] = set()
         self._session: ClientSession | None = None
+        self._closing: set[asyncio.Task[None]] = set()
         self._runner: web.AppRunner | None = None
         self._discovery = Discovery(self._fetch_json)
         self.url = ""
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        from aiohttp import ClientSession, TCPConnector, web
+    def _new_session(self) -> "ClientSession":
+        from aiohttp import ClientSession, TCPConnector
 
         # Pass bodies and Accept-Encoding through untouched: no added headers, no decompression.
-        self._session = ClientSession(
+        return ClientSession(
             connector=TCPConnector(ssl=self._upstream.ssl, limit=0),
             timeout=request_timeout(),
             auto_decompress=False,
             skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
         )
+
+    async def start(self) -> None:
+        from aiohttp import web
+
+        self._session = self._new_session()
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         # handler_cancellation: a role that drops a watch connection must end our upstream watch too.
@@ -105,7 +112,22 @@ class OwnerProxy:
         self.url = f"http://{self._host}:{port}"
         log.info("owner proxy listening on %s -> %s", self.url, self._upstream.base)
 
+    def drop_connections(self) -> None:
+        """After an API outage: the upstream connections from before it may be dead without a word (a lost
+        NAT entry answers nothing, not even a reset), and a role's request on one would wait out the read
+        timeout (60 s). New requests get a new session; closing the old one ends the requests still on it,
+        which their roles see as a 502 and retry."""
+        old = self._session
+        if old is None:
+            return
+        self._session = self._new_session()
+        task = asyncio.get_running_loop().create_task(old.close(), name="owner-proxy:close-old-session")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
     async def close(self) -> None:
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

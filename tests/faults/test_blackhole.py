@@ -28,7 +28,9 @@ NS = "blackhole"  # a prefix: the test's namespace is blackhole-<random>
 DURATIONS = [45] + ([300] if os.environ.get("FAULTS_LONG") else [])
 
 
-@pytest.mark.parametrize("seconds", DURATIONS)
+# The fault lasts `seconds`, then every CR may take up to 300 s to converge on a loaded machine: the
+# default 300 s test timeout would end the test before its own wait does.
+@pytest.mark.parametrize("seconds", [pytest.param(s, marks=pytest.mark.timeout(s + 600)) for s in DURATIONS])
 def test_blackhole_then_heal(cluster: Cluster, operators, tmp_path: Path, figures: dict,
                             seconds: int) -> None:
     ns = cluster.namespace(NS)
@@ -71,5 +73,8 @@ def test_blackhole_then_heal(cluster: Cluster, operators, tmp_path: Path, figure
         figures.update(blackhole_s=seconds, swallowed_connections=proxy.swallowed,
                        rewatched_after_heal_s=round(rewatched, 1), converged_after_heal_s=round(converged, 1),
                        stuck_crs=0, crs=4)
+    except BaseException:  # the timeout's exception too: what the operator did is the diagnosis
+        print(f"--- operator log (tail) ---\n{op.logs()[-12000:]}")
+        raise
     finally:
         proxy.close()

@@ -3,11 +3,13 @@ HTTP server, so that urllib3 and the ``kubernetes`` client run for real (their o
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import logging
 import socket
 import threading
+import time
 from typing import Any, Iterator
 
 import kubernetes
@@ -19,7 +21,8 @@ from ansible_operator import kube
 FAST = kube.RequestPolicy(backoff=0.01, max_backoff=0.02, jitter=0.0, read_timeout=2.0, connect_timeout=2.0)
 
 Answer = tuple[int, dict[str, str]] | str
-"""(status, headers) to answer with, or "drop" (close the connection without an answer)."""
+"""(status, headers) to answer with, "drop" (close the connection without an answer), or "hang" (answer
+nothing until the server's ``hold`` event is set, then close: a blackholed connection)."""
 
 
 class Script(http.server.ThreadingHTTPServer):
@@ -44,7 +47,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.rfile.read(length)
         self.server.seen.append((self.command, self.path))
         answer = self.server.answers.pop(0) if self.server.answers else (200, {})
-        if isinstance(answer, str):  # "drop"
+        if answer == "hang":
+            self.server.hold.wait(30)  # type: ignore[attr-defined]
+        if isinstance(answer, str):  # "drop", or "hang" once held
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
@@ -233,3 +238,41 @@ def test_no_answer_causes_are_one_line_without_urllib3_wrapping() -> None:
     aborted = urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "reset"))
     wrapped = urllib3.exceptions.MaxRetryError(None, "/x", aborted)  # type: ignore[arg-type]
     assert kube.no_answer_cause(wrapped) == "connection aborted: [Errno 104] reset"
+
+
+async def test_a_reset_abandons_an_idempotent_attempt_on_a_dead_connection(server: Script) -> None:
+    """After an outage the connection of an attempt in flight may never answer (a blackhole): the reset the
+    reachability probe makes on recovery sends a GET again on a new connection at once, instead of after
+    the read timeout; a POST is waited for (it may have arrived)."""
+    hold = threading.Event()
+    server.answers = ["hang"]
+    server.hold = hold  # type: ignore[attr-defined]
+    k = _kube(server.server_address[1], kube.RequestPolicy(read_timeout=30.0, backoff=0.01, jitter=0.0))
+    try:
+        pending = asyncio.ensure_future(k.request("GET", "/api/v1/things/a"))
+        await _until(lambda: len(server.seen) == 1)
+        started = time.monotonic()
+        k.reset_connections()
+        answer = await asyncio.wait_for(pending, 10)
+        assert answer["n"] == 2 and time.monotonic() - started < 10
+        assert server.seen == [("GET", "/api/v1/things/a")] * 2
+        server.answers = ["hang"]
+        posted = asyncio.ensure_future(k.request("POST", "/api/v1/things", body={}))
+        await _until(lambda: len(server.seen) == 3)
+        k.reset_connections()
+        await asyncio.sleep(0.3)
+        assert not posted.done()  # still waiting for its own answer
+        hold.set()  # the hung attempt's connection closes without an answer
+        with pytest.raises(kube.ServerError):
+            await asyncio.wait_for(posted, 10)
+        assert len(server.seen) == 3  # never sent twice
+    finally:
+        hold.set()
+        k.close()
+
+
+async def _until(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
