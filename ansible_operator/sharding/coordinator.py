@@ -31,7 +31,7 @@ from ansible_operator.intake import ObjectCache
 from ansible_operator.queue import ObjectKey, Priority, WorkQueue
 from ansible_operator.sharding.leases import LeaseLost
 from ansible_operator.sharding.membership import LeaseView, Membership, RingChange
-from ansible_operator.sharding.ring import HashRing
+from ansible_operator.sharding.ring import HashRing, spread_hash
 from ansible_operator.status import converged
 
 __all__ = ["LeaseStore", "ShardCoordinator", "ShardMetrics", "ShardedWatch", "SHARD_BY"]
@@ -128,8 +128,11 @@ class ShardCoordinator:
     def owns(self, cache: ObjectCache, key: ObjectKey, ring: HashRing | None = None) -> bool:
         ring = ring if ring is not None else self.membership.ring
         shard_key = self.shard_key(cache, key)
-        return (ring is not None and shard_key is not None
-                and ring.owner(shard_key) == self.membership.identity)
+        if ring is None or shard_key is None:
+            return False
+        if self.shard_by == "namespace":
+            return ring.owner_of_hash(spread_hash(shard_key)) == self.membership.identity
+        return ring.owner(shard_key) == self.membership.identity
 
     def _gate(self, cache: ObjectCache) -> Callable[[ObjectKey], bool]:
         def admits(key: ObjectKey) -> bool:

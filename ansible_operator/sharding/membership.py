@@ -80,8 +80,8 @@ class _Seen:
 
 @dataclass
 class Membership:
-    """One replica's view of its ring. Feed it every listing (:meth:`observe`); ask it whether a run may
-    start (:meth:`may_run`)."""
+    """One replica's view of its ring. Feed it every listing (:meth:`observe`); runs may start while it is
+    :meth:`settled` (and only of objects the ring gives us: the coordinator's gate)."""
 
     identity: str
     vnodes: int = DEFAULT_VNODES
@@ -124,12 +124,6 @@ class Membership:
         ring = self.ring
         return ring is not None and self.identity in ring and all(
             drained == ring.version for drained in self.acks().values())
-
-    def owns(self, shard_key: str) -> bool:
-        return self.ring is not None and self.ring.owner(shard_key) == self.identity
-
-    def may_run(self, shard_key: str) -> bool:
-        return self.settled() and self.owns(shard_key)
 
     def waiting_for(self) -> list[str]:
         """Members that have not drained for the current ring yet (for logs)."""

@@ -6,6 +6,9 @@ with ``--shard-by=namespace``): the hash Kubernetes' server-side sharded list an
 at its points: :meth:`HashRing.ranges` gives them as ``[start, end)`` ranges, so ownership can one day be
 handed to the API server as a shard selector instead of being tested here, client-side.
 
+Objects placed by another key (``--shard-by=namespace``: names are often alike, ``team-1``, ``team-2``)
+use :func:`spread_hash`, FNV-1a mixed the same way.
+
 Every member gets ``vnodes`` points (virtual nodes) for balance. Plain FNV-1a spreads short strings that
 differ in their last byte over a few neighbouring values only ("a#1", "a#2" ...), so a point is the FNV-1a
 hash of ``<member>#<i>`` run through splitmix64's finalizer; object hashes stay plain FNV-1a (they must match
@@ -22,7 +25,7 @@ import functools
 import hashlib
 from typing import Iterable
 
-__all__ = ["DEFAULT_VNODES", "HashRing", "fnv1a64", "ring_version"]
+__all__ = ["DEFAULT_VNODES", "HashRing", "fnv1a64", "ring_version", "spread_hash"]
 
 DEFAULT_VNODES = 100
 """Points per member: with 3 members each owns 1/3 of the space within about ±10 %."""
@@ -53,6 +56,12 @@ def _mix(h: int) -> int:
     h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
     h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _MASK
     return h ^ (h >> 31)
+
+
+def spread_hash(value: str) -> int:
+    """FNV-1a, mixed: for shard keys that are not random (namespace names such as ``team-1``, ``team-2``
+    would all land on one arc under plain FNV-1a, which moves only the low bits for a last character)."""
+    return _mix(_cached_fnv1a64(value))
 
 
 def ring_version(members: Iterable[str]) -> str:

@@ -69,3 +69,34 @@ def test_ring_version_names_the_membership_whatever_the_order() -> None:
     assert HashRing([]).owner("x") is None
     with pytest.raises(ValueError):
         HashRing(["a"], vnodes=0)
+
+
+def test_alike_names_spread_over_the_members_with_the_mixed_hash() -> None:
+    from ansible_operator.sharding.ring import spread_hash
+
+    ring = HashRing(["a", "b", "c"])
+    names = [f"team-{i}" for i in range(60)]
+    assert len({ring.owner(n) for n in names}) < 3  # plain FNV-1a: alike names share an arc
+    counts = Counter(ring.owner_of_hash(spread_hash(n)) for n in names)
+    assert set(counts) == {"a", "b", "c"} and all(c >= 10 for c in counts.values()), counts
+
+
+def test_sharding_flags() -> None:
+    import argparse
+
+    from ansible_operator.cli import build_parser, finish_run_args
+
+    def parse(*argv: str) -> argparse.Namespace:
+        args = build_parser().parse_args(["run", *argv])
+        finish_run_args(args.run_parser, args)
+        return args
+
+    assert parse().sharding is False
+    args = parse("--sharding", "--shard-by=namespace", "--leader-elect-lease-duration=6s",
+                 "--leader-elect-renew-deadline=4s", "--leader-elect-retry-period=1s")
+    assert args.sharding is True and args.shard_by == "namespace" and args.leader_elect is False
+    for bad in (["--sharding", "--leader-elect"],
+                ["--sharding", "--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=5s"],
+                ["--sharding", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=2s"]):
+        with pytest.raises(SystemExit):
+            parse(*bad)
