@@ -1,10 +1,11 @@
-"""The consistent-hash ring: the hash, balance, minimal movement, hash ranges, versions."""
+"""The consistent-hash ring (the hash, balance, minimal movement, hash ranges, versions) and the flags."""
 
 from __future__ import annotations
 
 import random
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +101,18 @@ def test_sharding_flags() -> None:
                 ["--sharding", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=2s"]):
         with pytest.raises(SystemExit):
             parse(*bad)
+
+
+def test_sharding_needs_the_lease_namespace_out_of_a_cluster(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from ansible_operator.cli import main
+
+    role = tmp_path / "roles" / "noop" / "tasks"
+    role.mkdir(parents=True)
+    (role / "main.yml").write_text("- debug: msg=hi\n")
+    watches = tmp_path / "watches.yaml"
+    watches.write_text(f"- {{group: x.example.com, version: v1, kind: X, role: {role.parent}}}\n")
+    monkeypatch.setenv("ANSIBLE_OPERATOR_SERVICE_ACCOUNT_DIR", str(tmp_path / "serviceaccount"))
+    assert main(["run", "--watches-file", str(watches), "--sharding"]) == 2
+    err = capsys.readouterr().err
+    assert "--sharding: unable to find the leader election namespace" in err and "Traceback" not in err
