@@ -30,15 +30,15 @@ class FakeKube:
         return copy.deepcopy(lease)
 
     def request_once(self, method: str, path: str, body: Any = None, content_type: str | None = None,
-                     query: list[tuple[str, str]] | None = None, **_: Any) -> Any:
+                     query: list[tuple[str, str]] | None = None, **options: Any) -> Any:
         self.calls.append((method, path, query))
         name = path[len(BASE) + 1:] if path != BASE else None
         current = self.leases.get(name or "")
         if method == "GET" and name is None:
             selector = dict(query or [])["labelSelector"]
-            label, _, wanted = selector.partition("=")
+            label, _sep, value = selector.partition("=")
             return {"items": [copy.deepcopy(x) for x in self.leases.values()
-                              if x["metadata"].get("labels", {}).get(label) == wanted]}
+                              if x["metadata"].get("labels", {}).get(label) == value]}
         if method == "GET":
             if current is None:
                 raise NotFound(404, "NotFound", name or "")
