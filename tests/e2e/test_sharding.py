@@ -67,11 +67,18 @@ def overlaps(replicas: dict[str, dict[str, list[Interval]]]) -> list[tuple[str, 
     return found
 
 
-def ring_leases(cluster: Cluster) -> list[str]:
+def ring_leases(cluster: Cluster) -> dict[str, str | None]:
+    """Member identity → the ring version its Lease says it drained for."""
     coordination = kubernetes.client.CoordinationV1Api(cluster.api)
     leases = coordination.list_namespaced_lease(
         cluster.ns, label_selector="ansible-operator.dev/shard-ring=widgets").items
-    return [lease.spec.holder_identity for lease in leases]
+    return {lease.spec.holder_identity: (lease.metadata.annotations or {}).get(
+        "ansible-operator.dev/shard-drained") for lease in leases}
+
+
+def settled(cluster: Cluster, members: int) -> bool:
+    drained = ring_leases(cluster)
+    return len(drained) == members and len(set(drained.values())) == 1 and None not in drained.values()
 
 
 def all_successful(cluster: Cluster, generation: int, timeout: float = 240) -> None:
@@ -97,7 +104,7 @@ def join_with_runs_in_flight(cluster: Cluster, start_operator, *extra: str  # ty
 def test_three_replicas_share_hand_over_and_take_over(cluster: Cluster, start_operator) -> None:
     ops = join_with_runs_in_flight(cluster, start_operator)
     all_successful(cluster, 2)
-    wait_for(lambda: len(ring_leases(cluster)) == 3 or None, 60, what="three members")
+    wait_for(lambda: settled(cluster, 3), 60, what="three members drained for one ring")
 
     # settled: each replica runs about a third of the Widgets
     for i in range(WIDGETS):
