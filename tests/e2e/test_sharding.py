@@ -86,9 +86,10 @@ def all_successful(cluster: Cluster, generation: int, timeout: float = 240) -> N
         cluster.wait_condition(f"w{i}", "Successful", generation=generation, timeout=timeout)
 
 
-def join_with_runs_in_flight(cluster: Cluster, start_operator, *extra: str  # type: ignore[no-untyped-def]
-                             ) -> dict[str, OperatorProcess]:
-    """a and b run the Widgets; c joins while the runs of a new generation (4 s each) are in flight."""
+def join_with_runs_in_flight(cluster: Cluster, start_operator, *extra: str,  # type: ignore[no-untyped-def]
+                             seconds: int = 4) -> dict[str, OperatorProcess]:
+    """a and b run the Widgets; c joins while the runs of a new generation (``seconds`` each) are in
+    flight."""
     ops = {"a": start_operator(WATCH, *flags(cluster, *extra), name="a"),
            "b": start_operator(WATCH, *flags(cluster, *extra), name="b")}
     wait_for(lambda: len(ring_leases(cluster)) == 2 or None, 90, what="two members")
@@ -96,7 +97,7 @@ def join_with_runs_in_flight(cluster: Cluster, start_operator, *extra: str  # ty
         cluster.create_widget(f"w{i}", {"seconds": 1})
     all_successful(cluster, 1)
     for i in range(WIDGETS):
-        cluster.patch_widget(f"w{i}", {"spec": {"seconds": 4}})
+        cluster.patch_widget(f"w{i}", {"spec": {"seconds": seconds}})
     ops["c"] = start_operator(WATCH, *flags(cluster, *extra), name="c")
     return ops
 
@@ -145,7 +146,8 @@ def test_three_replicas_share_hand_over_and_take_over(cluster: Cluster, start_op
 
 def test_the_overlap_detector_catches_a_broken_handover(cluster: Cluster, start_operator) -> None:
     """The same join with the drained check skipped: c starts Widgets a and b still run."""
-    ops = join_with_runs_in_flight(cluster, start_operator, "--sharding-unsafe-skip-handover")
+    # longer runs: c starts the Widgets it owns while a and b are still in the middle of theirs
+    ops = join_with_runs_in_flight(cluster, start_operator, "--sharding-unsafe-skip-handover", seconds=8)
 
     def overlapping() -> list[tuple[str, str, str]] | None:
         return overlaps({r: intervals(op) for r, op in ops.items()}) or None

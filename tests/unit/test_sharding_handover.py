@@ -370,3 +370,28 @@ async def test_the_gate_refuses_other_replicas_objects_and_leaving_deletes_the_l
     await settle(a)  # b left: a owns everything at once, without waiting for b's lease to expire
     assert all(a.queue.gate(k) for k in keys)
     await stop(a, b)
+
+
+async def test_the_shard_metrics_follow_the_ring(world: tuple[FakeLeases, Clock, Runs]) -> None:
+    from ansible_operator.metrics import Metrics
+
+    leases, clock, runs = world
+    cache, keys = make_cache(30)
+    metrics = Metrics()
+    a = Replica("a", leases, clock, runs, cache)
+    a.coordinator._metrics = metrics
+    await start([a], keys)
+    await settle(a)
+    text = metrics.exposition().decode()
+    assert "ansible_operator_shard_members 1" in text
+    assert 'ansible_operator_shard_objects{watch="Widget.example.com"} 30' in text
+    b = Replica("b", leases, clock, runs, cache)
+    await b.queue.start()
+    await settle(b, a)
+    text = metrics.exposition().decode()
+    moved = next(line for line in text.splitlines()
+                 if line.startswith('ansible_operator_shard_moves_total{direction="out"'))
+    owned = next(line for line in text.splitlines() if line.startswith("ansible_operator_shard_objects{"))
+    assert "ansible_operator_shard_members 2" in text
+    assert int(float(moved.split()[-1])) + int(float(owned.split()[-1])) == 30
+    await stop(a, b)
