@@ -14,12 +14,17 @@ from __future__ import annotations
 import json
 import signal
 import time
+from datetime import datetime, timezone
 from itertools import combinations
+from pathlib import Path
 
 import kubernetes
 import pytest
 
+from tests import kube
+
 from .conftest import GROUP, HERE, KIND, VERSION, Cluster, OperatorProcess, default_watch, wait_for
+from .proxy import TLSCutProxy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow,
               pytest.mark.parametrize("executor", ["warm"], indirect=True)]
@@ -49,9 +54,24 @@ def intervals(op: OperatorProcess, killed_at: float | None = None) -> dict[str, 
             continue
         if data.get("result") == "running":
             span = (mtime, killed_at if killed_at is not None else time.time())
+        elif data.get("duration_s") is None:  # canceled: from its start (to the second, rounded down)
+            started = datetime.strptime(data["started"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+            span = (started.timestamp(), mtime)
         else:
-            span = (mtime - float(data.get("duration_s") or 0.0), mtime)
+            span = (mtime - float(data["duration_s"]), mtime)
         out.setdefault(str(data["name"]), []).append(span)
+    return out
+
+
+def results(op: OperatorProcess) -> dict[str, list[str]]:
+    """Run result (``running``, ``successful``, ``canceled``...) → the Widgets with such a run on ``op``."""
+    out: dict[str, list[str]] = {}
+    for path in (op.artifacts / GROUP / VERSION / KIND / op.namespace).glob("*/*/run.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        out.setdefault(str(data.get("result")), []).append(str(data["name"]))
     return out
 
 
@@ -155,3 +175,42 @@ def test_the_overlap_detector_catches_a_broken_handover(cluster: Cluster, start_
     found = wait_for(overlapping, 120, what="an overlap")
     print("overlaps with the hand-over skipped:", found)
     assert found
+
+
+@pytest.mark.skipif(not kube.real(), reason="cuts the network to the real control plane")
+def test_a_replica_cut_off_fences_itself_before_the_other_takes_over(
+        cluster: Cluster, start_operator, tmp_path: Path) -> None:
+    """c reaches the API server through a proxy that is cut while c runs Widgets: c cannot renew its Lease,
+    fences itself (cancels its runs, exits 1) before a sees the Lease expire and runs c's Widgets."""
+    proxy = TLSCutProxy.in_front_of(cluster.kubeconfig, None).start()
+    try:
+        via = proxy.write_kubeconfig(cluster.kubeconfig, tmp_path / "via-proxy.kubeconfig")
+        # as many workers as Widgets: a starts c's Widgets as soon as it owns them, not behind its own runs
+        wide = flags(cluster, "--max-concurrent-reconciles", "12")
+        a = start_operator(WATCH, *wide, name="a")
+        c = start_operator(WATCH, *wide, name="c", kubeconfig=via)
+        wait_for(lambda: settled(cluster, 2), 90, what="two members drained for one ring")
+        names = [f"w{i}" for i in range(12)]
+        for name in names:
+            cluster.create_widget(name, {"seconds": 30})
+
+        in_flight = wait_for(lambda: results(c).get("running"), 120, what="runs in flight on c")
+        proxy.cut()
+        cut_at = time.time()
+        c.proc.wait(60)
+        exited = time.time() - cut_at
+        assert c.proc.returncode == 1
+        assert "fenced" in c.logs()
+        assert set(results(c).get("canceled", [])) >= set(in_flight)
+
+        def taken_over() -> bool:
+            return all(any(s > cut_at for s, _ in intervals(a).get(n, [])) for n in in_flight)
+
+        wait_for(taken_over, 90, what="a runs the Widgets c was running")
+        starts = [min(s for s, _ in intervals(a)[n] if s > cut_at) for n in in_flight]
+        print(f"c exited {exited:.1f}s after the cut; a started c's {len(in_flight)} Widget(s)"
+              f" {min(starts) - cut_at:.1f}-{max(starts) - cut_at:.1f}s after it")
+        assert max(starts) - cut_at < LEASE + 10
+        assert overlaps({"a": intervals(a), "c": intervals(c)}) == []
+    finally:
+        proxy.close()
