@@ -136,7 +136,8 @@ def test_three_replicas_share_hand_over_and_take_over(cluster: Cluster, start_op
     print("generation 3 runs per replica:", {r: len(names) for r, names in gen3.items()})
     assert sorted(set().union(*gen3.values())) == sorted(f"w{i}" for i in range(WIDGETS))
     assert sum(len(names) for names in gen3.values()) == WIDGETS, "a Widget ran on two replicas"
-    assert all(4 <= len(names) <= 16 for names in gen3.values()), gen3
+    # a third of 30 random uids each: 10 ± 2.6 (binomial) and the ring's own ±10 %
+    assert all(3 <= len(names) <= 18 for names in gen3.values()), gen3
 
     # kill -9 one: the others run its Widgets within the lease duration + 10 s
     victim = ops["c"]
