@@ -279,6 +279,16 @@ def _add_leader_election_flags(run: argparse.ArgumentParser) -> None:
                     help="the leader stops leading if it could not renew for this long (default 10s)")
     le.add_argument("--leader-elect-retry-period", type=duration, default=duration("2s"), metavar="DURATION",
                     help="how often candidates try to acquire or renew the Lease (default 2s)")
+    sh = run.add_argument_group("Sharding (active/active replicas)")
+    _bool_flag(sh, "--sharding", default=False,
+               help="active/active: every replica runs the objects a consistent-hash ring gives it, each"
+                    " holding a Lease of its own (named after --leader-election-id, in"
+                    " --leader-election-namespace, with the --leader-elect-* timings); not with"
+                    " --leader-elect")
+    sh.add_argument("--shard-by", choices=("uid", "namespace"), default="uid",
+                    help="with --sharding: place objects on the ring by their uid (default) or namespace")
+    # test only: run without waiting for the others to drain (shows the overlap detector works)
+    _bool_flag(sh, "--sharding-unsafe-skip-handover", default=False, help=argparse.SUPPRESS)
 
 
 def _add_logging_flags(run: argparse.ArgumentParser) -> None:
@@ -421,8 +431,14 @@ def _finish_lease(parser: argparse.ArgumentParser, args: argparse.Namespace, war
     if args.leader_election_id is None and os.environ.get("OPERATOR_NAME"):
         warnings.append("environment variable OPERATOR_NAME is deprecated: use --leader-election-id")
         args.leader_election_id = os.environ["OPERATOR_NAME"]
-    if args.leader_elect and args.leader_elect_renew_deadline >= args.leader_elect_lease_duration:
+    if args.sharding and args.leader_elect:
+        parser.error("--sharding and --leader-elect exclude each other: with --sharding every replica is"
+                     " active")
+    if (args.leader_elect or args.sharding) and \
+            args.leader_elect_renew_deadline >= args.leader_elect_lease_duration:
         parser.error("--leader-elect-renew-deadline must be shorter than --leader-elect-lease-duration")
+    if args.sharding and args.leader_elect_retry_period >= args.leader_elect_renew_deadline:
+        parser.error("--leader-elect-retry-period must be shorter than --leader-elect-renew-deadline")
 
 
 def _finish_metrics_security(parser: argparse.ArgumentParser, args: argparse.Namespace,

@@ -82,11 +82,13 @@ def main(args: argparse.Namespace) -> int:
     if not watches:
         log.error("%s: no watches defined", args.watches_file)
         return 2
-    if args.leader_elect and _leader_election_namespace(args) is None:
+    lease_flag = "--leader-elect" if args.leader_elect else "--sharding" if _sharding(args) else None
+    if lease_flag and _leader_election_namespace(args) is None:
         # controller-runtime: "unable to find leader election namespace: not running in-cluster, please
         # specify LeaderElectionNamespace" (it never guesses one out of cluster)
-        log.error("--leader-elect: unable to find the leader election namespace: not running in a cluster"
-                  " (no %s); give --leader-election-namespace", kube_mod.service_account_dir() / "namespace")
+        log.error("%s: unable to find the leader election namespace: not running in a cluster"
+                  " (no %s); give --leader-election-namespace", lease_flag,
+                  kube_mod.service_account_dir() / "namespace")
         return 2
     try:
         return asyncio.run(run_operator(args, watches))
@@ -132,10 +134,16 @@ class _Readiness:
         self.watching = False
         self.served = served
         self.api = api
+        self.lease: Callable[[], bool | tuple[bool, str]] | None = None
+        """With ``--sharding``: whether this replica holds its shard Lease."""
 
     def check(self) -> bool | tuple[bool, str]:
         if not self.watching:
             return False, "watches not started yet"
+        if self.lease is not None:
+            held = self.lease()
+            if held is not True:
+                return held
         missing = self.served.check()
         if missing is not True:
             return missing
@@ -192,7 +200,8 @@ class _OperatorRun:
             await self.tune_kopf(settings)
             kopf_run = await self.spawn_kopf(registry, settings, vault)
             ready_task = asyncio.create_task(self.mark_ready(kopf_run, readiness))
-            elector_task = await self.start_leader_election() if self.args.leader_elect else None
+            elector_task = (await self.start_leader_election() if self.args.leader_elect
+                            else self.start_sharding(readiness) if _sharding(self.args) else None)
             waiters, done = await self.wait_for_stop(kopf_run, elector_task)
             self.shutdown.request()
             await self.wind_down(kopf_run, elector_task, waiters, done)
@@ -310,8 +319,9 @@ class _OperatorRun:
         return registry
 
     async def start_queues(self) -> None:
-        """The work queues, paused under leader election until this replica leads."""
-        if self.args.leader_elect:
+        """The work queues, paused under leader election until this replica leads (under sharding until
+        the ring has settled)."""
+        if self.args.leader_elect or _sharding(self.args):
             for c in self.controllers:
                 c.queue.pause()
         for c in self.controllers:
@@ -399,6 +409,44 @@ class _OperatorRun:
     async def start_leader_election(self) -> asyncio.Task[Any]:
         return await _start_leader_election(self.args, self.kube, self.controllers, self.elector_state,
                                             self.metrics, self.shutdown.stop)
+
+    def start_sharding(self, readiness: _Readiness) -> asyncio.Task[Any]:
+        """``--sharding``: our member Lease, the ring, the gates on the queues (ansible_operator.sharding).
+        The task ends when this replica fences itself (it could not renew its Lease): the runs in flight
+        are cancelled then and the operator exits 1, as on a lost leader election Lease."""
+        from ansible_operator.sharding.coordinator import ShardCoordinator, ShardedWatch
+        from ansible_operator.sharding.leases import KubeLeaseStore
+        from ansible_operator.sharding.membership import Membership
+
+        args = self.args
+        namespace = _leader_election_namespace(args)
+        assert namespace is not None  # main() refused to start without one
+        ring = args.leader_election_id or Path(args.watches_file).resolve().parent.name or "ansible-operator"
+        identity = f"{socket.gethostname()}_{os.getpid()}"
+        lease_duration = args.leader_elect_lease_duration or 15
+
+        async def fenced() -> None:
+            self.elector_state["lost"] = True
+            await asyncio.gather(*(c.queue.stop(cancel_running=True) for c in self.controllers),
+                                 return_exceptions=True)
+            self.shutdown.stop.set()
+
+        coordinator = ShardCoordinator(
+            KubeLeaseStore(self.kube, namespace=namespace, ring=ring, identity=identity,
+                           lease_duration=lease_duration),
+            Membership(identity),
+            [ShardedWatch(c.watch.key, c.queue, c.intake.cache) for c in self.controllers],
+            lease_duration=lease_duration, renew_deadline=args.leader_elect_renew_deadline or 10,
+            retry_period=args.leader_elect_retry_period or 2, on_fenced=fenced,
+            shard_by=getattr(args, "shard_by", "uid"), metrics=self.metrics,
+            skip_handover=bool(getattr(args, "sharding_unsafe_skip_handover", False)),
+        )
+        if coordinator.skip_handover:
+            log.warning("--sharding-unsafe-skip-handover: objects may run on two replicas at once"
+                        " (for tests only)")
+        readiness.lease = coordinator.ready
+        self.shutdown.on_stop.append(coordinator.stop)  # the drain pauses the queues: never resume them
+        return asyncio.create_task(coordinator.run(), name="sharding")
 
     async def wait_for_stop(self, kopf_run: _KopfRun, elector_task: asyncio.Task[Any] | None
                             ) -> tuple[list[asyncio.Task[Any]], set[asyncio.Task[Any]]]:
@@ -754,6 +802,10 @@ async def _check_watch_permissions(kube: Any, watches: list[Watch], resources: d
                     f"{'.' + w.group if w.group else ''} in {where}; its role needs {{apiGroups:"
                     f" [\"{w.group}\"], resources: [{ref.plural}, {ref.plural}/status], verbs: [get, list,"
                     " watch, patch, update]} (ansible-operator generate rbac prints the whole role)")
+
+
+def _sharding(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "sharding", False))
 
 
 def _leader_election_namespace(args: argparse.Namespace) -> str | None:

@@ -26,7 +26,9 @@ into *keys* and guarantee:
 * a new event (:meth:`WorkQueue.add`) while a backoff/resync timer is pending runs the key now and drops
   the timer: the run's own outcome decides what comes next. The failure count keeps growing until a
   success, so a persistently failing object still backs off;
-* :meth:`WorkQueue.pause` (leader election lost / not yet won) keeps collecting keys but starts nothing.
+* :meth:`WorkQueue.pause` (leader election lost / not yet won) keeps collecting keys but starts nothing;
+* a :attr:`WorkQueue.gate` (sharding: is the object this replica's?) refuses keys at every add and again
+  when a worker takes one: a refused key is neither queued nor run.
 
 Metrics are not kept here: the queue calls a :class:`QueueHooks` (``metrics.ControllerMetrics`` exports
 controller-runtime's ``workqueue_*`` and ``controller_runtime_*`` series from these calls) at the points
@@ -219,6 +221,9 @@ class WorkQueue:
         self._workers: list[asyncio.Task[None]] = []
         self._paused = False
         self._stopping = False
+        self.gate: Callable[[ObjectKey], bool] | None = None
+        """Keys it refuses are not queued (``add``, ``add_after``) nor started (sharding: another replica's
+        objects). None: every key is admitted."""
 
     # ------------------------------------------------------------------ metrics-facing properties
     @property
@@ -247,6 +252,10 @@ class WorkQueue:
     def is_running(self, key: ObjectKey) -> bool:
         return key in self._running
 
+    def running(self) -> frozenset[ObjectKey]:
+        """The keys whose reconcile runs right now."""
+        return frozenset(self._running)
+
     # ------------------------------------------------------------------ producers
     def add(self, key: ObjectKey, priority: Priority = Priority.USER) -> None:
         """Enqueue ``key`` now. Coalesces with a queued one (a USER add moves a key queued as BACKGROUND
@@ -259,6 +268,8 @@ class WorkQueue:
         if self._stopping:
             log.debug("work queue %s stopped; ignoring add of %s", self.name, key)
             return
+        if self.gate is not None and not self.gate(key):
+            return
         self._forgotten.discard(key)
         pending = self._cancel_timer(key)
         self._add_now(key, max(priority, pending) if pending is not None else priority)
@@ -268,6 +279,8 @@ class WorkQueue:
         wins (keeping the higher priority)."""
         if self._stopping:
             log.debug("work queue %s stopped; ignoring delayed add of %s", self.name, key)
+            return
+        if self.gate is not None and not self.gate(key):
             return
         self._forgotten.discard(key)
         self._schedule(key, delay, priority)
@@ -463,6 +476,10 @@ class WorkQueue:
             key = await self._next_key()
             if key is None:
                 return
+            if self.gate is not None and not self.gate(key):
+                self._hooks.dropped(key)  # no longer ours (sharding): left without a run
+                self._notify()
+                continue
             self._running.add(key)
             self._hooks.started(key)
             try:

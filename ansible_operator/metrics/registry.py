@@ -185,6 +185,24 @@ class Metrics:
             " lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the"
             " lease.",
             ["name"], registry=r)
+        self.shard_members = Gauge(
+            "ansible_operator_shard_members", "Live members of this replica's shard ring (run --sharding;"
+            " 0 without).", registry=r)
+        self.shard_objects = Gauge(
+            "ansible_operator_shard_objects", "Objects of a watch this replica owns on the shard ring.",
+            ["watch"], registry=r)
+        self.shard_moves = Counter(
+            "ansible_operator_shard_moves", "Objects that moved to (direction=in) or away from (out) this"
+            " replica when the shard ring changed.", ["watch", "direction"], registry=r)
+
+    def set_shard_members(self, members: int) -> None:
+        self.shard_members.set(members)
+
+    def set_shard_objects(self, watch: str, owned: int) -> None:
+        self.shard_objects.labels(watch=watch).set(owned)
+
+    def shard_moved(self, watch: str, direction: str, count: int) -> None:
+        self.shard_moves.labels(watch=watch, direction=direction).inc(count)
 
     def _registry_names(self) -> set[str]:
         return {family.name for family in self.registry.collect()}

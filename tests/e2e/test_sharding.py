@@ -1,0 +1,217 @@
+"""``run --sharding``: three replicas share the Widgets, hand them over without overlap, and take over a
+killed replica's objects.
+
+The overlap detector reads every replica's run records (``run.json`` in its own artifacts directory): a
+finished run lasted ``duration_s`` up to when its record was last written (the file's mtime, sub-second,
+where ``started``/``finished`` have second precision); a run still ``running`` started when its record was
+written and lasts until now (or until its replica was killed). No two runs of one Widget on two replicas
+may overlap in time. The detector is shown to catch an overlap with the hand-over skipped
+(``--sharding-unsafe-skip-handover``).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from datetime import datetime, timezone
+from itertools import combinations
+from pathlib import Path
+
+import kubernetes
+import pytest
+
+from tests import kube
+
+from .conftest import GROUP, HERE, KIND, VERSION, Cluster, OperatorProcess, default_watch, wait_for
+from .proxy import TLSCutProxy
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow,
+              pytest.mark.parametrize("executor", ["warm"], indirect=True)]
+
+WIDGETS = 30
+LEASE = 6.0
+WATCH = [default_watch(role=str(HERE / "roles" / "sleepy"), finalizer=None)]
+
+
+def flags(cluster: Cluster, *extra: str) -> tuple[str, ...]:
+    return ("--sharding", "--leader-election-id", "widgets", "--leader-election-namespace", cluster.ns,
+            "--leader-elect-lease-duration", f"{LEASE:g}s", "--leader-elect-renew-deadline", "4s",
+            "--leader-elect-retry-period", "1s", "--max-concurrent-reconciles", "3", *extra)
+
+
+Interval = tuple[float, float]
+
+
+def intervals(op: OperatorProcess, killed_at: float | None = None) -> dict[str, list[Interval]]:
+    """Widget name → (start, end) of each of its runs on ``op`` (wall clock, seconds)."""
+    out: dict[str, list[Interval]] = {}
+    for path in (op.artifacts / GROUP / VERSION / KIND / op.namespace).glob("*/*/run.json"):
+        try:
+            data = json.loads(path.read_text())
+            mtime = path.stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        if data.get("result") == "running":
+            span = (mtime, killed_at if killed_at is not None else time.time())
+        elif data.get("duration_s") is None:  # canceled: from its start (to the second, rounded down)
+            started = datetime.strptime(data["started"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+            span = (started.timestamp(), mtime)
+        else:
+            span = (mtime - float(data["duration_s"]), mtime)
+        out.setdefault(str(data["name"]), []).append(span)
+    return out
+
+
+def results(op: OperatorProcess) -> dict[str, list[str]]:
+    """Run result (``running``, ``successful``, ``canceled``...) → the Widgets with such a run on ``op``."""
+    out: dict[str, list[str]] = {}
+    for path in (op.artifacts / GROUP / VERSION / KIND / op.namespace).glob("*/*/run.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        out.setdefault(str(data.get("result")), []).append(str(data["name"]))
+    return out
+
+
+def overlaps(replicas: dict[str, dict[str, list[Interval]]]) -> list[tuple[str, str, str]]:
+    """(widget, replica, replica) for every two runs of one widget on two replicas that overlap."""
+    found = []
+    for (r1, runs1), (r2, runs2) in combinations(replicas.items(), 2):
+        for name in set(runs1) & set(runs2):
+            for s1, e1 in runs1[name]:
+                for s2, e2 in runs2[name]:
+                    if s1 < e2 and s2 < e1:
+                        found.append((name, r1, r2))
+    return found
+
+
+def ring_leases(cluster: Cluster) -> dict[str, str | None]:
+    """Member identity → the ring version its Lease says it drained for."""
+    coordination = kubernetes.client.CoordinationV1Api(cluster.api)
+    leases = coordination.list_namespaced_lease(
+        cluster.ns, label_selector="ansible-operator.dev/shard-ring=widgets").items
+    return {lease.spec.holder_identity: (lease.metadata.annotations or {}).get(
+        "ansible-operator.dev/shard-drained") for lease in leases}
+
+
+def settled(cluster: Cluster, members: int) -> bool:
+    drained = ring_leases(cluster)
+    return len(drained) == members and len(set(drained.values())) == 1 and None not in drained.values()
+
+
+def all_successful(cluster: Cluster, generation: int, timeout: float = 240) -> None:
+    for i in range(WIDGETS):
+        cluster.wait_condition(f"w{i}", "Successful", generation=generation, timeout=timeout)
+
+
+def join_with_runs_in_flight(cluster: Cluster, start_operator, *extra: str,  # type: ignore[no-untyped-def]
+                             seconds: int = 4) -> dict[str, OperatorProcess]:
+    """a and b run the Widgets; c joins while the runs of a new generation (``seconds`` each) are in
+    flight."""
+    ops = {"a": start_operator(WATCH, *flags(cluster, *extra), name="a"),
+           "b": start_operator(WATCH, *flags(cluster, *extra), name="b")}
+    wait_for(lambda: len(ring_leases(cluster)) == 2 or None, 90, what="two members")
+    for i in range(WIDGETS):
+        cluster.create_widget(f"w{i}", {"seconds": 1})
+    all_successful(cluster, 1)
+    for i in range(WIDGETS):
+        cluster.patch_widget(f"w{i}", {"spec": {"seconds": seconds}})
+    ops["c"] = start_operator(WATCH, *flags(cluster, *extra), name="c")
+    return ops
+
+
+def test_three_replicas_share_hand_over_and_take_over(cluster: Cluster, start_operator) -> None:
+    ops = join_with_runs_in_flight(cluster, start_operator)
+    all_successful(cluster, 2)
+    wait_for(lambda: settled(cluster, 3), 60, what="three members drained for one ring")
+
+    # settled: each replica runs about a third of the Widgets
+    for i in range(WIDGETS):
+        cluster.patch_widget(f"w{i}", {"spec": {"seconds": 1}})
+    all_successful(cluster, 3)
+    gen3 = {r: {name for name in (f"w{i}" for i in range(WIDGETS))
+                if any(run.get("generation") == 3 for run in op.runs(name))} for r, op in ops.items()}
+    print("generation 3 runs per replica:", {r: len(names) for r, names in gen3.items()})
+    assert sorted(set().union(*gen3.values())) == sorted(f"w{i}" for i in range(WIDGETS))
+    assert sum(len(names) for names in gen3.values()) == WIDGETS, "a Widget ran on two replicas"
+    # a third of 30 random uids each: 10 ± 2.6 (binomial) and the ring's own ±10 %
+    assert all(3 <= len(names) <= 18 for names in gen3.values()), gen3
+
+    # kill -9 one: the others run its Widgets within the lease duration + 10 s
+    victim = ops["c"]
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait(10)
+    killed_at = time.time()
+    orphans = gen3["c"]
+
+    def taken_over() -> dict[str, float] | None:
+        first: dict[str, float] = {}
+        for r in ("a", "b"):
+            for name, spans in intervals(ops[r]).items():
+                starts = [s for s, _ in spans if s > killed_at and name in orphans]
+                if starts:
+                    first[name] = min(starts + [first.get(name, float("inf"))])
+        return first if set(first) == orphans else None
+
+    first = wait_for(taken_over, 90, what="the killed replica's Widgets run elsewhere")
+    delay = max(first.values()) - killed_at
+    print(f"{len(orphans)} Widgets of the killed replica started elsewhere within {delay:.1f}s")
+    assert delay < LEASE + 10
+
+    runs = {"c": intervals(victim, killed_at), "a": intervals(ops["a"]), "b": intervals(ops["b"])}
+    print("runs per replica:", {r: sum(len(s) for s in spans.values()) for r, spans in runs.items()})
+    assert overlaps(runs) == []
+
+
+def test_the_overlap_detector_catches_a_broken_handover(cluster: Cluster, start_operator) -> None:
+    """The same join with the drained check skipped: c starts Widgets a and b still run."""
+    # longer runs: c starts the Widgets it owns while a and b are still in the middle of theirs
+    ops = join_with_runs_in_flight(cluster, start_operator, "--sharding-unsafe-skip-handover", seconds=8)
+
+    def overlapping() -> list[tuple[str, str, str]] | None:
+        return overlaps({r: intervals(op) for r, op in ops.items()}) or None
+
+    found = wait_for(overlapping, 120, what="an overlap")
+    print("overlaps with the hand-over skipped:", found)
+    assert found
+
+
+@pytest.mark.skipif(not kube.real(), reason="cuts the network to the real control plane")
+def test_a_replica_cut_off_fences_itself_before_the_other_takes_over(
+        cluster: Cluster, start_operator, tmp_path: Path) -> None:
+    """c reaches the API server through a proxy that is cut while c runs Widgets: c cannot renew its Lease,
+    fences itself (cancels its runs, exits 1) before a sees the Lease expire and runs c's Widgets."""
+    proxy = TLSCutProxy.in_front_of(cluster.kubeconfig, None).start()
+    try:
+        via = proxy.write_kubeconfig(cluster.kubeconfig, tmp_path / "via-proxy.kubeconfig")
+        # as many workers as Widgets: a starts c's Widgets as soon as it owns them, not behind its own runs
+        wide = flags(cluster, "--max-concurrent-reconciles", "12")
+        a = start_operator(WATCH, *wide, name="a")
+        c = start_operator(WATCH, *wide, name="c", kubeconfig=via)
+        wait_for(lambda: settled(cluster, 2), 90, what="two members drained for one ring")
+        names = [f"w{i}" for i in range(12)]
+        for name in names:
+            cluster.create_widget(name, {"seconds": 30})
+
+        in_flight = wait_for(lambda: results(c).get("running"), 120, what="runs in flight on c")
+        proxy.cut()
+        cut_at = time.time()
+        c.proc.wait(60)
+        exited = time.time() - cut_at
+        assert c.proc.returncode == 1
+        assert "fenced" in c.logs()
+        assert set(results(c).get("canceled", [])) >= set(in_flight)
+
+        def taken_over() -> bool:
+            return all(any(s > cut_at for s, _ in intervals(a).get(n, [])) for n in in_flight)
+
+        wait_for(taken_over, 90, what="a runs the Widgets c was running")
+        starts = [min(s for s, _ in intervals(a)[n] if s > cut_at) for n in in_flight]
+        print(f"c exited {exited:.1f}s after the cut; a started c's {len(in_flight)} Widget(s)"
+              f" {min(starts) - cut_at:.1f}-{max(starts) - cut_at:.1f}s after it")
+        assert max(starts) - cut_at < LEASE + 10
+        assert overlaps({"a": intervals(a), "c": intervals(c)}) == []
+    finally:
+        proxy.close()

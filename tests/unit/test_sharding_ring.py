@@ -1,0 +1,118 @@
+"""The consistent-hash ring (the hash, balance, minimal movement, hash ranges, versions) and the flags."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ansible_operator.sharding.ring import SPACE, HashRing, fnv1a64, ring_version
+
+
+def uids(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(n)]
+
+
+def test_fnv1a64_is_the_standard_64_bit_fnv1a() -> None:
+    # Go's hash/fnv New64a (what the API server's shardRange uses)
+    assert fnv1a64("") == 0xCBF29CE484222325
+    assert fnv1a64("a") == 0xAF63DC4C8601EC8C
+    assert fnv1a64("foobar") == 0x85944171F73967E8
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_three_members_share_300_objects_within_30_percent(seed: int) -> None:
+    ring = HashRing(["replica-a", "replica-b", "replica-c"])
+    counts = Counter(ring.owner(u) for u in uids(300, seed))
+    assert set(counts) == {"replica-a", "replica-b", "replica-c"}
+    assert all(70 <= c <= 130 for c in counts.values()), counts
+
+
+def test_a_member_joining_takes_objects_only_from_the_others_and_about_its_share() -> None:
+    objects = uids(3000, 7)
+    before = HashRing(["a", "b", "c"])
+    after = HashRing(["a", "b", "c", "d"])
+    moved = [u for u in objects if before.owner(u) != after.owner(u)]
+    assert all(after.owner(u) == "d" for u in moved), "objects moved between members that stayed"
+    assert 0.15 <= len(moved) / len(objects) <= 0.35  # about 1/4
+
+
+def test_a_member_leaving_gives_away_only_its_own_objects() -> None:
+    objects = uids(3000, 8)
+    before = HashRing(["a", "b", "c"])
+    after = HashRing(["a", "c"])
+    for u in objects:
+        if before.owner(u) != "b":
+            assert after.owner(u) == before.owner(u)
+        else:
+            assert after.owner(u) in {"a", "c"}
+
+
+def test_ranges_partition_the_hash_space_and_agree_with_owner() -> None:
+    ring = HashRing(["a", "b", "c"], vnodes=20)
+    spans = sorted((lo, hi, m) for m in ring.members for lo, hi in ring.ranges(m))
+    assert spans[0][0] == 0 and spans[-1][1] == SPACE
+    for (_, hi, _), (lo, _, _) in zip(spans, spans[1:]):
+        assert hi == lo, "gap or overlap between ranges"
+    rng = random.Random(3)
+    for h in [0, SPACE - 1, *(rng.getrandbits(64) for _ in range(500))]:
+        owner = ring.owner_of_hash(h)
+        assert any(lo <= h < hi for lo, hi in ring.ranges(owner or "")), hex(h)
+
+
+def test_ring_version_names_the_membership_whatever_the_order() -> None:
+    assert ring_version(["b", "a"]) == ring_version(["a", "b"]) == HashRing(["a", "b", "a"]).version
+    assert ring_version(["a", "b"]) != ring_version(["a", "b", "c"])
+    assert HashRing([]).owner("x") is None
+    with pytest.raises(ValueError):
+        HashRing(["a"], vnodes=0)
+
+
+def test_alike_names_spread_over_the_members_with_the_mixed_hash() -> None:
+    from ansible_operator.sharding.ring import spread_hash
+
+    ring = HashRing(["a", "b", "c"])
+    names = [f"team-{i}" for i in range(60)]
+    assert len({ring.owner(n) for n in names}) < 3  # plain FNV-1a: alike names share an arc
+    counts = Counter(ring.owner_of_hash(spread_hash(n)) for n in names)
+    assert set(counts) == {"a", "b", "c"} and all(c >= 10 for c in counts.values()), counts
+
+
+def test_sharding_flags() -> None:
+    import argparse
+
+    from ansible_operator.cli import build_parser, finish_run_args
+
+    def parse(*argv: str) -> argparse.Namespace:
+        args = build_parser().parse_args(["run", *argv])
+        finish_run_args(args.run_parser, args)
+        return args
+
+    assert parse().sharding is False
+    args = parse("--sharding", "--shard-by=namespace", "--leader-elect-lease-duration=6s",
+                 "--leader-elect-renew-deadline=4s", "--leader-elect-retry-period=1s")
+    assert args.sharding is True and args.shard_by == "namespace" and args.leader_elect is False
+    for bad in (["--sharding", "--leader-elect"],
+                ["--sharding", "--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=5s"],
+                ["--sharding", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=2s"]):
+        with pytest.raises(SystemExit):
+            parse(*bad)
+
+
+def test_sharding_needs_the_lease_namespace_out_of_a_cluster(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from ansible_operator.cli import main
+
+    role = tmp_path / "roles" / "noop" / "tasks"
+    role.mkdir(parents=True)
+    (role / "main.yml").write_text("- debug: msg=hi\n")
+    watches = tmp_path / "watches.yaml"
+    watches.write_text(f"- {{group: x.example.com, version: v1, kind: X, role: {role.parent}}}\n")
+    monkeypatch.setenv("ANSIBLE_OPERATOR_SERVICE_ACCOUNT_DIR", str(tmp_path / "serviceaccount"))
+    assert main(["run", "--watches-file", str(watches), "--sharding"]) == 2
+    err = capsys.readouterr().err
+    assert "--sharding: unable to find the leader election namespace" in err and "Traceback" not in err
