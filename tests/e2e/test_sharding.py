@@ -165,15 +165,17 @@ def test_three_replicas_share_hand_over_and_take_over(cluster: Cluster, start_op
     assert overlaps(runs) == []
 
 
+@pytest.mark.timeout(600)
 def test_the_overlap_detector_catches_a_broken_handover(cluster: Cluster, start_operator) -> None:
     """The same join with the drained check skipped: c starts Widgets a and b still run."""
-    # longer runs: c starts the Widgets it owns while a and b are still in the middle of theirs
-    ops = join_with_runs_in_flight(cluster, start_operator, "--sharding-unsafe-skip-handover", seconds=8)
+    # long runs: c starts the Widgets it owns while a and b are still in the middle of theirs, even when
+    # c takes long to start on a loaded machine
+    ops = join_with_runs_in_flight(cluster, start_operator, "--sharding-unsafe-skip-handover", seconds=30)
 
     def overlapping() -> list[tuple[str, str, str]] | None:
         return overlaps({r: intervals(op) for r, op in ops.items()}) or None
 
-    found = wait_for(overlapping, 120, what="an overlap")
+    found = wait_for(overlapping, 240, what="an overlap")
     print("overlaps with the hand-over skipped:", found)
     assert found
 
