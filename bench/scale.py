@@ -371,9 +371,9 @@ class RunRecords:
 
 @dataclass
 class Probe:
-    """A user's changes during a phase: every ``interval`` s one new CR and one edit of a converged CR
-    (never the same one twice); each is timed from just before its API call to Successful at its
-    generation on the watch."""
+    """A user's changes during a phase: at once and then every ``interval`` s one new CR and one edit of a
+    converged CR (never the same one twice); each is timed from just before its API call to Successful at
+    its generation on the watch."""
 
     kube: Kube
     watcher: StreamWatcher
@@ -399,7 +399,9 @@ class Probe:
 
     def _loop(self) -> None:
         k = 0
-        while not self._stop.wait(self.interval):
+        first = True  # the first change at once: every phase has one, however short it is
+        while first or not self._stop.wait(self.interval):
+            first = False
             if self._outstanding() >= self.max_pending:
                 self.skipped += 1
                 continue

@@ -43,7 +43,7 @@ def test_scale_runs_every_phase_and_writes_every_figure(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["crs"] == CRS and doc["role"] == "light"
-    assert doc["phases"] == {"warm": ["resync", "restart", "storm"], "runner": ["resync", "restart", "storm"]}
+    assert doc["phases"] == {"warm": ["restart", "resync", "storm"], "runner": ["restart", "resync", "storm"]}
     for executor, phases in doc["raw"].items():
         storm, resync = phases["storm"], phases["resync"]
         for key in STORM_KEYS:
