@@ -1,0 +1,764 @@
+#!/usr/bin/env python3
+"""Scale benchmark (issue 24): N CRs against the real control plane, each executor side by side in one run.
+
+    python bench/scale.py --crs 100 --executors warm,runner --json /tmp/scale.json
+    python bench/scale.py --crs 10000 --executors warm --role light --startup-resync background,spread
+
+Per executor (the operators run one after the other, each in a namespace of its own, on one control plane):
+
+  storm    N CRs created as fast as the API server takes them (a thread pool): the creation rate, the time
+           until all are Successful (one watch), the operator's peak RSS (its process and every descendant,
+           sampled) and settled RSS (after --settle seconds with nothing to do), CPU seconds per CR and API
+           requests per CR; meanwhile the probe creates one new CR and edits one converged CR every
+           --probe-interval seconds: their create/edit -> Successful latencies, p50/p99.
+  resync   the operator restarted over the N converged CRs with --startup-resync background: every one is
+           queued for a re-run at once, behind user changes, as a periodic resync of CRs that converged
+           together queues them (see docs/explanation/benchmark.md#scale); the probe runs again until all N
+           re-ran: the user CRs' p50/p99 during it, the time, CPU and requests of the N re-runs.
+  restart  per --startup-resync mode: SIGTERM, a new CR created, the operator started again; seconds from
+           the start to /readyz and to the new CR Successful, and how many converged CRs were re-run in the
+           first --restart-window seconds (the restarted operator's ansible_operator_runs_total, less the
+           new CR's run).
+
+API requests are counted by the API server itself: the control plane this script starts writes an audit log
+of the requests made by the operator's identity (a ServiceAccount of its own, whose token is the operator's
+kubeconfig) and nothing else; every request the operator process makes is in it - kopf's lists and watches,
+the runner's status and finalizer writes, and the roles' calls forwarded by its API proxy.
+
+Everything started is stopped on exit, errors, Ctrl-C and SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from types import FrameType
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import report  # noqa: E402
+from harness import (  # noqa: E402
+    BENCH,
+    MEMCACHED,
+    PYTHON,
+    REPO,
+    BenchError,
+    ConditionWatcher,
+    Kind,
+    Kube,
+    MemorySampler,
+    OperatorProcess,
+    Reaper,
+    cpu_seconds,
+    free_port,
+    stop_process,
+)
+
+LIGHT = Kind("bench.ansible-operator.dev", "v1", "Light", "lights")
+ROLES = {"light": LIGHT, "memcached": MEMCACHED}
+SPEC = {"light": {"revision": 0}, "memcached": {"size": 1}}
+EXECUTORS = ("warm", "runner")
+MODES = ("background", "spread", "immediate")
+OPERATOR_NS, OPERATOR_SA = "scale-system", "operator"
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NS}:{OPERATOR_SA}"
+CRDS = [REPO / "crds" / "cache.example.com_memcacheds.yaml", BENCH / "crds" / "light.yaml"]
+# the SDK's default: a periodic resync every 10 h; spread uses it as the window re-checks are spread over
+RECONCILE_PERIOD = "10h"
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------ the control plane
+
+
+AUDIT_POLICY = f"""apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    users: ["{OPERATOR_USER}"]
+  - level: None
+"""
+
+
+def serve_plane(directory: Path, kubeconfig: Path) -> int:
+    """The control plane of ``ansible-operator cluster up`` plus an audit log of the operator's requests
+    (``python bench/scale.py serve-plane DIR KUBECONFIG``, run by :class:`AuditedPlane`)."""
+    from ansible_operator.controlplane import binaries
+    from ansible_operator.controlplane.launcher import ControlPlane
+    from ansible_operator.controlplane.objects import install_crds
+
+    directory.mkdir(parents=True, exist_ok=True)
+    policy = directory / "audit-policy.yaml"
+    policy.write_text(AUDIT_POLICY)
+    plane = ControlPlane(directory, binaries.find(progress=say), progress=say,
+                         apiserver_args=[f"--audit-policy-file={policy}",
+                                         f"--audit-log-path={directory / 'audit.log'}"])
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        plane.start()
+        install_crds(plane, CRDS)
+        shutil.copyfile(plane.kubeconfig, kubeconfig)
+        print(f"kubeconfig: {kubeconfig}", flush=True)
+        while not stop.wait(1):
+            for name, part in plane.parts.items():
+                if not part.running():
+                    say(f"{name} exited ({part.log}):\n{part.tail()}")
+                    return 1
+    finally:
+        plane.stop()
+    return 0
+
+
+@dataclass
+class AuditedPlane:
+    proc: subprocess.Popen[bytes]
+    directory: Path
+    kubeconfig: Path
+    server: str = ""
+
+    @property
+    def audit_log(self) -> Path:
+        return self.directory / "audit.log"
+
+    @classmethod
+    def start(cls, workdir: Path, reaper: Reaper, timeout: float = 300.0) -> AuditedPlane:
+        directory, kubeconfig, log_path = workdir / "cluster", workdir / "kubeconfig", workdir / "cluster.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen([PYTHON, __file__, "serve-plane", str(directory), str(kubeconfig)],
+                                    stdout=log, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True,
+                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        plane = cls(proc, directory, kubeconfig)
+        reaper.add(lambda: stop_process(proc, timeout=60.0))
+        deadline = time.monotonic() + timeout
+        while "\nkubeconfig: " not in "\n" + log_path.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise BenchError(f"the control plane did not come up: {log_path.read_text()[-2000:]}")
+            time.sleep(0.2)
+        import yaml
+
+        plane.server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        return plane
+
+
+def operator_kubeconfig(kube: Kube, admin: Path, out: Path) -> Path:
+    """A ServiceAccount bound to cluster-admin and a kubeconfig with its token: the audit policy logs every
+    request of that user, so the audit log holds exactly the operator's requests."""
+    import yaml
+    from kubernetes.client import RbacAuthorizationV1Api
+
+    kube.namespace(OPERATOR_NS)
+    kube.core.create_namespaced_service_account(OPERATOR_NS, {"metadata": {"name": OPERATOR_SA}})
+    RbacAuthorizationV1Api(kube.api).create_cluster_role_binding({
+        "metadata": {"name": "scale-operator"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_SA, "namespace": OPERATOR_NS}]})
+    token = kube.core.create_namespaced_service_account_token(
+        OPERATOR_SA, OPERATOR_NS, {"spec": {"expirationSeconds": 48 * 3600}}).status.token
+    doc = yaml.safe_load(admin.read_text())
+    doc["users"] = [{"name": "operator", "user": {"token": token}}]
+    for ctx in doc["contexts"]:
+        ctx["context"]["user"] = "operator"
+    out.write_text(yaml.safe_dump(doc))
+    out.chmod(0o600)
+    return out
+
+
+class AuditCounter:
+    """Requests in the audit log (one ``auditID`` each, whatever stages it logged), read incrementally."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._ids: set[str] = set()
+        self.by_verb: dict[str, int] = {}
+
+    def count(self) -> int:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return 0
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        for line in data[:end].splitlines():
+            event = json.loads(line)
+            if event["auditID"] not in self._ids:
+                self._ids.add(event["auditID"])
+                self.by_verb[event["verb"]] = self.by_verb.get(event["verb"], 0) + 1
+        return len(self._ids)
+
+
+# -------------------------------------------------------------------------------------------- the operator
+
+
+def write_watches(path: Path) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump([
+        {"version": LIGHT.version, "group": LIGHT.group, "kind": LIGHT.kind,
+         "role": str(BENCH / "roles" / "light")},
+        {"version": MEMCACHED.version, "group": MEMCACHED.group, "kind": MEMCACHED.kind,
+         "role": str(REPO / "roles" / "memcached")},
+    ], sort_keys=False))
+    return path
+
+
+def spawn_operator(executor: str, workdir: Path, kubeconfig: Path, namespace: str, reaper: Reaper,
+                   extra: list[str]) -> OperatorProcess:
+    """``python -m ansible_operator run`` as a user starts it (not waited for: see ``wait_ready``)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    metrics_port, health_port = free_port(), free_port()
+    log_path = workdir / "operator.log"
+    args = [PYTHON, "-m", "ansible_operator", "run",
+            "--watches-file", str(write_watches(workdir / "watches.yaml")), "--kubeconfig", str(kubeconfig),
+            "--executor", executor, "--artifacts-dir", str(workdir / "artifacts"),
+            "--metrics-bind-address", f"127.0.0.1:{metrics_port}",
+            "--health-probe-bind-address", f"127.0.0.1:{health_port}", "--log-level", "WARNING",
+            "--namespace", namespace, *extra]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "ANSIBLE_GATHERING": "explicit"}
+    env.pop("KUBECONFIG", None)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env,
+                                start_new_session=True)
+    op = OperatorProcess(executor, proc, workdir / "artifacts", log_path, metrics_port, health_port, reaper)
+    reaper.add(op.stop)
+    return op
+
+
+def wait_ready(op: OperatorProcess, timeout: float = 120.0) -> None:
+    op._wait_ready(timeout)  # noqa: SLF001 - the harness's readiness loop, shared
+
+
+def runs_finished(op: OperatorProcess) -> float:
+    return op.metrics().get("ansible_operator_runs_total", 0.0)
+
+
+# ------------------------------------------------------------------------------------------- observation
+
+
+class StreamWatcher(ConditionWatcher):  # type: ignore[misc]  # harness: a bare import, Any to mypy
+    """The harness's condition watcher, without its re-list every 2 s (10,000 objects each time would load
+    the API server more than the operator does): one listing, then one watch resumed from the last
+    resourceVersion it saw, listing again only when the server says it is gone (410)."""
+
+    def __init__(self, kube: Kube, kind: Kind, namespace: str) -> None:
+        super().__init__(kube, kind, namespace)
+        self.first: dict[str, float] = {}
+        """When each object was first Successful (``done`` moves on with the probe's edits)."""
+
+    def _record(self, obj: dict[str, Any], now: float) -> None:
+        super()._record(obj, now)
+        name = obj["metadata"]["name"]
+        with self._cv:
+            if name in self.done and name not in self.first:
+                self.first[name] = self.done[name].at
+
+    def converged(self) -> list[str]:
+        with self._cv:
+            return list(self.done)
+
+    def wait_many(self, names: list[str], timeout: float, alive: Callable[[], None]) -> dict[str, float]:
+        """Like ``wait(names, 1)``, for thousands of names: it checks twice a second only the names still
+        missing, instead of every name on every event (the harness's wait, fine for a few hundred)."""
+        missing = set(names)
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._cv:
+                missing = {n for n in missing if n not in self.first}
+            if not missing:
+                break
+            if time.monotonic() > deadline:
+                raise BenchError(f"{len(missing)} of {len(names)} {self.kind.kind}s in {self.namespace} not"
+                                 f" Successful after {timeout}s (e.g. {sorted(missing)[:3]}); last watch"
+                                 f" error: {self._error!r}")
+            alive()
+            time.sleep(0.5)
+        with self._cv:
+            return {n: self.first[n] for n in names}
+
+    def _loop(self) -> None:
+        import kubernetes
+        from kubernetes.client.rest import ApiException
+
+        k = self.kind
+        resource_version = ""
+        while not self._stop.is_set():
+            try:
+                if not resource_version:
+                    listing = self.kube.custom.list_namespaced_custom_object(k.group, k.version,
+                                                                             self.namespace, k.plural)
+                    now = time.monotonic()
+                    for obj in listing.get("items", []):
+                        self._record(obj, now)
+                    resource_version = listing["metadata"]["resourceVersion"]
+                    self._started.set()
+                w = kubernetes.watch.Watch()
+                for event in w.stream(self.kube.custom.list_namespaced_custom_object, k.group, k.version,
+                                      self.namespace, k.plural, resource_version=resource_version,
+                                      allow_watch_bookmarks=True, timeout_seconds=30, _request_timeout=60):
+                    if self._stop.is_set():
+                        w.stop()
+                        return
+                    if event.get("type") == "ERROR":
+                        resource_version = ""
+                        break
+                    if event.get("type") in ("ADDED", "MODIFIED"):
+                        self._record(event["object"], time.monotonic())
+                    resource_version = w.resource_version or resource_version
+            except ApiException as exc:
+                if exc.status == 410:
+                    resource_version = ""
+                self._error = exc
+                time.sleep(0.2)
+            except Exception as exc:  # a dropped stream: resume from the last resourceVersion
+                if self._stop.is_set():
+                    return
+                self._error = exc
+                time.sleep(0.2)
+
+
+class RunRecords:
+    """Which of ``names`` finished a run under one operator, from its run records (``run.json`` in the
+    artifacts tree: ``result`` is ``running`` until the run ends). Each operator of a phase has an artifacts
+    directory of its own, so a record there is a run of that phase. Only names not seen finished yet are
+    read again."""
+
+    def __init__(self, op: OperatorProcess, kind: Kind, namespace: str, names: list[str]) -> None:
+        self.base = op.artifacts / kind.group / kind.version / kind.kind / namespace
+        self.waiting = set(names)
+        self.finished: dict[str, float] = {}
+
+    def poll(self) -> int:
+        """Names whose run finished so far."""
+        try:
+            started = self.waiting.intersection(os.listdir(self.base))
+        except FileNotFoundError:
+            started = set()
+        now = time.monotonic()
+        for name in started:
+            for record in (self.base / name).glob("*/run.json"):
+                try:
+                    result = json.loads(record.read_text()).get("result")
+                except (OSError, ValueError):
+                    continue  # being written
+                if result not in ("running", "unknown"):
+                    self.finished[name] = now
+                    self.waiting.discard(name)
+                    break
+        return len(self.finished)
+
+
+@dataclass
+class Probe:
+    """A user's changes during a phase: at once and then every ``interval`` s one new CR and one edit of a
+    converged CR (never the same one twice); each is timed from just before its API call to Successful at
+    its generation on the watch."""
+
+    kube: Kube
+    watcher: StreamWatcher
+    kind: Kind
+    namespace: str
+    prefix: str
+    interval: float
+    candidates: Callable[[], list[str]]
+    spec: dict[str, Any]
+    max_pending: int = 4
+    """A tick is skipped while this many probed changes are not Successful yet: the probe measures a
+    user's latency, it must not become the load (a slow executor would fall ever further behind)."""
+    pending: list[tuple[str, str, int, float]] = field(default_factory=list)
+    skipped: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _edited: set[str] = field(default_factory=set)
+
+    def start(self) -> Probe:
+        self._thread = threading.Thread(target=self._loop, name=f"probe-{self.prefix}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        k = 0
+        first = True  # the first change at once: every phase has one, however short it is
+        while first or not self._stop.wait(self.interval):
+            first = False
+            if self._outstanding() >= self.max_pending:
+                self.skipped += 1
+                continue
+            name = f"{self.prefix}-{k}"
+            t = time.monotonic()
+            self.kube.create(self.kind, self.namespace, name, self.spec)
+            self.pending.append(("create", name, 1, t))
+            targets = [n for n in self.candidates() if n not in self._edited]
+            if targets:
+                target = random.choice(targets)
+                self._edited.add(target)
+                t = time.monotonic()
+                obj = self.kube.patch_spec(self.kind, self.namespace, target, {"probe": k})
+                self.pending.append(("edit", target, int(obj["metadata"]["generation"]), t))
+            k += 1
+
+    def _outstanding(self) -> int:
+        with self.watcher._cv:  # noqa: SLF001 - the watcher's lock guards ``done``
+            done = dict(self.watcher.done)
+        return sum(1 for _w, name, gen, _t in self.pending if name not in done or done[name].generation < gen)
+
+    def finish(self, timeout: float, alive: Callable[[], None]) -> dict[str, Any]:
+        """Stop probing, wait for every probed CR, return the latencies."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        wanted = {name: gen for _what, name, gen, _t in self.pending}
+        done = self.watcher.wait(list(wanted), wanted, timeout=timeout, alive=alive) if wanted else {}
+        out: dict[str, Any] = {}
+        for what in ("create", "edit"):
+            lat = sorted(done[name] - t for w, name, _gen, t in self.pending if w == what)
+            out[what] = {"n": len(lat), "p50_s": _pct(lat, 50), "p99_s": _pct(lat, 99),
+                         "max_s": round(lat[-1], 3) if lat else None}
+        both = sorted(done[name] - t for _w, name, _gen, t in self.pending)
+        out["all"] = {"n": len(both), "p50_s": _pct(both, 50), "p99_s": _pct(both, 99)}
+        out["skipped_ticks"] = self.skipped
+        return out
+
+
+def _pct(values: list[float], p: int) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return round(values[0], 3)
+    return round(statistics.quantiles(values, n=100, method="inclusive")[p - 1], 3)
+
+
+class Family:
+    """CPU seconds and API requests of the operator since :meth:`mark`, and its memory sampler."""
+
+    def __init__(self, op: OperatorProcess, audit: AuditCounter, interval: float) -> None:
+        self.op = op
+        self.audit = audit
+        self.sampler = MemorySampler(op.proc.pid, interval).start()
+        self.mark()
+
+    def mark(self) -> None:
+        self._cpu, self._requests = cpu_seconds(self.op.family()), self.audit.count()
+        self.sampler.reset()
+
+    def since(self, crs: int, runs: int) -> dict[str, Any]:
+        """Figures since :meth:`mark`, per CR of the phase (N) and per run (N plus the probe's, and any
+        second run a role asks for)."""
+        # the live processes and every descendant they reaped (harness.cpu_seconds)
+        cpu = cpu_seconds(self.op.family()) - self._cpu
+        requests = self.audit.count() - self._requests
+        peak = self.sampler.reset()
+        return {"cpu_s": round(cpu, 1), "cpu_s_per_cr": round(cpu / crs, 3),
+                "cpu_s_per_run": round(cpu / max(runs, 1), 3), "api_requests": requests,
+                "api_requests_per_cr": round(requests / crs, 2),
+                "api_requests_per_run": round(requests / max(runs, 1), 2),
+                "peak_rss_mb": round(peak.rss_mb, 1), "peak_pss_mb": round(peak.pss_mb, 1),
+                "peak_processes": peak.processes}
+
+    def settled_rss(self, settle: float) -> float:
+        time.sleep(settle)
+        return round(self.sampler.sample()[0], 1)
+
+    def stop(self) -> None:
+        self.sampler.stop()
+
+
+# ------------------------------------------------------------------------------------------------ phases
+
+
+@dataclass
+class Run:
+    args: argparse.Namespace
+    kube: Kube
+    kubeconfig: Path
+    audit: AuditCounter
+    workdir: Path
+    reaper: Reaper
+
+    @property
+    def kind(self) -> Kind:
+        return ROLES[self.args.role]
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return SPEC[self.args.role]
+
+    def executor(self, ex: str) -> dict[str, Any]:
+        ns = f"scale-{ex}"
+        self.kube.namespace(ns)
+        self.kube.wait_served(self.kind, ns)
+        watcher = StreamWatcher(self.kube, self.kind, ns).start()
+        names = [f"cr-{i:05d}" for i in range(self.args.crs)]
+        result: dict[str, Any] = {}
+        try:
+            result["storm"] = self.storm(ex, ns, watcher, names)
+            result["resync"] = self.resync(ex, ns, watcher, names)
+            result["restart"] = {mode: self.restart(ex, ns, watcher, mode)
+                                 for mode in self.args.startup_resync}
+        finally:
+            watcher.stop()
+        return result
+
+    def _operator(self, ex: str, name: str, extra: list[str]) -> OperatorProcess:
+        return spawn_operator(ex, self.workdir / f"operator-{ex}-{name}", self.kubeconfig, f"scale-{ex}",
+                              self.reaper, ["--reconcile-period", RECONCILE_PERIOD, *extra])
+
+    def storm(self, ex: str, ns: str, watcher: StreamWatcher, names: list[str]) -> dict[str, Any]:
+        op = self._operator(ex, "storm", [])
+        wait_ready(op)
+        family = Family(op, self.audit, self.args.sample_interval)
+        try:
+            say(f"storm [{ex}]: {len(names)} {self.kind.kind} CRs, probe every {self.args.probe_interval:g}s")
+            probe = Probe(self.kube, watcher, self.kind, ns, "storm-probe", self.args.probe_interval,
+                          lambda: [n for n in watcher.converged() if n.startswith("cr-")], self.spec).start()
+            t0 = time.monotonic()
+            with ThreadPoolExecutor(self.args.create_workers, thread_name_prefix="create") as pool:
+                list(pool.map(lambda n: self.kube.create(self.kind, ns, n, self.spec), names))
+            create_s = time.monotonic() - t0
+            say(f"storm [{ex}]: created in {create_s:.1f}s; waiting for all Successful")
+            done = watcher.wait_many(names, self.args.timeout, op.check_alive)
+            all_s = max(done.values()) - t0
+            probes = probe.finish(self.args.timeout, op.check_alive)
+            runs = runs_finished(op)
+            figures = family.since(len(names), int(runs))
+            say(f"storm [{ex}]: all Successful in {all_s:.1f}s; settling {self.args.settle:g}s")
+            settled = family.settled_rss(self.args.settle)
+        finally:
+            family.stop()
+            op.stop()
+        return {"crs": len(names), "create_s": round(create_s, 2),
+                "create_per_s": round(len(names) / create_s, 1), "all_successful_s": round(all_s, 2),
+                "crs_per_s": round(len(names) / all_s, 2), **figures, "settled_rss_mb": settled,
+                "runs": int(runs), "probe": probes}
+
+    def resync(self, ex: str, ns: str, watcher: StreamWatcher, names: list[str]) -> dict[str, Any]:
+        """The N converged CRs re-run at once as background keys (see the module docstring)."""
+        op = self._operator(ex, "resync", ["--startup-resync", "background"])
+        t0 = time.monotonic()
+        wait_ready(op)
+        family = Family(op, self.audit, self.args.sample_interval)
+        try:
+            say(f"resync [{ex}]: {len(names)} converged CRs re-run,"
+                f" probe every {self.args.probe_interval:g}s")
+            probe = Probe(self.kube, watcher, self.kind, ns, "resync-probe", self.args.probe_interval,
+                          lambda: names, self.spec).start()
+            deadline = t0 + self.args.timeout
+            records = RunRecords(op, self.kind, ns, names)
+            while records.poll() < len(names):  # each converged CR re-ran (or ran for a probe's edit)
+                op.check_alive()
+                if time.monotonic() > deadline:
+                    raise BenchError(f"resync [{ex}]: {len(records.finished)} of {len(names)} re-ran after"
+                                     f" {self.args.timeout}s")
+                time.sleep(0.5)
+            resync_s = time.monotonic() - t0
+            probes = probe.finish(self.args.timeout, op.check_alive)
+            runs = runs_finished(op)
+            figures = family.since(len(names), int(runs))
+        finally:
+            family.stop()
+            op.stop()
+        return {"crs": len(names), "resync_s": round(resync_s, 2), **figures, "runs": int(runs),
+                "probe": probes}
+
+    def restart(self, ex: str, ns: str, watcher: StreamWatcher, mode: str) -> dict[str, Any]:
+        k = self.kind
+        converged = [o["metadata"]["name"] for o in self.kube.custom.list_namespaced_custom_object(
+            k.group, k.version, ns, k.plural)["items"]]
+        new = f"restart-{mode}"
+        self.kube.create(self.kind, ns, new, self.spec)
+        t0 = time.monotonic()
+        op = self._operator(ex, f"restart-{mode}", ["--startup-resync", mode])
+        try:
+            wait_ready(op)
+            ready_s = time.monotonic() - t0
+            done = watcher.wait([new], 1, timeout=self.args.timeout, alive=op.check_alive)
+            served_s = done[new] - t0
+            say(f"restart [{ex}, {mode}]: new CR Successful {served_s:.1f}s after the start;"
+                f" counting re-runs for {self.args.restart_window:g}s")
+            time.sleep(max(0.0, t0 + self.args.restart_window - time.monotonic()))
+            reruns = RunRecords(op, self.kind, ns, converged).poll()
+        finally:
+            op.stop()
+        return {"mode": mode, "ready_s": round(ready_s, 2), "new_cr_successful_s": round(served_s, 2),
+                "window_s": self.args.restart_window, "converged_rerun_in_window": reruns,
+                "converged_crs": len(converged)}
+
+
+# ----------------------------------------------------------------------------------------------- report
+
+
+def _row(label: str, values: dict[str, Any], executors: list[str]) -> str:
+    cells = [("-" if values.get(ex) is None else f"{values[ex]:g}") for ex in executors]
+    ratio = ""
+    if "runner" in executors and "warm" in executors:
+        r = report._ratio(values.get("warm"), values.get("runner"))  # noqa: SLF001 - same ratio rule
+        ratio = "-" if r is None else f"{r:g}"
+    return f"| {label} | " + " | ".join(cells) + (f" | {ratio} |" if ratio else " |")
+
+
+def _get(doc: dict[str, Any], path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(part)  # type: ignore[assignment]
+    return doc
+
+
+STORM_ROWS = (("create rate (CRs/s)", "create_per_s"), ("all Successful (s)", "all_successful_s"),
+              ("CRs Successful per s", "crs_per_s"), ("peak RSS, operator + children (MB)", "peak_rss_mb"),
+              ("peak PSS (MB)", "peak_pss_mb"), ("settled RSS (MB)", "settled_rss_mb"),
+              ("CPU s per CR", "cpu_s_per_cr"), ("CPU s per run", "cpu_s_per_run"),
+              ("API requests per CR", "api_requests_per_cr"),
+              ("API requests per run", "api_requests_per_run"), ("runs", "runs"))
+PROBE_ROWS = (("user create -> Successful p50 (s)", "probe.create.p50_s"),
+              ("user create -> Successful p99 (s)", "probe.create.p99_s"),
+              ("user edit -> Successful p50 (s)", "probe.edit.p50_s"),
+              ("user edit -> Successful p99 (s)", "probe.edit.p99_s"),
+              ("probed changes", "probe.all.n"), ("probe ticks skipped (4 pending)", "probe.skipped_ticks"))
+RESYNC_ROWS = (("N converged CRs re-run (s)", "resync_s"), ("peak RSS (MB)", "peak_rss_mb"),
+               ("CPU s per CR", "cpu_s_per_cr"), ("API requests per CR", "api_requests_per_cr"),
+               ("runs", "runs"))
+RESTART_ROWS = (("start -> /readyz (s)", "ready_s"),
+                ("start -> new CR Successful (s)", "new_cr_successful_s"),
+                ("converged CRs re-run in the window", "converged_rerun_in_window"))
+
+
+def tables(raw: dict[str, dict[str, Any]], executors: list[str], modes: list[str]) -> str:
+    both = "runner" in executors and "warm" in executors
+    head = "| | " + " | ".join(executors) + (" | warm/runner |" if both else " |")
+    sep = "| --- |" + " ---: |" * (len(executors) + (1 if both else 0))
+    out = []
+
+    def table(title: str, rows: tuple[tuple[str, str], ...], prefix: str) -> None:
+        out.extend([f"\n**{title}**\n", head, sep])
+        for label, key in rows:
+            out.append(_row(label, {ex: _get(raw[ex], f"{prefix}.{key}") for ex in executors}, executors))
+
+    table("storm: N CRs created at once", STORM_ROWS + PROBE_ROWS, "storm")
+    table("resync: N converged CRs re-run (background)", RESYNC_ROWS + PROBE_ROWS, "resync")
+    for mode in modes:
+        table(f"restart, --startup-resync {mode}", RESTART_ROWS, f"restart.{mode}")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------------------- main
+
+
+def _csv(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        if not items or any(x not in choices for x in items):
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(choices)} (got {text!r})")
+        return items
+    return parse
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--crs", type=int, default=10_000, help="N, CRs of the storm (default 10000)")
+    p.add_argument("--executors", type=_csv(EXECUTORS), default=["warm", "runner"])
+    p.add_argument("--role", choices=tuple(ROLES), default="light")
+    p.add_argument("--probe-interval", type=float, default=3.0, metavar="S",
+                   help="a user's new CR and edit every S seconds, storm and resync (default 3)")
+    p.add_argument("--startup-resync", type=_csv(MODES), default=["background"],
+                   help="restart phase: modes measured, comma-separated (default background)")
+    p.add_argument("--restart-window", type=float, default=60.0, metavar="S",
+                   help="restart: converged CRs re-run within S s of the start are counted (default 60)")
+    p.add_argument("--settle", type=float, default=10.0, metavar="S",
+                   help="seconds after the storm before the settled RSS is read (default 10)")
+    p.add_argument("--create-workers", type=int, default=16, help="creating threads (default 16)")
+    p.add_argument("--sample-interval", type=float, default=0.25, help="memory sampling period, s")
+    p.add_argument("--timeout", type=float, default=3 * 3600.0, help="per phase, seconds")
+    p.add_argument("--json", type=Path, default=None, metavar="OUT")
+    p.add_argument("--workdir", type=Path, default=None, help="keep logs, audit log and artifacts here")
+    args = p.parse_args(argv)
+    if args.crs < 1:
+        p.error("--crs must be >= 1")
+    return args
+
+
+def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(143)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve-plane"]:
+        return serve_plane(Path(argv[1]), Path(argv[2]))
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    started = time.monotonic()
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    machine = report.machine()
+    reaper = Reaper()
+    keep = args.workdir is not None
+    workdir = args.workdir.resolve() if keep else Path(tempfile.mkdtemp(prefix="ansible-operator-scale-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    raw: dict[str, dict[str, Any]] = {}
+    try:
+        say("starting the real control plane (audit log of the operator's requests)")
+        plane = AuditedPlane.start(workdir, reaper)
+        kube = Kube(plane.kubeconfig)
+        reaper.add(kube.close)
+        run = Run(args, kube, operator_kubeconfig(kube, plane.kubeconfig, workdir / "operator.kubeconfig"),
+                  AuditCounter(plane.audit_log), workdir, reaper)
+        for ex in args.executors:
+            raw[ex] = run.executor(ex)
+            say(f"{ex}: {json.dumps(raw[ex])}")
+    except BenchError as exc:
+        print(f"scale: {exc}\n(logs in {workdir})", file=sys.stderr)
+        keep = True
+        return 1
+    except KeyboardInterrupt:
+        print("scale: interrupted; stopping everything it started", file=sys.stderr)
+        return 130
+    finally:
+        reaper.close()
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    elapsed = round(time.monotonic() - started, 1)
+    machine["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(f"\nansible-operator scale benchmark, {date}, {machine['nproc']} CPUs ({machine['cpu_model']}),"
+          f" {machine['mem_total_mb']} MB, N={args.crs} {ROLES[args.role].kind} CRs ({args.role} role),"
+          f" probe every {args.probe_interval:g}s, run in {elapsed}s, load average"
+          f" {machine['loadavg_at_start']} at start, {machine['loadavg_at_end']} at end")
+    print(f"Kubernetes API: real control plane ({plane.server}); API requests: the audit log of the"
+          " operator's ServiceAccount")
+    print(tables(raw, args.executors, args.startup_resync))
+    if args.json is not None:
+        doc = {"date": date, "machine": machine, "crs": args.crs, "role": args.role,
+               "executors": args.executors,
+               "probe_interval_s": args.probe_interval, "startup_resync": args.startup_resync,
+               "restart_window_s": args.restart_window, "elapsed_s": elapsed, "api_server": plane.server,
+               "phases": {ex: sorted(raw[ex]) for ex in raw}, "raw": raw}
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"\nJSON written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
