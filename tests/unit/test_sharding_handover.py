@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from ansible_operator.intake import ObjectCache, fingerprint
+from ansible_operator.kubetypes import KubeObject
 from ansible_operator.queue import ObjectKey, ReconcileOutcome, WorkQueue
 from ansible_operator.sharding.coordinator import ShardCoordinator, ShardedWatch
 from ansible_operator.sharding.leases import LeaseLost
@@ -183,7 +184,7 @@ def make_cache(n: int) -> tuple[ObjectCache, list[ObjectKey]]:
     rng = random.Random(n)
     for i in range(n):
         uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))  # random, as the API server's
-        obj = {"metadata": {"namespace": "ns", "name": f"w{i}", "uid": uid, "generation": 1}}
+        obj: KubeObject = {"metadata": {"namespace": "ns", "name": f"w{i}", "uid": uid, "generation": 1}}
         key = ObjectKey("ns", f"w{i}")
         cache.store(key, obj, fingerprint(obj, watch_annotations=False, selected=True))
         keys.append(key)
