@@ -49,6 +49,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
 
+from ansible_operator.status import converged as status_converged
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import report  # noqa: E402
@@ -583,8 +585,13 @@ class Run:
 
     def restart(self, ex: str, ns: str, watcher: StreamWatcher, mode: str) -> dict[str, Any]:
         k = self.kind
-        converged = [o["metadata"]["name"] for o in self.kube.custom.list_namespaced_custom_object(
-            k.group, k.version, ns, k.plural)["items"]]
+        # Only what a restart finds converged: a run the previous phase's operator was still doing when it
+        # stopped (a probe's edit, say) left its CR "Running", and such a CR rightly runs at once.
+        listed = self.kube.custom.list_namespaced_custom_object(k.group, k.version, ns, k.plural)["items"]
+        converged = [o["metadata"]["name"] for o in listed if status_converged(o)]
+        if len(converged) < len(listed):
+            say(f"restart [{ex}, {mode}]: {len(listed) - len(converged)} of {len(listed)} CRs not converged"
+                " (runs in flight at the last stop): not counted as re-runs")
         new = f"restart-{mode}"
         self.kube.create(self.kind, ns, new, self.spec)
         t0 = time.monotonic()
