@@ -26,7 +26,9 @@ from tests import kube
 from .conftest import GROUP, HERE, KIND, VERSION, Cluster, OperatorProcess, default_watch, wait_for
 from .proxy import TLSCutProxy
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow,
+# Three operators and 30 Widgets through three generations: minutes on a loaded 2-core machine (the
+# suite's other stages run beside it in CI); every wait inside is on a condition.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900),
               pytest.mark.parametrize("executor", ["warm"], indirect=True)]
 
 WIDGETS = 30
