@@ -22,17 +22,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from types import FrameType
+from typing import Any, Callable, Iterable, TypeVar
 
 import psutil
 import yaml
@@ -109,6 +112,40 @@ class Reaper:
                 stop()
             except Exception as exc:  # keep stopping the rest
                 print(f"bench: cleanup step failed: {exc}", file=sys.stderr)
+
+
+T = TypeVar("T")
+
+
+def run_guarded(tool: str, workdir: Path | None, body: Callable[[Path, Reaper], T]) -> tuple[T | None, int]:
+    """One benchmark invocation: ``body(workdir, reaper)`` and its exit status (0, 1 after a
+    :class:`BenchError`, said on stderr, 130 after Ctrl-C, even one started with SIGINT ignored (nohup, a
+    background job); SIGTERM exits 143). Everything registered with the reaper is stopped however it ends;
+    the working directory is ``workdir`` (kept), or a temporary one removed unless the run failed."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    keep = workdir is not None
+    path = (workdir.resolve() if workdir is not None
+            else Path(tempfile.mkdtemp(prefix=f"ansible-operator-{tool}-")))
+    path.mkdir(parents=True, exist_ok=True)
+    reaper = Reaper()
+    try:
+        return body(path, reaper), 0
+    except BenchError as exc:
+        print(f"{tool}: {exc}\n(logs kept in {path})", file=sys.stderr)
+        keep = True
+        return None, 1
+    except KeyboardInterrupt:
+        print(f"{tool}: interrupted; stopping everything it started", file=sys.stderr)
+        return None, 130
+    finally:
+        reaper.close()
+        if not keep:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(143)
 
 
 # ----------------------------------------------------------------------------------------- API servers
@@ -678,29 +715,43 @@ class ConditionWatcher:
                 self._cv.notify_all()
 
     def _loop(self) -> None:
+        """One listing, then one watch resumed from the last resourceVersion it saw (with bookmarks), listing
+        again only when the server says it is gone (410): at 10,000 objects a re-list per stream would load
+        the API server more than the operator does. Each stream ends after 2 s so :meth:`stop` is prompt."""
         import kubernetes
+        from kubernetes.client.rest import ApiException
 
         k = self.kind
         resource_version = ""
         while not self._stop.is_set():
             try:
-                listing = self.kube.custom.list_namespaced_custom_object(k.group, k.version, self.namespace,
-                                                                         k.plural)
-                now = time.monotonic()
-                for obj in listing.get("items", []):
-                    self._record(obj, now)
-                resource_version = listing["metadata"]["resourceVersion"]
-                self._started.set()
+                if not resource_version:
+                    listing = self.kube.custom.list_namespaced_custom_object(k.group, k.version,
+                                                                             self.namespace, k.plural)
+                    now = time.monotonic()
+                    for obj in listing.get("items", []):
+                        self._record(obj, now)
+                    resource_version = listing["metadata"]["resourceVersion"]
+                    self._started.set()
                 w = kubernetes.watch.Watch()
                 for event in w.stream(self.kube.custom.list_namespaced_custom_object, k.group, k.version,
                                       self.namespace, k.plural, resource_version=resource_version,
-                                      timeout_seconds=2, _request_timeout=10):
+                                      allow_watch_bookmarks=True, timeout_seconds=2, _request_timeout=10):
                     if self._stop.is_set():
                         w.stop()
+                        return
+                    if event.get("type") == "ERROR":
+                        resource_version = ""
                         break
                     if event.get("type") in ("ADDED", "MODIFIED"):
                         self._record(event["object"], time.monotonic())
-            except Exception as exc:  # a dropped stream: re-list and continue
+                    resource_version = w.resource_version or resource_version
+            except ApiException as exc:
+                if exc.status == 410:
+                    resource_version = ""
+                self._error = exc
+                time.sleep(0.2)
+            except Exception as exc:  # a dropped stream: resume from the last resourceVersion
                 if self._stop.is_set():
                     return
                 self._error = exc

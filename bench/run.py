@@ -26,15 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import signal
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
-from types import FrameType
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,12 +43,12 @@ from harness import (  # noqa: E402
     MEMCACHED,
     NOOP,
     REPO,
-    BenchError,
     Cluster,
     Kube,
     NativeProcess,
     OperatorProcess,
     Reaper,
+    run_guarded,
     start_api,
 )
 
@@ -294,35 +290,14 @@ def native_section(args: argparse.Namespace, counts: dict[str, int], cluster: Cl
     return result
 
 
-def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(143)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    # Ctrl-C must stop the run even when it was started with SIGINT ignored (nohup, a background job).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.monotonic()
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     machine = report.machine()
-    reaper = Reaper()
-    keep = args.workdir is not None
-    workdir = args.workdir.resolve() if keep else Path(tempfile.mkdtemp(prefix="ansible-operator-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
-        result = run(args, workdir, reaper)
-    except BenchError as exc:
-        print(f"bench: {exc}\n(logs in {workdir}; rerun with --workdir to keep them)", file=sys.stderr)
-        keep = True
-        return 1
-    except KeyboardInterrupt:
-        print("bench: interrupted; stopping everything it started", file=sys.stderr)
-        return 130
-    finally:
-        reaper.close()
-        if not keep:
-            shutil.rmtree(workdir, ignore_errors=True)
+    result, rc = run_guarded("bench", args.workdir, lambda workdir, reaper: run(args, workdir, reaper))
+    if result is None:
+        return rc
 
     elapsed = round(time.monotonic() - started, 1)
     machine["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -39,14 +39,12 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from types import FrameType
 from typing import Any, Callable
 
 from ansible_operator.status import converged as status_converged
@@ -68,6 +66,7 @@ from harness import (  # noqa: E402
     Reaper,
     cpu_seconds,
     free_port,
+    run_guarded,
     stop_process,
 )
 
@@ -260,9 +259,8 @@ def runs_finished(op: OperatorProcess) -> float:
 
 
 class StreamWatcher(ConditionWatcher):  # type: ignore[misc]  # harness: a bare import, Any to mypy
-    """The harness's condition watcher, without its re-list every 2 s (10,000 objects each time would load
-    the API server more than the operator does): one listing, then one watch resumed from the last
-    resourceVersion it saw, listing again only when the server says it is gone (410)."""
+    """The harness's condition watcher, with the first time each object was Successful and a wait for
+    thousands of names."""
 
     def __init__(self, kube: Kube, kind: Kind, namespace: str) -> None:
         super().__init__(kube, kind, namespace)
@@ -298,46 +296,6 @@ class StreamWatcher(ConditionWatcher):  # type: ignore[misc]  # harness: a bare 
             time.sleep(0.5)
         with self._cv:
             return {n: self.first[n] for n in names}
-
-    def _loop(self) -> None:
-        import kubernetes
-        from kubernetes.client.rest import ApiException
-
-        k = self.kind
-        resource_version = ""
-        while not self._stop.is_set():
-            try:
-                if not resource_version:
-                    listing = self.kube.custom.list_namespaced_custom_object(k.group, k.version,
-                                                                             self.namespace, k.plural)
-                    now = time.monotonic()
-                    for obj in listing.get("items", []):
-                        self._record(obj, now)
-                    resource_version = listing["metadata"]["resourceVersion"]
-                    self._started.set()
-                w = kubernetes.watch.Watch()
-                for event in w.stream(self.kube.custom.list_namespaced_custom_object, k.group, k.version,
-                                      self.namespace, k.plural, resource_version=resource_version,
-                                      allow_watch_bookmarks=True, timeout_seconds=30, _request_timeout=60):
-                    if self._stop.is_set():
-                        w.stop()
-                        return
-                    if event.get("type") == "ERROR":
-                        resource_version = ""
-                        break
-                    if event.get("type") in ("ADDED", "MODIFIED"):
-                        self._record(event["object"], time.monotonic())
-                    resource_version = w.resource_version or resource_version
-            except ApiException as exc:
-                if exc.status == 410:
-                    resource_version = ""
-                self._error = exc
-                time.sleep(0.2)
-            except Exception as exc:  # a dropped stream: resume from the last resourceVersion
-                if self._stop.is_set():
-                    return
-                self._error = exc
-                time.sleep(0.2)
 
 
 class RunRecords:
@@ -706,8 +664,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(143)
+def measure(args: argparse.Namespace, workdir: Path, reaper: Reaper) -> tuple[dict[str, dict[str, Any]], str]:
+    """Every executor's phases on one audited control plane; the raw figures and the API server's URL."""
+    say("starting the real control plane (audit log of the operator's requests)")
+    plane = AuditedPlane.start(workdir, reaper)
+    kube = Kube(plane.kubeconfig)
+    reaper.add(kube.close)
+    run = Run(args, kube, operator_kubeconfig(kube, plane.kubeconfig, workdir / "operator.kubeconfig"),
+              AuditCounter(plane.audit_log), workdir, reaper)
+    raw: dict[str, dict[str, Any]] = {}
+    for ex in args.executors:
+        raw[ex] = run.executor(ex)
+        say(f"{ex}: {json.dumps(raw[ex])}")
+    return raw, plane.server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -715,37 +684,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["serve-plane"]:
         return serve_plane(Path(argv[1]), Path(argv[2]))
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.monotonic()
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     machine = report.machine()
-    reaper = Reaper()
-    keep = args.workdir is not None
-    workdir = args.workdir.resolve() if keep else Path(tempfile.mkdtemp(prefix="ansible-operator-scale-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    raw: dict[str, dict[str, Any]] = {}
-    try:
-        say("starting the real control plane (audit log of the operator's requests)")
-        plane = AuditedPlane.start(workdir, reaper)
-        kube = Kube(plane.kubeconfig)
-        reaper.add(kube.close)
-        run = Run(args, kube, operator_kubeconfig(kube, plane.kubeconfig, workdir / "operator.kubeconfig"),
-                  AuditCounter(plane.audit_log), workdir, reaper)
-        for ex in args.executors:
-            raw[ex] = run.executor(ex)
-            say(f"{ex}: {json.dumps(raw[ex])}")
-    except BenchError as exc:
-        print(f"scale: {exc}\n(logs in {workdir})", file=sys.stderr)
-        keep = True
-        return 1
-    except KeyboardInterrupt:
-        print("scale: interrupted; stopping everything it started", file=sys.stderr)
-        return 130
-    finally:
-        reaper.close()
-        if not keep:
-            shutil.rmtree(workdir, ignore_errors=True)
+    measured, rc = run_guarded("scale", args.workdir, lambda workdir, reaper: measure(args, workdir, reaper))
+    if measured is None:
+        return rc
+    raw, server = measured
 
     elapsed = round(time.monotonic() - started, 1)
     machine["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -753,14 +698,14 @@ def main(argv: list[str] | None = None) -> int:
           f" {machine['mem_total_mb']} MB, N={args.crs} {ROLES[args.role].kind} CRs ({args.role} role),"
           f" probe every {args.probe_interval:g}s, run in {elapsed}s, load average"
           f" {machine['loadavg_at_start']} at start, {machine['loadavg_at_end']} at end")
-    print(f"Kubernetes API: real control plane ({plane.server}); API requests: the audit log of the"
+    print(f"Kubernetes API: real control plane ({server}); API requests: the audit log of the"
           " operator's ServiceAccount")
     print(tables(raw, args.executors, args.startup_resync))
     if args.json is not None:
         doc = {"date": date, "machine": machine, "crs": args.crs, "role": args.role,
                "executors": args.executors,
                "probe_interval_s": args.probe_interval, "startup_resync": args.startup_resync,
-               "restart_window_s": args.restart_window, "elapsed_s": elapsed, "api_server": plane.server,
+               "restart_window_s": args.restart_window, "elapsed_s": elapsed, "api_server": server,
                "phases": {ex: sorted(raw[ex]) for ex in raw}, "raw": raw}
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"\nJSON written to {args.json}")
