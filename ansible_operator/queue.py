@@ -8,8 +8,9 @@ into *keys* and guarantee:
 * at most one reconcile per key at a time;
 * adds while a key is queued coalesce (no-op); adds while it runs mark it *dirty*, which yields exactly
   one follow-up run after the current one, however many adds arrived;
-* at most ``max_concurrent`` reconciles per queue (one queue per watch), FIFO across keys of one
-  :class:`Priority`;
+* at most ``max_concurrent`` reconciles per queue (one queue per watch); among keys of one
+  :class:`Priority`, FIFO per namespace, the namespaces taking turns: a burst of thousands of objects in
+  one namespace does not hold up another namespace's (with one namespace: FIFO);
 * fairness: a key a user's change queued (:attr:`Priority.USER`: a new object, a new generation, a
   deletion, an unconverged object at start-up) goes ahead of *background* work (:attr:`Priority.BACKGROUND`:
   periodic resyncs, dependent-resource echoes, retries after backoff), so a new object never waits behind
@@ -171,6 +172,61 @@ class RateLimiter:
         return self._failures.get(key, 0)
 
 
+class _Line:
+    """One priority's waiting keys: a FIFO per namespace, the namespaces served in turn (round robin), so a
+    burst of keys in one namespace does not hold up another namespace's (the flows of the API server's
+    Priority and Fairness, distinguished by namespace). One namespace (or cluster-scoped objects only):
+    a plain FIFO.
+
+    Entries are ``(ticket, key)``; the queue says which are live (``take``'s ``live``) and when one went
+    stale (``discard``): O(1) upgrades and drops, stale entries skipped when reached."""
+
+    def __init__(self) -> None:
+        self._fifos: dict[str | None, deque[tuple[int, ObjectKey]]] = {}
+        self._live: dict[str | None, int] = {}     # namespace → live entries in its FIFO
+        self._turns: deque[str | None] = deque()   # namespaces to serve, next first (some may have none left)
+        self._scheduled: set[str | None] = set()   # the namespaces in _turns
+        self.waiting = 0
+        """Live entries in all."""
+
+    def append(self, ticket: int, key: ObjectKey) -> None:
+        ns = key.namespace
+        fifo = self._fifos.get(ns)
+        if fifo is None:
+            fifo = self._fifos[ns] = deque()
+        fifo.append((ticket, key))
+        self._live[ns] = self._live.get(ns, 0) + 1
+        self.waiting += 1
+        if ns not in self._scheduled:
+            self._scheduled.add(ns)
+            self._turns.append(ns)
+
+    def discard(self, key: ObjectKey) -> None:
+        """A live entry of ``key`` went stale (taken, upgraded, forgotten)."""
+        ns = key.namespace
+        self.waiting -= 1
+        self._live[ns] -= 1
+        if not self._live[ns]:  # only stale entries left in its FIFO
+            del self._live[ns]
+            del self._fifos[ns]
+
+    def take(self, live: Callable[[int, ObjectKey], bool]) -> ObjectKey | None:
+        """The oldest live key of the namespace whose turn it is (stale entries on the way are dropped);
+        that namespace's next turn comes after every other namespace's. The caller discards it."""
+        while self._turns:
+            ns = self._turns.popleft()
+            self._scheduled.discard(ns)
+            fifo = self._fifos.get(ns)
+            while fifo:
+                ticket, key = fifo.popleft()
+                if live(ticket, key):
+                    if self._live[ns] > 1:  # more after this one: its next turn
+                        self._scheduled.add(ns)
+                        self._turns.append(ns)
+                    return key
+        return None
+
+
 def resync_delay(period: float, jitter: float, rng: random.Random) -> float:
     """``period`` stretched by a uniform ``0..jitter`` fraction of itself (never shortened: an object is not
     re-checked before its period is up)."""
@@ -204,11 +260,11 @@ class WorkQueue:
         self._clock = clock
         self._hooks: QueueHooks = hooks if hooks is not None else _NoHooks()
 
-        # One FIFO per priority, of (ticket, key). A key's live entry is the one whose ticket _queued holds;
-        # others are stale (the key was upgraded, forgotten or taken) and skipped: O(1) upgrades and drops.
-        self._lines: dict[Priority, deque[tuple[int, ObjectKey]]] = {p: deque() for p in Priority}
+        # One line per priority, of (ticket, key), FIFO per namespace with the namespaces in turn. A key's
+        # live entry is the one whose ticket _queued holds; others are stale (the key was upgraded, forgotten
+        # or taken) and skipped: O(1) upgrades and drops.
+        self._lines: dict[Priority, _Line] = {p: _Line() for p in Priority}
         self._queued: dict[ObjectKey, tuple[Priority, int]] = {}  # key → (line, ticket) of its live entry
-        self._waiting: dict[Priority, int] = {p: 0 for p in Priority}  # live entries per line
         self._ticket = 0
         self._user_streak = 0                     # user keys taken in a row while background ones waited
         self._running: set[ObjectKey] = set()
@@ -233,7 +289,7 @@ class WorkQueue:
 
     def waiting(self, priority: Priority) -> int:
         """Keys of ``priority`` ready to run but not yet started."""
-        return self._waiting[priority]
+        return self._lines[priority].waiting
 
     @property
     def in_flight(self) -> int:
@@ -369,34 +425,29 @@ class WorkQueue:
     def _enqueue(self, key: ObjectKey, priority: Priority) -> None:
         self._ticket += 1
         self._queued[key] = (priority, self._ticket)
-        self._lines[priority].append((self._ticket, key))
-        self._waiting[priority] += 1
+        self._lines[priority].append(self._ticket, key)
 
     def _unqueue(self, key: ObjectKey) -> bool:
         """Take ``key`` out of its line (its entry goes stale); whether it was queued."""
         queued = self._queued.pop(key, None)
         if queued is None:
             return False
-        self._waiting[queued[0]] -= 1
-        if not self._waiting[queued[0]]:
-            self._lines[queued[0]].clear()  # only stale entries left
+        self._lines[queued[0]].discard(key)
         return True
 
     def _take(self, priority: Priority) -> ObjectKey | None:
-        """The oldest live key of ``priority``'s line (stale entries on the way are dropped)."""
-        line = self._lines[priority]
-        while line:
-            ticket, key = line.popleft()
-            if self._queued.get(key) == (priority, ticket):
-                self._unqueue(key)
-                return key
-        return None
+        """The next live key of ``priority``'s line: the oldest of the namespace whose turn it is."""
+        key = self._lines[priority].take(lambda ticket, key: self._queued.get(key) == (priority, ticket))
+        if key is not None:
+            self._unqueue(key)
+        return key
 
     def _pop(self) -> ObjectKey | None:
         """The next key to run: user keys first, but one background key after ``fairness`` user keys taken
         in a row while background keys waited."""
-        background_waits = self._waiting[Priority.BACKGROUND] > 0
-        if self._waiting[Priority.USER] and not (background_waits and self._user_streak >= self.fairness):
+        background_waits = self._lines[Priority.BACKGROUND].waiting > 0
+        starving = background_waits and self._user_streak >= self.fairness
+        if self._lines[Priority.USER].waiting and not starving:
             if background_waits:
                 self._user_streak += 1
             return self._take(Priority.USER)

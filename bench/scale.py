@@ -9,11 +9,13 @@ Per executor (the operators run one after the other, each in a namespace of its 
   storm    N CRs created as fast as the API server takes them (a thread pool): the creation rate, the time
            until all are Successful (one watch), the operator's peak RSS (its process and every descendant,
            sampled) and settled RSS (after --settle seconds with nothing to do), CPU seconds per CR and API
-           requests per CR; meanwhile the probe creates one new CR and edits one converged CR every
-           --probe-interval seconds: their create/edit -> Successful latencies, p50/p99.
+           requests per CR; meanwhile two probes each create one new CR and edit one converged CR every
+           --probe-interval seconds: a user in the storm's namespace and one in a namespace of their own
+           (the operator watches both; namespaces take turns in its queue): their create/edit ->
+           Successful latencies, p50/p99.
   resync   the operator restarted over the N converged CRs with --startup-resync background: every one is
            queued for a re-run at once, behind user changes, as a periodic resync of CRs that converged
-           together queues them (see docs/explanation/benchmark.md#scale); the probe runs again until all N
+           together queues them (see docs/explanation/benchmark.md#scale); the probes run again until all N
            re-ran: the user CRs' p50/p99 during it, the time, CPU and requests of the N re-runs.
   restart  per --startup-resync mode: SIGTERM, a new CR created, the operator started again; seconds from
            the start to /readyz and to the new CR Successful, and how many converged CRs were re-run in the
@@ -225,7 +227,7 @@ def write_watches(path: Path) -> Path:
     return path
 
 
-def spawn_operator(executor: str, workdir: Path, kubeconfig: Path, namespace: str, reaper: Reaper,
+def spawn_operator(executor: str, workdir: Path, kubeconfig: Path, namespaces: list[str], reaper: Reaper,
                    extra: list[str]) -> OperatorProcess:
     """``python -m ansible_operator run`` as a user starts it (not waited for: see ``wait_ready``)."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -236,7 +238,7 @@ def spawn_operator(executor: str, workdir: Path, kubeconfig: Path, namespace: st
             "--executor", executor, "--artifacts-dir", str(workdir / "artifacts"),
             "--metrics-bind-address", f"127.0.0.1:{metrics_port}",
             "--health-probe-bind-address", f"127.0.0.1:{health_port}", "--log-level", "WARNING",
-            "--namespace", namespace, *extra]
+            *(arg for ns in namespaces for arg in ("--namespace", ns)), *extra]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "ANSIBLE_GATHERING": "explicit"}
     env.pop("KUBECONFIG", None)
     with open(log_path, "ab") as log:
@@ -455,6 +457,8 @@ class Run:
     audit: AuditCounter
     workdir: Path
     reaper: Reaper
+    user_watcher: StreamWatcher | None = None
+    """The current executor's watcher of the users' own namespace (``scale-<executor>-user``)."""
 
     @property
     def kind(self) -> Kind:
@@ -465,10 +469,12 @@ class Run:
         return SPEC[self.args.role]
 
     def executor(self, ex: str) -> dict[str, Any]:
-        ns = f"scale-{ex}"
-        self.kube.namespace(ns)
-        self.kube.wait_served(self.kind, ns)
+        ns, user_ns = f"scale-{ex}", f"scale-{ex}-user"
+        for namespace in (ns, user_ns):
+            self.kube.namespace(namespace)
+            self.kube.wait_served(self.kind, namespace)
         watcher = StreamWatcher(self.kube, self.kind, ns).start()
+        user = self.user_watcher = StreamWatcher(self.kube, self.kind, user_ns).start()
         names = [f"cr-{i:05d}" for i in range(self.args.crs)]
         result: dict[str, Any] = {}
         try:
@@ -478,11 +484,29 @@ class Run:
                                  for mode in self.args.startup_resync}
         finally:
             watcher.stop()
+            user.stop()
         return result
 
     def _operator(self, ex: str, name: str, extra: list[str]) -> OperatorProcess:
-        return spawn_operator(ex, self.workdir / f"operator-{ex}-{name}", self.kubeconfig, f"scale-{ex}",
-                              self.reaper, ["--reconcile-period", RECONCILE_PERIOD, *extra])
+        return spawn_operator(ex, self.workdir / f"operator-{ex}-{name}", self.kubeconfig,
+                              [f"scale-{ex}", f"scale-{ex}-user"], self.reaper,
+                              ["--reconcile-period", RECONCILE_PERIOD, *extra])
+
+    def _probes(self, phase: str, ns: str, watcher: StreamWatcher,
+                candidates: Callable[[], list[str]]) -> tuple[Probe, Probe]:
+        """A user in the storm's namespace (``candidates``: the CRs it may edit) and one in a namespace of
+        their own (editing their own earlier CRs)."""
+        user = self.user_watcher
+        assert user is not None
+        return (Probe(self.kube, watcher, self.kind, ns, f"{phase}-probe", self.args.probe_interval,
+                      candidates, self.spec).start(),
+                Probe(self.kube, user, self.kind, user.namespace, f"{phase}-user", self.args.probe_interval,
+                      lambda: [n for n in user.converged() if n.startswith(f"{phase}-user-")],
+                      self.spec).start())
+
+    def _finish(self, probes: tuple[Probe, Probe], op: OperatorProcess) -> dict[str, Any]:
+        same, other = (p.finish(self.args.timeout, op.check_alive) for p in probes)
+        return {"probe": same, "probe_other_ns": other}
 
     def storm(self, ex: str, ns: str, watcher: StreamWatcher, names: list[str]) -> dict[str, Any]:
         op = self._operator(ex, "storm", [])
@@ -490,8 +514,8 @@ class Run:
         family = Family(op, self.audit, self.args.sample_interval)
         try:
             say(f"storm [{ex}]: {len(names)} {self.kind.kind} CRs, probe every {self.args.probe_interval:g}s")
-            probe = Probe(self.kube, watcher, self.kind, ns, "storm-probe", self.args.probe_interval,
-                          lambda: [n for n in watcher.converged() if n.startswith("cr-")], self.spec).start()
+            probes = self._probes("storm", ns, watcher,
+                                  lambda: [n for n in watcher.converged() if n.startswith("cr-")])
             t0 = time.monotonic()
             with ThreadPoolExecutor(self.args.create_workers, thread_name_prefix="create") as pool:
                 list(pool.map(lambda n: self.kube.create(self.kind, ns, n, self.spec), names))
@@ -499,7 +523,7 @@ class Run:
             say(f"storm [{ex}]: created in {create_s:.1f}s; waiting for all Successful")
             done = watcher.wait_many(names, self.args.timeout, op.check_alive)
             all_s = max(done.values()) - t0
-            probes = probe.finish(self.args.timeout, op.check_alive)
+            probed = self._finish(probes, op)
             runs = runs_finished(op)
             figures = family.since(len(names), int(runs))
             say(f"storm [{ex}]: all Successful in {all_s:.1f}s; settling {self.args.settle:g}s")
@@ -510,7 +534,7 @@ class Run:
         return {"crs": len(names), "create_s": round(create_s, 2),
                 "create_per_s": round(len(names) / create_s, 1), "all_successful_s": round(all_s, 2),
                 "crs_per_s": round(len(names) / all_s, 2), **figures, "settled_rss_mb": settled,
-                "runs": int(runs), "probe": probes}
+                "runs": int(runs), **probed}
 
     def resync(self, ex: str, ns: str, watcher: StreamWatcher, names: list[str]) -> dict[str, Any]:
         """The N converged CRs re-run at once as background keys (see the module docstring)."""
@@ -521,8 +545,7 @@ class Run:
         try:
             say(f"resync [{ex}]: {len(names)} converged CRs re-run,"
                 f" probe every {self.args.probe_interval:g}s")
-            probe = Probe(self.kube, watcher, self.kind, ns, "resync-probe", self.args.probe_interval,
-                          lambda: names, self.spec).start()
+            probes = self._probes("resync", ns, watcher, lambda: names)
             deadline = t0 + self.args.timeout
             records = RunRecords(op, self.kind, ns, names)
             while records.poll() < len(names):  # each converged CR re-ran (or ran for a probe's edit)
@@ -532,14 +555,13 @@ class Run:
                                      f" {self.args.timeout}s")
                 time.sleep(0.5)
             resync_s = time.monotonic() - t0
-            probes = probe.finish(self.args.timeout, op.check_alive)
+            probed = self._finish(probes, op)
             runs = runs_finished(op)
             figures = family.since(len(names), int(runs))
         finally:
             family.stop()
             op.stop()
-        return {"crs": len(names), "resync_s": round(resync_s, 2), **figures, "runs": int(runs),
-                "probe": probes}
+        return {"crs": len(names), "resync_s": round(resync_s, 2), **figures, "runs": int(runs), **probed}
 
     def restart(self, ex: str, ns: str, watcher: StreamWatcher, mode: str) -> dict[str, Any]:
         k = self.kind
@@ -596,11 +618,14 @@ STORM_ROWS = (("create rate (CRs/s)", "create_per_s"), ("all Successful (s)", "a
               ("CPU s per CR", "cpu_s_per_cr"), ("CPU s per run", "cpu_s_per_run"),
               ("API requests per CR", "api_requests_per_cr"),
               ("API requests per run", "api_requests_per_run"), ("runs", "runs"))
-PROBE_ROWS = (("user create -> Successful p50 (s)", "probe.create.p50_s"),
-              ("user create -> Successful p99 (s)", "probe.create.p99_s"),
-              ("user edit -> Successful p50 (s)", "probe.edit.p50_s"),
-              ("user edit -> Successful p99 (s)", "probe.edit.p99_s"),
-              ("probed changes", "probe.all.n"), ("probe ticks skipped (4 pending)", "probe.skipped_ticks"))
+PROBE_ROWS = tuple(
+    (f"{where}: {label}", f"{probe}.{key}")
+    for where, probe in (("user, same namespace", "probe"), ("user, own namespace", "probe_other_ns"))
+    for label, key in (("create -> Successful p50 (s)", "create.p50_s"),
+                       ("create -> Successful p99 (s)", "create.p99_s"),
+                       ("edit -> Successful p50 (s)", "edit.p50_s"),
+                       ("edit -> Successful p99 (s)", "edit.p99_s"),
+                       ("probed changes", "all.n"), ("probe ticks skipped (4 pending)", "skipped_ticks")))
 RESYNC_ROWS = (("N converged CRs re-run (s)", "resync_s"), ("peak RSS (MB)", "peak_rss_mb"),
                ("CPU s per CR", "cpu_s_per_cr"), ("API requests per CR", "api_requests_per_cr"),
                ("runs", "runs"))

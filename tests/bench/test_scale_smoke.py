@@ -58,8 +58,7 @@ def test_scale_runs_every_phase_and_writes_every_figure(tmp_path: Path) -> None:
         # requests are counted (each run writes its ConfigMap and its status at least)
         assert storm["api_requests"] >= 2 * CRS, (executor, storm["api_requests"])
         assert storm["peak_rss_mb"] >= storm["settled_rss_mb"] > 0
-        for phase in (storm, resync):
-            probe = phase["probe"]
+        for probe in (phase[which] for phase in (storm, resync) for which in ("probe", "probe_other_ns")):
             assert probe["create"]["n"] >= 1, (executor, probe)
             assert probe["all"]["n"] == probe["create"]["n"] + probe["edit"]["n"]
             for what in ("create", "all"):

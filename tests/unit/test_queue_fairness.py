@@ -49,6 +49,55 @@ async def test_a_user_key_overtakes_a_thousand_background_keys() -> None:
     await q.stop()
 
 
+def in_ns(ns: str | None, name: str) -> ObjectKey:
+    return ObjectKey(ns, name)
+
+
+async def test_a_burst_in_one_namespace_does_not_hold_up_another_namespace() -> None:
+    rec = Recorder(gated=True)
+    q = WorkQueue("w", rec, max_concurrent=1)
+    await q.start()
+    storm = [(in_ns("bulk", f"s{i}"), USER) for i in range(1000)]
+    mine = in_ns("team", "mine")
+    await queued_then_run(q, rec, [*storm, (mine, USER)])
+    assert rec.calls[1:4] == [in_ns("bulk", "s0"), mine, in_ns("bulk", "s1")]  # the namespaces take turns
+    assert rec.calls[3:] == [k for k, _ in storm[1:]]  # each namespace keeps its own FIFO order
+    await q.stop()
+
+
+async def test_namespaces_take_turns_in_both_lines_and_cluster_scoped_keys_are_one_namespace() -> None:
+    rec = Recorder(gated=True)
+    q = WorkQueue("w", rec, max_concurrent=1, fairness=100)
+    await q.start()
+    adds = [(in_ns("a", "a1"), USER), (in_ns("a", "a2"), USER), (in_ns(None, "c1"), USER),
+            (in_ns(None, "c2"), USER), (in_ns("b", "b1"), USER),
+            (in_ns("a", "ra"), BACKGROUND), (in_ns("a", "ra2"), BACKGROUND), (in_ns("b", "rb"), BACKGROUND)]
+    await queued_then_run(q, rec, adds)
+    assert [str(k) for k in rec.calls[1:]] == ["a/a1", "c1", "b/b1", "a/a2", "c2", "a/ra", "b/rb", "a/ra2"]
+    await q.stop()
+
+
+async def test_stale_entries_never_give_a_namespace_an_extra_turn_or_a_lost_one() -> None:
+    rec = Recorder(gated=True)
+    q = WorkQueue("w", rec, max_concurrent=1)
+    await q.start()
+    q.add(key("first"))
+    await rec.wait_calls(1)
+    for name in ("a1", "a2", "a3"):
+        q.add(in_ns("a", name), BACKGROUND)
+    q.add(in_ns("b", "b1"), USER)
+    q.add(in_ns("a", "a1"), USER)  # upgraded: its background entry goes stale
+    q.forget(in_ns("a", "a2"))
+    q.forget(in_ns("b", "b1"))     # b has no live key left: skipped
+    q.add(in_ns("c", "c1"), USER)
+    q.add(in_ns("b", "b2"), USER)  # b again, in the turn it still had
+    assert (q.waiting(USER), q.waiting(BACKGROUND)) == (3, 1)
+    rec.gate.set()
+    await idle(q)
+    assert [str(k) for k in rec.calls[1:]] == ["b/b2", "a/a1", "c/c1", "a/a3"]
+    await q.stop()
+
+
 async def test_depth_counts_both_lines() -> None:
     rec = Recorder(gated=True)
     q = WorkQueue("w", rec, max_concurrent=1)
