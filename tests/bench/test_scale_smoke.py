@@ -1,4 +1,5 @@
-"""Smoke test of the scale benchmark: ``bench/scale.py`` with N=5 Light CRs, both executors, every phase.
+"""Smoke test of the scale benchmark: ``bench/scale.py`` with N=5 Light CRs (3 for the runner), both
+executors, every phase.
 
 It checks that every phase completed and that the JSON holds every figure it promises (numbers where a
 figure was measured), never timings: timing belongs to ``bench/``, not to the suite. The script starts a
@@ -18,7 +19,8 @@ import pytest
 from tests import kube
 
 REPO = Path(__file__).resolve().parents[2]
-CRS = 5  # the harness, not the scale: the runner column alone is ~1 s of CPU per run
+CRS = 5  # the harness, not the scale
+RUNNER_CRS = 3  # the runner column is ~1 s of CPU per run (--runner-crs)
 STORM_KEYS = ("create_s", "create_per_s", "all_successful_s", "crs_per_s", "cpu_s", "cpu_s_per_cr",
               "cpu_s_per_run", "api_requests", "api_requests_per_cr", "api_requests_per_run", "peak_rss_mb",
               "peak_pss_mb", "settled_rss_mb", "runs")
@@ -37,14 +39,15 @@ def _number(value: object) -> bool:
 def test_scale_runs_every_phase_and_writes_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
     proc = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "scale.py"), "--crs", str(CRS), "--executors", "warm,runner",
+        [sys.executable, str(REPO / "bench" / "scale.py"), "--crs", str(CRS), "--runner-crs", str(RUNNER_CRS),
+         "--executors", "warm,runner",
          "--probe-interval", "4", "--startup-resync", "background,spread", "--restart-window", "5",
          "--settle", "1", "--json", str(out)],
         cwd=tmp_path, capture_output=True, text=True, timeout=1400,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
-    assert doc["crs"] == CRS and doc["role"] == "light"
+    assert (doc["crs"], doc["runner_crs"], doc["role"]) == (CRS, RUNNER_CRS, "light")
     assert doc["phases"] == {"warm": ["restart", "resync", "storm"], "runner": ["restart", "resync", "storm"]}
     for executor, phases in doc["raw"].items():
         storm, resync = phases["storm"], phases["resync"]
@@ -53,10 +56,11 @@ def test_scale_runs_every_phase_and_writes_every_figure(tmp_path: Path) -> None:
         for key in RESYNC_KEYS:
             assert _number(resync[key]), (executor, "resync", key, resync[key])
         # every CR and every probed change ran; the N converged CRs all re-ran in the resync
-        assert storm["crs"] == CRS and storm["runs"] >= CRS + storm["probe"]["create"]["n"]
-        assert resync["runs"] >= CRS
+        n = RUNNER_CRS if executor == "runner" else CRS
+        assert storm["crs"] == n and storm["runs"] >= n + storm["probe"]["create"]["n"]
+        assert resync["crs"] == n and resync["runs"] >= n
         # requests are counted (each run writes its ConfigMap and its status at least)
-        assert storm["api_requests"] >= 2 * CRS, (executor, storm["api_requests"])
+        assert storm["api_requests"] >= 2 * n, (executor, storm["api_requests"])
         assert storm["peak_rss_mb"] >= storm["settled_rss_mb"] > 0
         for probe in (phase[which] for phase in (storm, resync) for which in ("probe", "probe_other_ns")):
             assert probe["create"]["n"] >= 1, (executor, probe)
