@@ -53,6 +53,12 @@ VERSION_INDEPENDENT = {
                             "Widget roles it runs run on both ends in test_runner_core",
     "e2e/test_sharding.py": "replicas sharing objects through Leases; a run is a run of the warm executor, "
                             "which runs on both ends in test_runner_core and the executor unit tests",
+    "e2e/test_owners_proxy.py": "the owner proxy's HTTP (ours) as kubernetes.core's modules see it: the same "
+                                "collection on both ends, whose modules run on both in test_runner_core and "
+                                "tests/examples",
+    "e2e/test_real_cluster.py": "kube-controller-manager's garbage collector and namespace controller acting "
+                                "on what the proxy and the finalizer wrote; the finalizer role runs on both "
+                                "ends in test_runner_core",
 }
 
 

@@ -86,7 +86,10 @@ def test_a_killed_operator_leaves_no_process_of_its_runs(cluster: Cluster, start
     (killed_run,) = op.runs("orphans")
     assert killed_run["result"] == "running"
     cluster.patch_widget("orphans", {"spec": {"sleepSeconds": "0"}})  # so the re-run is short
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "ANSIBLE_GATHERING": "explicit"}
+    # the same command line and environment as the first: WATCH_NAMESPACE too (without it this one would
+    # watch every namespace of the shared control plane and run its role on other tests' Widgets)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "ANSIBLE_GATHERING": "explicit",
+           "WATCH_NAMESPACE": op.namespace}
     env.pop("KUBECONFIG", None)
     with open(op.log_path, "ab") as log_file:
         again = subprocess.Popen(op.proc.args, stdout=log_file, stderr=subprocess.STDOUT, env=env,
