@@ -49,6 +49,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+import psutil
+
 from ansible_operator.status import converged as status_converged
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -442,6 +444,11 @@ class Family:
         time.sleep(settle)
         return round(self.sampler.sample()[0], 1)
 
+    def operator_rss_mb(self) -> float:
+        """The operator's own process alone (its object cache, queues and kopf's per-object state; not the
+        zygote nor the runs)."""
+        return float(psutil.Process(self.op.proc.pid).memory_info().rss) / 2**20
+
     def stop(self) -> None:
         self.sampler.stop()
 
@@ -514,6 +521,7 @@ class Run:
         family = Family(op, self.audit, self.args.sample_interval)
         try:
             say(f"storm [{ex}]: {len(names)} {self.kind.kind} CRs, probe every {self.args.probe_interval:g}s")
+            own_before = family.operator_rss_mb()
             probes = self._probes("storm", ns, watcher,
                                   lambda: [n for n in watcher.converged() if n.startswith("cr-")])
             t0 = time.monotonic()
@@ -528,12 +536,17 @@ class Run:
             figures = family.since(len(names), int(runs))
             say(f"storm [{ex}]: all Successful in {all_s:.1f}s; settling {self.args.settle:g}s")
             settled = family.settled_rss(self.args.settle)
+            own_settled = family.operator_rss_mb()
         finally:
             family.stop()
             op.stop()
         return {"crs": len(names), "create_s": round(create_s, 2),
                 "create_per_s": round(len(names) / create_s, 1), "all_successful_s": round(all_s, 2),
                 "crs_per_s": round(len(names) / all_s, 2), **figures, "settled_rss_mb": settled,
+                "operator_rss_before_mb": round(own_before, 1),
+                "operator_rss_settled_mb": round(own_settled, 1),
+                # what each CR the operator knows costs it: cache, queue and kopf's state, the probes' CRs too
+                "operator_kb_per_cr": round(max(own_settled - own_before, 0.0) * 1024 / len(names), 1),
                 "runs": int(runs), **probed}
 
     def resync(self, ex: str, ns: str, watcher: StreamWatcher, names: list[str]) -> dict[str, Any]:
@@ -616,6 +629,9 @@ STORM_ROWS = (("N CRs", "crs"), ("create rate (CRs/s)", "create_per_s"),
               ("all Successful (s)", "all_successful_s"),
               ("CRs Successful per s", "crs_per_s"), ("peak RSS, operator + children (MB)", "peak_rss_mb"),
               ("peak PSS (MB)", "peak_pss_mb"), ("settled RSS (MB)", "settled_rss_mb"),
+              ("operator process alone: RSS before the storm (MB)", "operator_rss_before_mb"),
+              ("operator process alone: settled RSS (MB)", "operator_rss_settled_mb"),
+              ("operator process alone: KB per CR it knows", "operator_kb_per_cr"),
               ("CPU s per CR", "cpu_s_per_cr"), ("CPU s per run", "cpu_s_per_run"),
               ("API requests per CR", "api_requests_per_cr"),
               ("API requests per run", "api_requests_per_run"), ("runs", "runs"))

@@ -23,7 +23,8 @@ CRS = 3  # the harness, not the scale
 RUNNER_CRS = 1  # the runner column is ~1 s of CPU per run (--runner-crs)
 STORM_KEYS = ("create_s", "create_per_s", "all_successful_s", "crs_per_s", "cpu_s", "cpu_s_per_cr",
               "cpu_s_per_run", "api_requests", "api_requests_per_cr", "api_requests_per_run", "peak_rss_mb",
-              "peak_pss_mb", "settled_rss_mb", "runs")
+              "peak_pss_mb", "settled_rss_mb", "operator_rss_before_mb", "operator_rss_settled_mb",
+              "operator_kb_per_cr", "runs")
 RESYNC_KEYS = ("resync_s", "cpu_s", "cpu_s_per_cr", "api_requests", "api_requests_per_cr", "peak_rss_mb",
                "runs")
 RESTART_KEYS = ("ready_s", "new_cr_successful_s")
