@@ -53,6 +53,8 @@ VERSION_INDEPENDENT = {
                             "Widget roles it runs run on both ends in test_runner_core",
     "e2e/test_sharding.py": "replicas sharing objects through Leases; a run is a run of the warm executor, "
                             "which runs on both ends in test_runner_core and the executor unit tests",
+    "differential/test_differential.py": "the sandbox against the real API server: the servers' behaviour "
+                                         "(its one playbook scenario drives both with the same modules)",
     "e2e/test_owners_proxy.py": "the owner proxy's HTTP (ours) as kubernetes.core's modules see it: the same "
                                 "collection on both ends, whose modules run on both in test_runner_core and "
                                 "tests/examples",
