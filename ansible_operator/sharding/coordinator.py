@@ -102,6 +102,10 @@ class ShardCoordinator:
         self.stopping = False
         """Set at shutdown: the queues are drained by the manager and never resumed again."""
         self._settled_version: str | None = None
+        self._renewing = asyncio.Lock()
+        """One renewal at a time (the renewal loop and an acknowledgement)."""
+        self._renew_soon = asyncio.Event()
+        """Set when an acknowledgement is due: the renewal loop publishes it now, not a period later."""
         for w in watches:
             w.queue.gate = self._gate(w.cache)
 
@@ -151,14 +155,20 @@ class ShardCoordinator:
     # ---- the loop -------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Until cancelled (leaves the ring: deletes our Lease) or fenced (returns)."""
+        """Until cancelled (leaves the ring: deletes our Lease) or fenced (returns).
+
+        Renewal has a loop of its own, as client-go's leader election does: a slow listing of the ring's
+        Leases (a loaded API server) never delays a renewal, and a renewal may take until the deadline."""
+        renewals = asyncio.create_task(self._renew_loop(), name="shard-lease-renewal")
         try:
             while not self.fenced:
-                await self.step()
-                if self.fenced:
+                if self._last_renew is not None and await self._observe():
+                    self._renew_soon.set()
+                if self.fenced or renewals.done():
                     break
                 await asyncio.sleep(self.retry_period)
         except asyncio.CancelledError:
+            await _cancelled(renewals)
             if not self.fenced:
                 leave = asyncio.ensure_future(self._leave())
                 while not leave.done():
@@ -167,15 +177,39 @@ class ShardCoordinator:
                     except asyncio.CancelledError:
                         continue  # bounded by renew_deadline: leave the ring rather than exit holding it
             raise
+        await renewals  # fenced: the renewal loop finishes the fencing (on_fenced) undisturbed
+
+    async def _renew_loop(self) -> None:
+        """Send a renewal every ``retry_period`` from the last one sent (at once after a slow one, or when
+        an acknowledgement is due); fence on the deadline. A renewal taking L seconds thus leaves the next
+        ``renew_deadline - max(L, retry_period)`` to land."""
+        while not self.fenced:
+            sent = self._clock()
+            await self._renew()
+            if self._check_fenced():
+                await self._fence()
+                return
+            try:
+                next_in = max(0.0, sent + self.retry_period - self._clock())
+                await asyncio.wait_for(self._renew_soon.wait(), next_in)
+            except asyncio.TimeoutError:
+                pass
+            self._renew_soon.clear()
 
     async def step(self) -> None:
-        """One period: renew, list, follow the ring, acknowledge, gate."""
+        """One period, renewal and observation in turn (what :meth:`run`'s two loops do; tests drive this
+        with a fake clock)."""
         await self._renew()
         if self._check_fenced():
             await self._fence()
             return
         if self._last_renew is None:
             return  # not a member yet: nothing to judge
+        if await self._observe():
+            await self._renew()  # publish the acknowledgement now rather than a period later
+
+    async def _observe(self) -> bool:
+        """List, follow the ring, collect, gate; whether an acknowledgement is due."""
         try:
             leases = await self.store.members(self.retry_period * 2)
         except Exception as exc:  # noqa: BLE001 - keep the last view: acting on none is safe, guessing not
@@ -186,22 +220,28 @@ class ShardCoordinator:
             if change is not None:
                 self._apply(change)
             await self._collect(self._clock())
-        if self._drained() and self.membership.ring is not None \
-                and self.membership.own_drained != self.membership.ring.version:
-            await self._renew()  # publish the acknowledgement now rather than a period later
+        ack_due = self._drained() and self.membership.ring is not None \
+            and self.membership.own_drained != self.membership.ring.version
         self._update_queues()
         self._publish_metrics()
+        return ack_due
 
     # ---- renewal and fencing ---------------------------------------------------------------------------
 
     async def _renew(self) -> None:
+        async with self._renewing:
+            await self._renew_once()
+
+    async def _renew_once(self) -> None:
         started = self._clock()
         ring = self.membership.ring
         target = ring.version if ring is not None and self._drained() else self.membership.own_drained
+        # Until the deadline: a slow renewal that lands still counts from when it was sent (others see it
+        # later, so count us alive later still: fencing stays ahead of their take-over).
         if self._last_renew is not None:
-            timeout = max(0.1, min(self.retry_period * 2, self._last_renew + self.renew_deadline - started))
-        else:
-            timeout = self.retry_period * 2
+            timeout = max(0.1, self._last_renew + self.renew_deadline - started)
+        else:  # joining: nothing held yet, so nothing to fence; as patient as a renewal may be
+            timeout = self.renew_deadline
         try:
             await self.store.renew(target, timeout)
         except LeaseLost as exc:  # deleted: the others count us gone already
@@ -322,3 +362,14 @@ class ShardCoordinator:
     def __repr__(self) -> str:  # for logs and debugging
         ring: Any = self.membership.ring
         return f"<ShardCoordinator {self.membership.identity} ring={ring.version if ring else None}>"
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait for it to end (its own exceptions are logged, not raised here)."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    except Exception:  # noqa: BLE001 - the renewal loop must not mask why run() ends
+        log.exception("shard lease renewal loop failed")

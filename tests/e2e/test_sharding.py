@@ -12,6 +12,7 @@ may overlap in time. The detector is shown to catch an overlap with the hand-ove
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from datetime import datetime, timezone
@@ -89,6 +90,21 @@ def overlaps(replicas: dict[str, dict[str, list[Interval]]]) -> list[tuple[str, 
     return found
 
 
+OUTAGE = re.compile(r"^(\S+Z) WARNING API server answers again after (\d+)s", re.MULTILINE)
+
+
+def outages_since(op: OperatorProcess, since: float) -> float:
+    """Seconds the API server did not answer ``op`` (its own log says so when it answers again) in outages
+    that ended after ``since``: a loaded CI machine can starve the API server itself, and no replica can
+    take anything over while it gets no answer; the take-over bounds below are about the replicas."""
+    total = 0.0
+    for stamp, seconds in OUTAGE.findall(op.logs()):
+        ended = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+        if ended >= since:
+            total += float(seconds)
+    return total
+
+
 def ring_leases(cluster: Cluster) -> dict[str, str | None]:
     """Member identity → the ring version its Lease says it drained for."""
     coordination = kubernetes.client.CoordinationV1Api(cluster.api)
@@ -159,8 +175,10 @@ def test_three_replicas_share_hand_over_and_take_over(cluster: Cluster, start_op
 
     first = wait_for(taken_over, 90, what="the killed replica's Widgets run elsewhere")
     delay = max(first.values()) - killed_at
-    print(f"{len(orphans)} Widgets of the killed replica started elsewhere within {delay:.1f}s")
-    assert delay < LEASE + 10
+    outage = max(outages_since(ops[r], killed_at) for r in ("a", "b"))
+    print(f"{len(orphans)} Widgets of the killed replica started elsewhere within {delay:.1f}s"
+          f" (API server outages meanwhile: {outage:.0f}s)")
+    assert delay < LEASE + 10 + outage
 
     runs = {"c": intervals(victim, killed_at), "a": intervals(ops["a"]), "b": intervals(ops["b"])}
     print("runs per replica:", {r: sum(len(s) for s in spans.values()) for r, spans in runs.items()})
@@ -170,9 +188,11 @@ def test_three_replicas_share_hand_over_and_take_over(cluster: Cluster, start_op
 @pytest.mark.timeout(600)
 def test_the_overlap_detector_catches_a_broken_handover(cluster: Cluster, start_operator) -> None:
     """The same join with the drained check skipped: c starts Widgets a and b still run."""
-    # long runs: c starts the Widgets it owns while a and b are still in the middle of theirs, even when
-    # c takes long to start on a loaded machine
-    ops = join_with_runs_in_flight(cluster, start_operator, "--sharding-unsafe-skip-handover", seconds=30)
+    # long runs, as many workers as Widgets: a and b run every Widget of the new generation at once, and c,
+    # joining meanwhile, starts every Widget it owns at once (with 3 workers it could start, first, only
+    # those a and b had not started yet), even when c takes long to start on a loaded machine
+    ops = join_with_runs_in_flight(cluster, start_operator, "--sharding-unsafe-skip-handover",
+                                   "--max-concurrent-reconciles", str(WIDGETS), seconds=30)
 
     def overlapping() -> list[tuple[str, str, str]] | None:
         return overlaps({r: intervals(op) for r, op in ops.items()}) or None
@@ -213,9 +233,11 @@ def test_a_replica_cut_off_fences_itself_before_the_other_takes_over(
 
         wait_for(taken_over, 90, what="a runs the Widgets c was running")
         starts = [min(s for s, _ in intervals(a)[n] if s > cut_at) for n in in_flight]
+        outage = outages_since(a, cut_at)
         print(f"c exited {exited:.1f}s after the cut; a started c's {len(in_flight)} Widget(s)"
-              f" {min(starts) - cut_at:.1f}-{max(starts) - cut_at:.1f}s after it")
-        assert max(starts) - cut_at < LEASE + 10
+              f" {min(starts) - cut_at:.1f}-{max(starts) - cut_at:.1f}s after it (API server outages"
+              f" for a meanwhile: {outage:.0f}s)")
+        assert max(starts) - cut_at < LEASE + 10 + outage
         assert overlaps({"a": intervals(a), "c": intervals(c)}) == []
     finally:
         proxy.close()

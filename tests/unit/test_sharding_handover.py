@@ -106,8 +106,18 @@ class FakeStore:
         self.name = f"l-{identity}"
         self.failing = False
         self.deleted_under_us = False
+        self.latency = 0.0
+        """Seconds each call takes (real time), as a loaded API server answers; past ``timeout``: it fails."""
+        self.renewals = 0
+
+    async def _answer(self, timeout: float) -> None:
+        await asyncio.sleep(min(self.latency, timeout))
+        if self.latency > timeout:
+            raise TimeoutError()
 
     async def renew(self, drained: str | None, timeout: float) -> None:
+        await self._answer(timeout)
+        self.renewals += 1
         if self.failing:
             raise ConnectionError("API server unreachable")
         if self.deleted_under_us:
@@ -116,6 +126,7 @@ class FakeStore:
         self.leases.leases[self.name] = LeaseView(self.name, self.identity, rv, LEASE, drained, rv)
 
     async def members(self, timeout: float) -> list[LeaseView]:
+        await self._answer(timeout)
         if self.failing:
             raise ConnectionError("API server unreachable")
         return list(self.leases.leases.values())
@@ -339,6 +350,36 @@ async def test_a_replica_that_cannot_renew_fences_itself_before_its_lease_expire
     assert a.fenced == 1 and a.queue.paused
     assert a.coordinator.ready() == (False, "shard lease not held (fenced)")
     assert a.queue.gate is not None and not a.queue.gate(keys[0])
+
+
+async def test_slow_answers_neither_delay_renewals_nor_fence_a_replica_that_gets_them() -> None:
+    """A loaded API server: every call takes 0.25 s, listing the ring's Leases times out. Renewal has a loop
+    of its own and each renewal may take until the deadline, so the replica keeps holding its Lease (a
+    renewal bounded by twice the retry period, after each listing, fenced it)."""
+    leases = FakeLeases()
+    cache, _keys = make_cache(3)
+
+    async def reconcile(key: ObjectKey) -> ReconcileOutcome:
+        return ReconcileOutcome()
+
+    queue = WorkQueue("w", reconcile, max_concurrent=1)
+    store = FakeStore(leases, "a")
+    fenced: list[bool] = []
+
+    async def on_fenced() -> None:
+        fenced.append(True)
+
+    coordinator = ShardCoordinator(store, Membership("a"), [ShardedWatch("w", queue, cache)],
+                                   lease_duration=0.9, renew_deadline=0.6, retry_period=0.1,
+                                   on_fenced=on_fenced)
+    store.latency = 0.25
+    task = asyncio.create_task(coordinator.run())
+    await asyncio.sleep(2.0)
+    assert not fenced and coordinator.holding
+    assert store.renewals >= 5
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 async def test_a_deleted_own_lease_fences_at_once(world: tuple[FakeLeases, Clock, Runs]) -> None:
