@@ -683,6 +683,9 @@ class ConditionWatcher:
         self.kind = kind
         self.namespace = namespace
         self.done: dict[str, _Seen] = {}
+        self.reached: dict[tuple[str, int], float] = {}
+        """(name, generation) → when the object first showed ``Successful=True`` for that generation (``done``
+        moves on to the latest one: a latency of a change must not take the next change's time)."""
         self.available: dict[str, float] = {}
         """First time each object showed ``Available=True`` (roles that report one)."""
         self._cv = threading.Condition()
@@ -709,6 +712,7 @@ class ConditionWatcher:
             return
         name = meta["name"]
         with self._cv:
+            self.reached.setdefault((name, gen), now)
             prev = self.done.get(name)
             if prev is None or prev.generation < gen:
                 self.done[name] = _Seen(gen, now)

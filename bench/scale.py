@@ -392,14 +392,23 @@ class Probe:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
-        wanted = {name: gen for _what, name, gen, _t in self.pending}
+        wanted: dict[str, int] = {}
+        for _what, name, gen, _t in self.pending:  # a CR this probe created and later edited: both
+            wanted[name] = max(gen, wanted.get(name, 0))
         done = self.watcher.wait(list(wanted), wanted, timeout=timeout, alive=alive) if wanted else {}
+        with self.watcher._cv:  # noqa: SLF001 - the watcher's lock guards ``reached``
+            reached = dict(self.watcher.reached)
+
+        def latency(name: str, gen: int, t: float) -> float:
+            """To Successful at the generation this change made (not a later change's)."""
+            return reached.get((name, gen), done[name]) - t
+
         out: dict[str, Any] = {}
         for what in ("create", "edit"):
-            lat = sorted(done[name] - t for w, name, _gen, t in self.pending if w == what)
+            lat = sorted(latency(name, gen, t) for w, name, gen, t in self.pending if w == what)
             out[what] = {"n": len(lat), "p50_s": _pct(lat, 50), "p99_s": _pct(lat, 99),
                          "max_s": round(lat[-1], 3) if lat else None}
-        both = sorted(done[name] - t for _w, name, _gen, t in self.pending)
+        both = sorted(latency(name, gen, t) for _w, name, gen, t in self.pending)
         out["all"] = {"n": len(both), "p50_s": _pct(both, 50), "p99_s": _pct(both, 99)}
         out["skipped_ticks"] = self.skipped
         return out
