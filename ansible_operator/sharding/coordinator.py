@@ -210,10 +210,14 @@ class ShardCoordinator:
 
     async def _observe(self) -> bool:
         """List, follow the ring, collect, gate; whether an acknowledgement is due."""
+        # As patient as a renewal: a loaded API server that answers in a few seconds still shows us the
+        # ring (a shorter timeout would only repeat the listing and see nothing).
+        asked = self._clock()
         try:
-            leases = await self.store.members(self.retry_period * 2)
+            leases = await self.store.members(self.renew_deadline)
         except Exception as exc:  # noqa: BLE001 - keep the last view: acting on none is safe, guessing not
-            log.warning("shard ring %s: listing leases failed: %s", self._ring_name(), exc)
+            log.warning("shard ring %s: listing leases failed after %.1fs: %s", self._ring_name(),
+                        self._clock() - asked, exc)
             leases = None
         if leases is not None:
             change = self.membership.observe(leases, self._clock(), holding=self.holding)
