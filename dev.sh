@@ -113,8 +113,9 @@ case "$cmd" in
            tests/differential/test_differential.py)
     for arg in "$@"; do if [ -e "${arg%%::*}" ]; then tests=(); break; fi; done
     set +e
-    # ${tests[@]+...}: an empty array is "unbound" to macOS's bash 3.2 under set -u
-    "$newest/bin/python" -m pytest -n "${PYTEST_WORKERS:-4}" ${tests[@]+"${tests[@]}"} "$@"
+    # ${tests[@]+...}: an empty array is "unbound" to macOS's bash 3.2 under set -u. One executor: both
+    # executors' modules and the runner itself use the one client of the venv.
+    E2E_EXECUTORS="${E2E_EXECUTORS:-warm}" "$newest/bin/python" -m pytest -n "${PYTEST_WORKERS:-4}" ${tests[@]+"${tests[@]}"} "$@"
     rc=$?
     set -e
     if [ "$rc" = 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi

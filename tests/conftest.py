@@ -61,6 +61,17 @@ VERSION_INDEPENDENT = {
     "e2e/test_real_cluster.py": "kube-controller-manager's garbage collector and namespace controller acting "
                                 "on what the proxy and the finalizer wrote; the finalizer role runs on both "
                                 "ends in test_runner_core",
+    "examples/test_config.py": "the examples' manifests, kustomize output and RBAC: no Ansible runs",
+    "e2e/test_secure_sandbox.py": "TLS, authentication and RBAC of the API server (the sandbox's, held to "
+                                  "the real one): no Ansible runs",
+    "e2e/test_secure.py": "the operator's credentials and RBAC against the API server; the Memcached role "
+                          "it runs runs on both ends in tests/examples, and how the warm executor hands "
+                          "credentials to modules on both in tests/unit/test_zygote_kubeconfig_data.py",
+    # What the runner does around a run (flags, signals, status, metrics, owners), with one-task roles
+    # whose runs on both ends test_runner_core, the executor contract tests and test_executor_lifetime
+    # (a run stopped at shutdown) cover:
+    **{f"e2e/{name}.py": "what the runner does around a run, whatever Ansible runs" for name in (
+        "test_sdk_flags", "test_production", "test_generations", "test_no_adoption")},
 }
 
 

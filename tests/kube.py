@@ -27,7 +27,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from ansible_operator.controlplane import BinariesUnavailable, ControlPlane, find, install_crds
+from ansible_operator.controlplane import BinariesUnavailable, ControlPlane, find
 
 TESTS = Path(__file__).parent
 REPO = TESTS.parent
@@ -119,8 +119,7 @@ def configure(config: pytest.Config) -> None:
         return
     directory = Path(tempfile.mkdtemp(prefix="ansible-operator-test-cluster-"))
     started = time.monotonic()
-    plane = ControlPlane(directory / "cluster", binaries, progress=_say).start()
-    install_crds(plane, SHARED_CRDS)
+    plane = ControlPlane(directory / "cluster", binaries, crds=SHARED_CRDS, progress=_say).start()
     SESSION.plane, SESSION.directory = plane, directory
     SESSION.started_in = time.monotonic() - started
     time.sleep(1)
@@ -262,7 +261,4 @@ def private_control_plane(directory: Path, crds: tuple[Path, ...] = SHARED_CRDS,
                           **kwargs: Any) -> ControlPlane:
     """A control plane of the test's own (for tests that kill or restart the API server or etcd); the
     caller stops it. Needs the real backend."""
-    plane = ControlPlane(directory, find(build=False), progress=_say, **kwargs).start()
-    if crds:
-        install_crds(plane, crds)
-    return plane
+    return ControlPlane(directory, find(build=False), crds=crds, progress=_say, **kwargs).start()

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from ansible_operator.controlplane import binaries
 from ansible_operator.controlplane.launcher import ControlPlane, ControlPlaneError
-from ansible_operator.controlplane.objects import install_crds
 
 
 def _say(message: str) -> None:
@@ -37,14 +36,12 @@ def main(args: argparse.Namespace) -> int:
             print(f"{name}: {bins[name]} ({bins.origin[name]}): {version}")
         return 0
     directory = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="ansible-operator-cluster-"))
-    plane = ControlPlane(directory, bins, nodes=args.nodes, progress=_say)
+    plane = ControlPlane(directory, bins, nodes=args.nodes, crds=args.crds or (), progress=_say)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
         plane.start()
-        if args.crds:
-            install_crds(plane, args.crds)
         if args.kubeconfig:
             shutil.copyfile(plane.kubeconfig, args.kubeconfig)
             Path(args.kubeconfig).chmod(0o600)
