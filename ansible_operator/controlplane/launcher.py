@@ -32,6 +32,7 @@ import yaml
 
 from ansible_operator.controlplane import binaries as binaries_mod
 from ansible_operator.controlplane import kwok, provisioner
+from ansible_operator.controlplane.objects import install_crds
 from ansible_operator.controlplane.pki import PKI, Pair
 
 SERVICE_CIDR = "10.0.0.0/24"
@@ -184,8 +185,6 @@ class ControlPlane:
             self.wait_ready(name)
             say(f"{name} ready in {time.monotonic() - t0:.1f} s")
             if name == "kube-apiserver" and self.crds:
-                from ansible_operator.controlplane.objects import install_crds  # objects imports this module
-
                 say(f"CRDs served: {', '.join(install_crds(self, self.crds))}")
         self._install_defaults(wanted)
         say(f"control plane ready in {time.monotonic() - started:.1f} s at {self.url} "

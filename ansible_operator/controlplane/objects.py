@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Protocol
 
 import yaml
-
-from ansible_operator.controlplane.launcher import ControlPlane, ControlPlaneError
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
@@ -27,7 +25,17 @@ def crd_documents(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
     return docs
 
 
-def install_crds(plane: ControlPlane, paths: Iterable[str | Path], timeout: float = 60.0) -> list[str]:
+class Server(Protocol):
+    """What installing needs of a control plane (:class:`~.launcher.ControlPlane`, which calls this as soon
+    as its kube-apiserver is ready: this module sits below it)."""
+
+    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def request(self, method: str, path: str, body: Any = ...,
+                content_type: str = ...) -> tuple[int, Any]: ...
+
+
+def install_crds(plane: Server, paths: Iterable[str | Path], timeout: float = 60.0) -> list[str]:
     """Apply the CRDs and wait until each is Established; their names."""
     names = []
     for doc in crd_documents(paths):
@@ -41,6 +49,6 @@ def install_crds(plane: ControlPlane, paths: Iterable[str | Path], timeout: floa
             if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
                 break
             if time.monotonic() > deadline:
-                raise ControlPlaneError(f"CRD {name} not Established after {timeout:.0f} s: {conditions}")
+                raise TimeoutError(f"CRD {name} not Established after {timeout:.0f} s: {conditions}")
             time.sleep(0.2)
     return names
