@@ -287,6 +287,10 @@ def _add_leader_election_flags(run: argparse.ArgumentParser) -> None:
                     " --leader-elect")
     sh.add_argument("--shard-by", choices=("uid", "namespace"), default="uid",
                     help="with --sharding: place objects on the ring by their uid (default) or namespace")
+    _bool_flag(sh, "--shard-selector", default=False,
+               help="with --sharding: have the API server list and watch only this replica's shard (its"
+                    " shardSelector: Kubernetes 1.36+ with the ShardedListAndWatch feature gate; a server"
+                    " without it sends every object, which still works); with --shard-by=uid only")
     # test only: run without waiting for the others to drain (shows the overlap detector works)
     _bool_flag(sh, "--sharding-unsafe-skip-handover", default=False, help=argparse.SUPPRESS)
 
@@ -439,6 +443,11 @@ def _finish_lease(parser: argparse.ArgumentParser, args: argparse.Namespace, war
         parser.error("--leader-elect-renew-deadline must be shorter than --leader-elect-lease-duration")
     if args.sharding and args.leader_elect_retry_period >= args.leader_elect_renew_deadline:
         parser.error("--leader-elect-retry-period must be shorter than --leader-elect-renew-deadline")
+    if args.shard_selector and not args.sharding:
+        parser.error("--shard-selector narrows the watches to this replica's shard: it needs --sharding")
+    if args.shard_selector and args.shard_by != "uid":
+        parser.error("--shard-selector needs --shard-by=uid: the API server hashes namespaces plainly, the"
+                     " ring spreads them first (names such as team-1, team-2 would share one arc)")
 
 
 def _finish_metrics_security(parser: argparse.ArgumentParser, args: argparse.Namespace,

@@ -161,6 +161,9 @@ class ObjectCache:
         obj = self._objects.get(key)
         return uid_of(obj) if obj is not None else None
 
+    def __len__(self) -> int:
+        return len(self._objects)
+
     def keys(self) -> list[ObjectKey]:
         return list(self._objects)
 
@@ -227,6 +230,9 @@ class WatchIntake:
         self._listed_once: set[str | None] = set()
         self._dependents_recovered = False
         """A converged object was queued at once at start-up to bring the dependent watches back."""
+        self.shard_outside: Callable[[ObjectKey, str], bool] | None = None
+        """With server-side sharding: whether a cached object lies outside the shard a listing's
+        ``shardSelector`` asked for (it moved to another replica: not deleted)."""
 
     def handle(self, event_type: str | None, obj: KubeObject) -> None:
         """Apply one watch event. ``event_type`` None is kopf's initial listing."""
@@ -269,21 +275,30 @@ class WatchIntake:
             log.debug("%s %s: converged; re-checking it in %.0fs", self.watch.kind, key, delay)
             self.queue.add_after(key, delay, Priority.BACKGROUND)
 
-    def relisted(self, namespace: str | None, listed: Iterable[tuple[str | None, str, str | None]]) -> int:
-        """A listing of ``namespace`` (None: all) ended, holding these (namespace, name, uid). Cached objects
-        it does not hold were deleted meanwhile: forget them (informer ``Replace``). Returns how many."""
+    def relisted(self, namespace: str | None, listed: Iterable[tuple[str | None, str, str | None]],
+                 shard: str | None = None) -> int:
+        """A listing of ``namespace`` (None: all) ended, holding these (namespace, name, uid); ``shard``: the
+        ``shardSelector`` it was made with. Cached objects it does not hold were deleted meanwhile: forget
+        them (informer ``Replace``), except those outside the listing's shard, which moved to another
+        replica (dropped from the cache, never taken for deleted). Returns how many were deleted."""
         present = frozenset((ObjectKey(namespace=ns or None, name=name), uid) for ns, name, uid in listed)
         if namespace in self._listed_once:
             self.relists += 1
-            log.info("%s: relisted%s after a watch gap (%d objects listed)", self.watch.key,
-                     f" namespace {namespace}" if namespace else "", len(present))
+            log.info("%s: relisted%s (%d objects listed%s)", self.watch.key,
+                     f" namespace {namespace}" if namespace else "", len(present),
+                     ", a new shard" if shard else "")
         self._listed_once.add(namespace)
-        gone = 0
+        gone = moved = 0
         for key in self.cache.keys():
             if namespace is not None and key.namespace != namespace:
                 continue
             uid = self.cache.uid(key)
             if (key, uid) in present:
+                continue
+            if shard is not None and self.shard_outside is not None and self.shard_outside(key, shard):
+                self.cache.remove(key)
+                self.queue.forget(key)
+                moved += 1
                 continue
             if uid is not None:
                 self._bury(uid)
@@ -292,6 +307,8 @@ class WatchIntake:
         if gone:
             log.info("%s: relist%s found %d object(s) deleted during the watch gap", self.watch.key,
                      f" of namespace {namespace}" if namespace else "", gone)
+        if moved:
+            log.info("%s: %d object(s) left this replica's shard", self.watch.key, moved)
         self.cache.listed(namespace, present)
         return gone
 
@@ -344,11 +361,11 @@ _LISTENERS: "weakref.WeakSet[WatchIntake]" = weakref.WeakSet()
 
 
 def _listing_ended(gvk: tuple[str, str, str], namespace: str | None,
-                   listed: list[tuple[str | None, str, str | None]]) -> None:
+                   listed: list[tuple[str | None, str, str | None]], shard: str | None) -> None:
     for intake in list(_LISTENERS):
         w = intake.watch
         if (w.group, w.version, w.kind) == gvk:
-            intake.relisted(namespace, listed)
+            intake.relisted(namespace, listed, shard)
 
 
 def install_relist_hook() -> None:

@@ -10,6 +10,10 @@ loop; the runner needs a few more of its parts, each for a reason:
   the watches of owned objects reuse kopf's list/watch stream (relists after 410, bookmarks, retries)
   and its credentials vault and session instead of a second client.
 * **typed errors** (:func:`api_error`) and **the vault** (:func:`vault`) for ``kopf.operator(vault=)``.
+* **forced relists** (:func:`relist`): a new shard selector (kopf's public
+  ``settings.watching.shard_selectors``, :func:`set_shard_selector`) applies to kopf's next request, but
+  only a fresh listing shows the objects it now selects; kopf lists again after a 410 Gone, so the watch
+  request ends with one (``watch_objs`` below).
 * **watch restarts** (:func:`install_watch_restarts`, :func:`restart_watches`): when the API server
   answers again after an outage, every watch request is ended and resumed from its resourceVersion, rather
   than waiting on a connection that may have died silently (client-go's HTTP/2 health check has the same
@@ -97,9 +101,10 @@ def install_bounded_decoding() -> None:
 
 # ---- relists -----------------------------------------------------------------------------------------
 
-ListingEnded = Callable[[tuple[str, str, str], "str | None", list[tuple["str | None", str, "str | None"]]],
-                        None]
-"""Called with ((group, version, kind), namespace or None, [(namespace, name, uid), ...]) per listing."""
+ListingEnded = Callable[[tuple[str, str, str], "str | None", list[tuple["str | None", str, "str | None"]],
+                         "str | None"], None]
+"""Called with ((group, version, kind), namespace or None, [(namespace, name, uid), ...], the shard
+selector the listing was made with or None) per listing."""
 
 
 def install_relist_hook(listing_ended: ListingEnded) -> None:
@@ -115,12 +120,14 @@ def install_relist_hook(listing_ended: ListingEnded) -> None:
     async def continuous_watch(**kwargs: Any) -> AsyncIterator[Any]:
         listed: list[tuple[str | None, str, str | None]] | None = []
         resource = kwargs.get("resource")
+        # read as kopf's listing reads it, with no await in between (so no ring change either)
+        shard = shard_selector_of(kwargs["settings"], resource) if resource is not None else None
         async for item in original(**kwargs):
             if listed is not None:
                 if item is bookmark:
                     if resource is not None:
                         listing_ended((resource.group, resource.version, resource.kind),
-                                      kwargs.get("namespace"), listed)
+                                      kwargs.get("namespace"), listed, shard)
                     listed = None
                 elif isinstance(item, dict) and item.get("type") is None:
                     meta = (item.get("object") or {}).get("metadata") or {}
@@ -129,19 +136,70 @@ def install_relist_hook(listing_ended: ListingEnded) -> None:
             yield item
 
     continuous_watch._relist_hook = True  # type: ignore[attr-defined]
+    continuous_watch.__wrapped__ = original  # type: ignore[attr-defined]
     watching.continuous_watch = continuous_watch
+
+
+# ---- shard selectors (public settings) and forced relists ------------------------------------------
+
+
+def shard_selector_of(settings: Any, resource: Any) -> str | None:
+    """The ``shardSelector`` kopf's next list or watch request of ``resource`` carries (kopf's public
+    ``settings.watching.shard_selectors``; the first that applies, as kopf picks it)."""
+    found = settings.watching.shard_selectors.collect(resource)
+    return str(found[0]) if found else None
+
+
+def set_shard_selector(settings: Any, group: str, version: str, kind: str, selector: str | None) -> None:
+    """Make kopf's list and watch requests of one resource carry ``selector`` (None: none). Takes effect
+    at the next request: see :func:`relist`."""
+    key = (group, version, kind)
+    if selector is None:
+        settings.watching.shard_selectors.pop(key, None)
+    else:
+        settings.watching.shard_selectors[key] = selector
+
+
+_RELIST_PENDING: set[tuple[str, str, str]] = set()
+"""(group, version, kind) whose watch must end in a relist (kopf has no call for that): see relist()."""
+
+
+def relist(group: str, version: str, kind: str) -> int:
+    """List ``group/version/kind`` again (after a new shard selector): every open watch request of it ends
+    as after a 410 Gone, so kopf lists afresh, with the settings of the moment; a request that opens later
+    (the listing was in flight) does the same at once. Call on the event loop. Returns how many requests
+    were open."""
+    gvk = (group, version, kind)
+    _RELIST_PENDING.add(gvk)
+    count = 0
+    for request in list(_WATCH_REQUESTS):
+        if request.gvk == gvk and not request.restarting:
+            request.restarting = request.relisting = True
+            count += 1
+            if request.waiting and request.task is not None:
+                request.task.cancel()
+    return count
+
+
+_GONE = {"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                     "reason": "Expired", "code": 410,
+                                     "message": "relist: the shard selector changed (ansible-operator)"}}
+"""What kopf's ``continuous_watch`` answers by returning, so that ``infinite_watch`` lists again."""
 
 
 # ---- restarting watch requests -----------------------------------------------------------------------
 
 
 class _WatchRequest:
-    """One watch request kopf has open (``watching.watch_objs``), and whether it is being restarted."""
+    """One watch request kopf has open (``watching.watch_objs``), and whether it is being restarted (or
+    ended for a relist)."""
 
-    def __init__(self, task: asyncio.Task[Any] | None) -> None:
+    def __init__(self, task: asyncio.Task[Any] | None, gvk: tuple[str, str, str] | None) -> None:
         self.task = task
+        self.gvk = gvk
         self.waiting = False  # awaiting kopf's stream (not handing an event to its consumer)
         self.restarting = False
+        self.relisting = False
 
 
 _WATCH_REQUESTS: set[_WatchRequest] = set()
@@ -158,7 +216,13 @@ def install_watch_restarts() -> None:
         return
 
     async def watch_objs(**kwargs: Any) -> AsyncIterator[Any]:
-        request = _WatchRequest(asyncio.current_task())
+        resource = kwargs.get("resource")
+        gvk = (resource.group, resource.version, resource.kind) if resource is not None else None
+        if gvk in _RELIST_PENDING:  # asked for while kopf was listing with the old selector
+            _RELIST_PENDING.discard(gvk)
+            yield _GONE
+            return
+        request = _WatchRequest(asyncio.current_task(), gvk)
         _WATCH_REQUESTS.add(request)
         stream: Any = original(**kwargs)  # an async generator
         try:
@@ -170,7 +234,7 @@ def install_watch_restarts() -> None:
                     return
                 except asyncio.CancelledError:
                     if request.restarting and request.task is not None and request.task.uncancel() == 0:
-                        return  # our cancel (restart_watches), not the task's
+                        break  # our cancel (restart_watches, relist), not the task's
                     raise
                 finally:
                     request.waiting = False
@@ -178,6 +242,9 @@ def install_watch_restarts() -> None:
         finally:
             _WATCH_REQUESTS.discard(request)
             await stream.aclose()
+        if request.relisting and gvk is not None:
+            _RELIST_PENDING.discard(gvk)
+            yield _GONE
 
     watch_objs._restartable = True  # type: ignore[attr-defined]
     watching.watch_objs = watch_objs

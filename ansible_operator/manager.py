@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import logging
 import os
@@ -181,6 +182,8 @@ class _OperatorRun:
         self.on_api_recovered: list[Callable[[], None]] = []
         """Called when the API server answers again after an outage (connections may be dead)."""
         self.exit_code = 0
+        self.kopf_settings: Any = None
+        """kopf's settings (set before kopf starts; the shard selector changes them at run time)."""
 
     async def run(self) -> int:
         self.shutdown.install()
@@ -360,6 +363,7 @@ class _OperatorRun:
     async def tune_kopf(self, settings: Any) -> None:
         """kopf's settings: our own Events, no peering, deadlines on every request, CRD scanning only
         where RBAC allows it, and only its warnings in the log."""
+        self.kopf_settings = settings
         settings.posting.enabled = False  # we record our own, meaningful Events
         settings.peering.standalone = True
         settings.watching.server_timeout = 300
@@ -440,6 +444,7 @@ class _OperatorRun:
             retry_period=args.leader_elect_retry_period or 2, on_fenced=fenced,
             shard_by=getattr(args, "shard_by", "uid"), metrics=self.metrics,
             skip_handover=bool(getattr(args, "sharding_unsafe_skip_handover", False)),
+            on_ring=self._server_side_shards(identity) if getattr(args, "shard_selector", False) else None,
         )
         if coordinator.skip_handover:
             log.warning("--sharding-unsafe-skip-handover: objects may run on two replicas at once"
@@ -447,6 +452,30 @@ class _OperatorRun:
         readiness.lease = coordinator.ready
         self.shutdown.on_stop.append(coordinator.stop)  # the drain pauses the queues: never resume them
         return asyncio.create_task(coordinator.run(), name="sharding")
+
+    def _server_side_shards(self, identity: str) -> Callable[[Any], None]:
+        """``--shard-selector``: every watch narrowed to our shard by the API server (kopf's shard selector
+        setting, and a relist on each new ring); the intakes learn which missing objects moved away."""
+        from ansible_operator.sharding.serverside import ServerSideShards
+
+        by_key = {c.watch.key: c for c in self.controllers}
+        settings = self.kopf_settings
+
+        def apply(key: str, selector: str) -> None:
+            w = by_key[key].watch
+            kopfcompat.set_shard_selector(settings, w.group, w.version, w.kind, selector)
+
+        def relist(key: str) -> None:
+            w = by_key[key].watch
+            kopfcompat.relist(w.group, w.version, w.kind)
+
+        shards = ServerSideShards(identity, [(c.watch.key, c.intake.cache) for c in self.controllers],
+                                  apply, relist)
+        for c in self.controllers:
+            c.intake.shard_outside = functools.partial(shards.outside, c.intake.cache)
+        self._background(_say_if_shards_are_served(self.kube, self.controllers, self.namespaces),
+                         "shard-selector-check")
+        return shards.on_ring
 
     async def wait_for_stop(self, kopf_run: _KopfRun, elector_task: asyncio.Task[Any] | None
                             ) -> tuple[list[asyncio.Task[Any]], set[asyncio.Task[Any]]]:
@@ -698,6 +727,7 @@ async def _refresh_gauges(metrics: Any, controllers: list[Controller], period: f
     while True:
         for c in controllers:
             metrics.set_queue_depth(c.watch.key, c.queue.depth)
+            metrics.set_cached_objects(c.watch.key, len(c.intake.cache))
             metrics.set_in_flight(c.watch.key, c.queue.in_flight)
         await asyncio.sleep(period)
 
@@ -802,6 +832,36 @@ async def _check_watch_permissions(kube: Any, watches: list[Watch], resources: d
                     f"{'.' + w.group if w.group else ''} in {where}; its role needs {{apiGroups:"
                     f" [\"{w.group}\"], resources: [{ref.plural}, {ref.plural}/status], verbs: [get, list,"
                     " watch, patch, update]} (ansible-operator generate rbac prints the whole role)")
+
+
+async def _say_if_shards_are_served(kube: Any, controllers: list[Controller], namespaces: list[str]) -> None:
+    """Log whether the API server honours ``shardSelector``: one that parses it refuses a malformed one
+    (v1.36 answers 500 "invalid shard selector" for custom resources, 400 would be right), one that ignores
+    it answers (custom resource lists carry no ``metadata.shardInfo`` to tell). Without it every object
+    still arrives, and the ring's gate still shards the runs."""
+    if not controllers:
+        return
+    w = controllers[0].watch
+    try:
+        ref = await kube.discover(w.group, w.version, w.kind)
+        await kube.request("GET", ref.path(namespaces[0] if namespaces else None), query=[
+            ("limit", "1"), ("shardSelector", _MALFORMED_SHARD_SELECTOR)])
+    except kube_mod.ApiError as exc:
+        if exc.status in (400, 500) and "shard selector" in str(exc):
+            log.info("--shard-selector: the API server lists and watches this replica's shard only")
+            return
+        log.info("--shard-selector: could not check whether the API server serves it: %s", exc)
+        return
+    except Exception as exc:  # noqa: BLE001 - only a log line depends on it
+        log.info("--shard-selector: could not check whether the API server serves it: %s", exc)
+        return
+    log.warning("--shard-selector: the API server ignores shardSelector (Kubernetes before 1.36, or the"
+                " ShardedListAndWatch feature gate off): every replica receives every object; the ring"
+                " still decides which replica runs it")
+
+
+_MALFORMED_SHARD_SELECTOR = "shardRange(object.metadata.uid, '0x0000000000000001', '0x0000000000000000')"
+"""Its start is past its end: a server that parses shard selectors answers 400."""
 
 
 def _sharding(args: argparse.Namespace) -> bool:

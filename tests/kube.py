@@ -14,7 +14,9 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -100,6 +102,20 @@ def _needs_api_server(config: pytest.Config) -> bool:
     return False
 
 
+SHARDED_LIST_AND_WATCH = (1, 36)
+"""The Kubernetes version that serves ``shardSelector`` (KEP-5866, alpha: behind a feature gate)."""
+
+
+def _gates(binaries: Any) -> list[str]:
+    """Alpha features the suite tests where the kube-apiserver has them: ``ShardedListAndWatch`` (run
+    --shard-selector). They change nothing for requests that do not ask for them."""
+    out = subprocess.run([str(binaries["kube-apiserver"]), "--version"], capture_output=True, text=True,
+                         timeout=60).stdout
+    found = re.search(r"v(\d+)\.(\d+)", out)
+    version = (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+    return ["--feature-gates=ShardedListAndWatch=true"] if version >= SHARDED_LIST_AND_WATCH else []
+
+
 def configure(config: pytest.Config) -> None:
     """Start the shared control plane (in the process that owns the session, once)."""
     if hasattr(config, "workerinput") or not real() or os.environ.get(KUBECONFIG):
@@ -119,7 +135,8 @@ def configure(config: pytest.Config) -> None:
         return
     directory = Path(tempfile.mkdtemp(prefix="ansible-operator-test-cluster-"))
     started = time.monotonic()
-    plane = ControlPlane(directory / "cluster", binaries, crds=SHARED_CRDS, progress=_say).start()
+    plane = ControlPlane(directory / "cluster", binaries, crds=SHARED_CRDS, apiserver_args=_gates(binaries),
+                         progress=_say).start()
     SESSION.plane, SESSION.directory = plane, directory
     SESSION.started_in = time.monotonic() - started
     time.sleep(1)

@@ -109,6 +109,9 @@ class Metrics:
         self.queue_depth = Gauge(
             "ansible_operator_queue_depth", "Objects waiting in the work queue of a watch.",
             ["watch"], registry=r)
+        self.cached_objects = Gauge(
+            "ansible_operator_cached_objects", "Objects of a watch this replica holds in its cache: all of"
+            " them, or with --shard-selector the shard the API server sends it.", ["watch"], registry=r)
         self.in_flight = Gauge(
             "ansible_operator_runs_in_flight", "Runs currently executing.", ["watch"], registry=r)
         self.reconcile_errors = Counter(
@@ -254,6 +257,9 @@ class Metrics:
 
     def set_queue_depth(self, watch_key: str, depth: int) -> None:
         self.queue_depth.labels(watch=watch_key).set(depth)
+
+    def set_cached_objects(self, watch_key: str, n: int) -> None:
+        self.cached_objects.labels(watch=watch_key).set(n)
 
     def set_in_flight(self, watch_key: str, n: int) -> None:
         self.in_flight.labels(watch=watch_key).set(n)

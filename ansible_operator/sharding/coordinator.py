@@ -76,7 +76,7 @@ class ShardCoordinator:
                  lease_duration: float, renew_deadline: float, retry_period: float,
                  on_fenced: Callable[[], Awaitable[None]], shard_by: str = "uid",
                  metrics: ShardMetrics | None = None, clock: Callable[[], float] = time.monotonic,
-                 skip_handover: bool = False) -> None:
+                 skip_handover: bool = False, on_ring: Callable[[HashRing], None] | None = None) -> None:
         if not (0 < retry_period < renew_deadline < lease_duration):
             raise ValueError("sharding needs 0 < retry period < renew deadline < lease duration, got"
                              f" retry={retry_period}s renew={renew_deadline}s lease={lease_duration}s")
@@ -93,6 +93,8 @@ class ShardCoordinator:
         self._metrics = metrics
         self._clock = clock
         self.skip_handover = skip_handover
+        self._on_ring = on_ring
+        """Called with every new ring (server-side sharded watching narrows the watches to our shard)."""
         """Test only: start runs as soon as we own them, without waiting for the others to drain (unsafe:
         it exists so the end-to-end overlap detector can be shown to fail)."""
         self._last_renew: float | None = None
@@ -314,6 +316,8 @@ class ShardCoordinator:
                 log.info("%s: shard ring changed: gained %d object(s), lost %d", w.key, gained, lost)
         log.info("shard ring %s: version %s, %d member(s)%s", self._ring_name(), ring.version, len(ring),
                  "" if me in ring else " (not us: our lease is not renewed)")
+        if self._on_ring is not None:
+            self._on_ring(ring)
         self._update_queues()
 
     def _drained(self) -> bool:

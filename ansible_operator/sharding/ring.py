@@ -25,7 +25,7 @@ import functools
 import hashlib
 from typing import Iterable
 
-__all__ = ["DEFAULT_VNODES", "HashRing", "fnv1a64", "ring_version", "spread_hash"]
+__all__ = ["DEFAULT_VNODES", "HashRing", "fnv1a64", "ring_version", "shard_selector", "spread_hash"]
 
 DEFAULT_VNODES = 100
 """Points per member: with 3 members each owns 1/3 of the space within about ±10 %."""
@@ -62,6 +62,18 @@ def spread_hash(value: str) -> int:
     """FNV-1a, mixed: for shard keys that are not random (namespace names such as ``team-1``, ``team-2``
     would all land on one arc under plain FNV-1a, which moves only the low bits for a last character)."""
     return _mix(_cached_fnv1a64(value))
+
+
+def _hex(bound: int) -> str:
+    """A bound as the API server parses it: exactly 16 hex digits, or ``0x10000000000000000`` (2^64)."""
+    return "0x10000000000000000" if bound == SPACE else f"0x{bound:016x}"
+
+
+def shard_selector(ranges: Iterable[tuple[int, int]], field: str = "object.metadata.uid") -> str | None:
+    """The API server's ``shardSelector`` (KEP-5866) for these ``[start, end)`` hash ranges of ``field``:
+    one ``shardRange`` per range, joined with ``||``. None for no range (no selector says "nothing")."""
+    terms = [f"shardRange({field}, '{_hex(lo)}', '{_hex(hi)}')" for lo, hi in ranges if lo < hi]
+    return " || ".join(terms) or None
 
 
 def ring_version(members: Iterable[str]) -> str:

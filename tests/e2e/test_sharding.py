@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import time
+import urllib.request
 from datetime import datetime, timezone
 from itertools import combinations
 from pathlib import Path
@@ -265,3 +267,74 @@ def test_a_replica_cut_off_fences_itself_before_the_other_takes_over(
         kill([a])  # rather than wait for its 30 s runs to end at the teardown
     finally:
         proxy.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cached(port: int) -> float | None:
+    """``ansible_operator_cached_objects`` of the Widget watch on one replica's /metrics."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("ansible_operator_cached_objects{") and KIND in line:
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def _serves_shard_selectors(cluster: Cluster) -> bool:
+    """A server that parses ``shardSelector`` refuses a malformed one (start past end: v1.36 answers 500
+    "invalid shard selector" for custom resources); one that ignores it answers (custom resource lists
+    carry no ``metadata.shardInfo``)."""
+    try:
+        cluster.api.call_api(
+            f"/apis/{GROUP}/{VERSION}/namespaces/{cluster.ns}/widgets", "GET", auth_settings=["BearerToken"],
+            query_params=[("limit", "1"), ("shardSelector", "shardRange(object.metadata.uid,"
+                                                            " '0x0000000000000001', '0x0000000000000000')")],
+            response_type="object", _return_http_data_only=True)
+    except kubernetes.client.ApiException as exc:
+        return exc.status in (400, 500) and "invalid shard selector" in str(exc.body)
+    return False
+
+
+def test_with_shard_selectors_each_replica_receives_only_its_shard(cluster: Cluster, start_operator) -> None:
+    """``--shard-selector``: the API server sends each replica only the Widgets of its shard; together
+    they hold each Widget once, run every one, and when one replica leaves, the other lists the whole
+    space again and runs its Widgets."""
+    if not _serves_shard_selectors(cluster):
+        pytest.skip("this kube-apiserver does not serve shardSelector (Kubernetes >= 1.36 with the"
+                    " ShardedListAndWatch feature gate: tests/kube.py turns it on where it exists)")
+    ports = {r: free_port() for r in ("a", "b")}
+    ops = {r: start_operator(WATCH, *flags(cluster, "--shard-selector", "--metrics-bind-address",
+                                           f"127.0.0.1:{ports[r]}"), name=r) for r in ("a", "b")}
+    wait_for(lambda: settled(cluster, 2), 90, what="two members drained for one ring")
+    n = 20
+    for i in range(n):
+        cluster.create_widget(f"w{i}", {"seconds": 1})
+    for i in range(n):
+        cluster.wait_condition(f"w{i}", "Successful", generation=1, timeout=240)
+
+    def split() -> dict[str, float] | None:
+        held = {r: _cached(port) for r, port in ports.items()}
+        counts = {r: v for r, v in held.items() if v is not None}
+        return counts if len(counts) == len(held) and sum(counts.values()) == n else None
+
+    held = wait_for(split, 60, what="the replicas' caches holding each Widget once")
+    print("Widgets each replica's watch holds:", held)
+    assert all(0 < v < n for v in held.values()), held
+    for op in ops.values():
+        assert "the API server lists and watches this replica's shard only" in op.logs()
+
+    # b leaves: a's ring is the whole space, it lists again and holds (and runs) every Widget
+    ops["b"].stop()
+    wait_for(lambda: _cached(ports["a"]) == n or None, 90, what="a holding every Widget")
+    for i in range(n):
+        cluster.patch_widget(f"w{i}", {"spec": {"seconds": 0}})
+    for i in range(n):
+        cluster.wait_condition(f"w{i}", "Successful", generation=2, timeout=240)
+    assert overlaps({r: intervals(op) for r, op in ops.items()}) == []

@@ -259,3 +259,89 @@ async def test_kopf_relist_after_410_reaches_the_intake(monkeypatch: pytest.Monk
     assert intake.cache.keys() == [KEY] and cached(intake)["metadata"]["uid"] == "u3"
     assert queue.added == [KEY, ObjectKey("ns", "b"), KEY]  # the re-created "a" runs again
     assert set(queue.forgotten) == {KEY, ObjectKey("ns", "b")}
+
+
+def test_a_sharded_relist_drops_objects_that_moved_away_without_taking_them_for_deleted() -> None:
+    """--shard-selector: objects missing from a listing made with a shard selector, and outside that shard,
+    moved to another replica: dropped from the cache and the queue, never buried or forgotten as deleted
+    (no artifacts removed, a later listing brings them back); a missing object inside the shard was
+    deleted."""
+    forgotten: list[tuple[ObjectKey, str]] = []
+    intake, queue = intake_for(forgotten=forgotten)
+    outside_shard = {"u2"}
+    intake.shard_outside = lambda key, selector: (
+        selector == "ours" and (intake.cache.uid(key) or "") in outside_shard)
+    intake.handle(None, cr(uid="u1"))
+    intake.handle(None, cr(name="b", uid="u2"))
+    intake.handle(None, cr(name="c", uid="u3"))
+    assert intake.relisted("ns", [("ns", "a", "u1")], "ours") == 1  # c was deleted, b moved away
+    b, c = ObjectKey("ns", "b"), ObjectKey("ns", "c")
+    assert intake.cache.get(b) is None and intake.cache.get(c) is None
+    assert forgotten == [(c, "u3")] and set(queue.forgotten) == {b, c}
+    # b comes back (the ring moved again): it is not a tombstone, it runs
+    intake.handle(None, cr(name="b", uid="u2"))
+    assert intake.cache.get(b) is not None and queue.added[-1] == b
+    intake.handle(None, cr(name="c", uid="u3"))  # c was deleted: a late event of it is dropped
+    assert intake.cache.get(c) is None
+
+
+async def test_relist_lists_again_with_the_new_shard_selector_and_reports_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's own infinite_watch with scripted requests: after set_shard_selector + relist, the open watch
+    request ends, kopf lists again with the new selector, and the intake hears which selector that listing
+    was made with. A relist asked for while kopf is listing ends the watch request that follows at once."""
+    import asyncio
+
+    import kopf
+    from kopf._cogs.clients import fetching, watching
+
+    from ansible_operator import kopfcompat
+
+    # kopf's own, whatever another test of this process installed over it (restored afterwards)
+    monkeypatch.setattr(watching, "continuous_watch",
+                        getattr(watching.continuous_watch, "__wrapped__", watching.continuous_watch))
+    monkeypatch.setattr(watching, "watch_objs", watching.watch_objs)
+    listed_with: list[str | None] = []
+    reported: list[tuple[str | None, list[str]]] = []
+    watching_now = asyncio.Event()
+
+    async def fetch_objs(*, settings: Any, resource: Any, **_: Any) -> Any:
+        selector = kopfcompat.shard_selector_of(settings, resource)
+        listed_with.append(selector)
+        if len(listed_with) == 2:  # a relist asked for during this listing: its watch ends at once
+            kopfcompat.set_shard_selector(settings, "x.io", "v1", "Thing", "third")
+            kopfcompat.relist("x.io", "v1", "Thing")
+        yield [{"metadata": {"name": f"o{len(listed_with)}", "namespace": "ns", "uid": "u"}}], "10"
+
+    async def watch_objs(**_: Any) -> Any:
+        watching_now.set()
+        await asyncio.Event().wait()  # nothing, ever
+        yield {}
+
+    monkeypatch.setattr(fetching, "fetch_objs", fetch_objs)
+    monkeypatch.setattr(watching, "watch_objs", watch_objs)
+    kopfcompat.install_watch_restarts()
+    kopfcompat.install_relist_hook(lambda gvk, ns, listed, shard: reported.append(
+        (shard, [name for _ns, name, _uid in listed])))
+    settings = kopf.OperatorSettings()
+    settings.watching.reconnect_backoff = 0
+    kopfcompat.set_shard_selector(settings, "x.io", "v1", "Thing", "first")
+
+    async def consume() -> None:
+        async for _item in kopfcompat.infinite_watch(settings, group="x.io", version="v1", plural="things",
+                                                     kind="Thing", namespaced=True, namespace="ns"):
+            pass
+
+    task = asyncio.create_task(consume())
+    try:
+        await asyncio.wait_for(watching_now.wait(), 10)
+        watching_now.clear()
+        kopfcompat.set_shard_selector(settings, "x.io", "v1", "Thing", "second")
+        assert kopfcompat.relist("x.io", "v1", "Thing") == 1
+        while len(listed_with) < 3 or not watching_now.is_set():
+            await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert listed_with == ["first", "second", "third"]
+    assert reported == [("first", ["o1"]), ("second", ["o2"]), ("third", ["o3"])]

@@ -37,12 +37,14 @@ def test_gauges_and_operator_sdk_names() -> None:
     m = Metrics()
     m.register_watch(WATCH, "cache.example.com", "v1alpha1", "Memcached")
     m.set_queue_depth(WATCH, 4)
+    m.set_cached_objects(WATCH, 7)
     m.set_in_flight(WATCH, 2)
     m.set_leader(True)
     m.reconcile_error(WATCH, "api_error")
     m.run_finished(WATCH, "reconcile", "timeout", 7)
     gvk = "cache.example.com/v1alpha1, Kind=Memcached"
     assert sample(m, "ansible_operator_queue_depth", watch=WATCH) == 4
+    assert sample(m, "ansible_operator_cached_objects", watch=WATCH) == 7
     assert sample(m, "ansible_operator_runs_in_flight", watch=WATCH) == 2
     assert sample(m, "ansible_operator_leader") == 1
     assert sample(m, "ansible_operator_reconcile_errors_total", watch=WATCH, reason="api_error") == 1

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import random
+import re
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from ansible_operator.sharding.ring import SPACE, HashRing, fnv1a64, ring_version
+from ansible_operator.sharding.ring import SPACE, HashRing, fnv1a64, ring_version, shard_selector
 
 
 def uids(n: int, seed: int) -> list[str]:
@@ -96,9 +97,11 @@ def test_sharding_flags() -> None:
     args = parse("--sharding", "--shard-by=namespace", "--leader-elect-lease-duration=6s",
                  "--leader-elect-renew-deadline=4s", "--leader-elect-retry-period=1s")
     assert args.sharding is True and args.shard_by == "namespace" and args.leader_elect is False
+    assert parse("--sharding", "--shard-selector").shard_selector is True
     for bad in (["--sharding", "--leader-elect"],
                 ["--sharding", "--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=5s"],
-                ["--sharding", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=2s"]):
+                ["--sharding", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=2s"],
+                ["--shard-selector"], ["--sharding", "--shard-selector", "--shard-by=namespace"]):
         with pytest.raises(SystemExit):
             parse(*bad)
 
@@ -116,3 +119,63 @@ def test_sharding_needs_the_lease_namespace_out_of_a_cluster(
     assert main(["run", "--watches-file", str(watches), "--sharding"]) == 2
     err = capsys.readouterr().err
     assert "--sharding: unable to find the leader election namespace" in err and "Traceback" not in err
+
+
+_SHARD_RANGE = re.compile(r"shardRange\(object\.metadata\.uid, '(0x[0-9a-f]+)', '(0x[0-9a-f]+)'\)")
+
+
+def _parse_bound(text: str) -> int:
+    """The API server's rule (k8s.io/apiserver/pkg/sharding/parser.go): exactly 16 hex digits after 0x,
+    or 0x10000000000000000 (2^64, the exclusive end of the space)."""
+    digits = text[2:]
+    assert len(digits) == 16 or text == "0x10000000000000000", text
+    return int(digits, 16)
+
+
+def test_shard_selectors_of_all_members_cover_the_space_once_and_match_owner() -> None:
+    ring = HashRing(["a", "b", "c"])
+    spans = []
+    for member in ring.members:
+        selector = shard_selector(ring.ranges(member))
+        assert selector is not None
+        terms = selector.split(" || ")
+        assert all(_SHARD_RANGE.fullmatch(t) for t in terms), terms[:2]
+        mine = [(_parse_bound(lo), _parse_bound(hi)) for lo, hi in _SHARD_RANGE.findall(selector)]
+        assert mine == ring.ranges(member)
+        spans += mine
+    spans.sort()
+    assert spans[0][0] == 0 and spans[-1][1] == SPACE
+    assert all(prev[1] == nxt[0] for prev, nxt in zip(spans, spans[1:]))
+
+
+def test_shard_selector_of_one_member_is_the_whole_space_and_of_none_is_none() -> None:
+    ring = HashRing(["only"])
+    assert shard_selector(ring.ranges("only")) == (
+        "shardRange(object.metadata.uid, '0x0000000000000000', '0x10000000000000000')")
+    assert shard_selector(ring.ranges("not-a-member")) is None
+
+
+def test_server_side_shards_follow_the_rings_we_are_in() -> None:
+    from ansible_operator.intake import ObjectCache
+    from ansible_operator.queue import ObjectKey
+    from ansible_operator.sharding.serverside import ServerSideShards
+
+    cache = ObjectCache()
+    calls: list[tuple[str, str, str | None]] = []
+    shards = ServerSideShards("a", [("w", cache)], lambda w, sel: calls.append(("apply", w, sel)),
+                              lambda w: calls.append(("relist", w, None)))
+    both = HashRing(["a", "b"])
+    shards.on_ring(both)
+    assert calls == [("apply", "w", shard_selector(both.ranges("a"))), ("relist", "w", None)]
+    shards.on_ring(HashRing(["b", "a"]))  # the same ring: nothing to do
+    shards.on_ring(HashRing(["b"]))  # not ours (our Lease lapsed): keep the last selector
+    assert len(calls) == 2 and shards.selector == shard_selector(both.ranges("a"))
+    uids = [str(uuid.UUID(int=random.Random(7).getrandbits(128) + i)) for i in range(40)]
+    for i, uid in enumerate(uids):
+        cache.store(ObjectKey("ns", f"o{i}"), {"metadata": {"name": f"o{i}", "uid": uid}}, ("fp",))  # type: ignore[arg-type]
+    selector = shards.selector
+    assert selector is not None
+    for i, uid in enumerate(uids):
+        assert shards.outside(cache, ObjectKey("ns", f"o{i}"), selector) == (both.owner(uid) != "a")
+    # a selector not remembered: whatever is missing from its listing is only dropped, never "deleted"
+    assert shards.outside(cache, ObjectKey("ns", "o0"), "shardRange(...)")
