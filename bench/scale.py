@@ -16,7 +16,10 @@ Per executor (the operators run one after the other, each in a namespace of its 
   resync   the operator restarted over the N converged CRs with --startup-resync background: every one is
            queued for a re-run at once, behind user changes, as a periodic resync of CRs that converged
            together queues them (see docs/explanation/benchmark.md#scale); the probes run again until all N
-           re-ran: the user CRs' p50/p99 during it, the time, CPU and requests of the N re-runs.
+           re-ran: the user CRs' p50/p99 during it, the time, CPU and requests of the N re-runs. The
+           probes' interval is stretched for an executor whose storm ran too few runs per second for the
+           probes to take at most a fifth of them (probe_interval): user changes go first, so faster
+           probes would keep the resync from ever ending.
   restart  per --startup-resync mode: SIGTERM, a new CR created, the operator started again; seconds from
            the start to /readyz and to the new CR Successful, and how many converged CRs were re-run in the
            first --restart-window seconds (the restarted operator's ansible_operator_runs_total, less the
@@ -414,6 +417,22 @@ class Probe:
         return out
 
 
+PROBE_SHARE = 0.2
+"""At most this share of an executor's runs goes to the probes' changes during the resync."""
+PROBE_CHANGES_PER_TICK = 4
+"""Two probes, each creating one CR and editing one per tick."""
+
+
+def probe_interval(args: argparse.Namespace, storm: dict[str, Any]) -> float:
+    """The resync's probe interval: --probe-interval, or longer for an executor whose storm ran fewer runs
+    per second than the probes would then take a fair share of. User changes go ahead of the resync's
+    background runs, so probes as fast as the executor itself would take every run and the resync would
+    never end (the runner column at 0.36 runs/s, before this)."""
+    rate = storm["runs"] / storm["all_successful_s"] if storm.get("all_successful_s") else 0.0
+    needed = PROBE_CHANGES_PER_TICK / (PROBE_SHARE * rate) if rate > 0 else args.probe_interval
+    return max(args.probe_interval, needed)
+
+
 def _pct(values: list[float], p: int) -> float | None:
     if not values:
         return None
@@ -495,7 +514,7 @@ class Run:
         result: dict[str, Any] = {}
         try:
             result["storm"] = self.storm(ex, ns, watcher, names)
-            result["resync"] = self.resync(ex, ns, watcher, names)
+            result["resync"] = self.resync(ex, ns, watcher, names, probe_interval(self.args, result["storm"]))
             result["restart"] = {mode: self.restart(ex, ns, watcher, mode)
                                  for mode in self.args.startup_resync}
         finally:
@@ -509,14 +528,14 @@ class Run:
                               ["--reconcile-period", RECONCILE_PERIOD, *extra])
 
     def _probes(self, phase: str, ns: str, watcher: StreamWatcher,
-                candidates: Callable[[], list[str]]) -> tuple[Probe, Probe]:
+                candidates: Callable[[], list[str]], interval: float) -> tuple[Probe, Probe]:
         """A user in the storm's namespace (``candidates``: the CRs it may edit) and one in a namespace of
         their own (editing their own earlier CRs)."""
         user = self.user_watcher
         assert user is not None
-        return (Probe(self.kube, watcher, self.kind, ns, f"{phase}-probe", self.args.probe_interval,
-                      candidates, self.spec).start(),
-                Probe(self.kube, user, self.kind, user.namespace, f"{phase}-user", self.args.probe_interval,
+        return (Probe(self.kube, watcher, self.kind, ns, f"{phase}-probe", interval, candidates,
+                      self.spec).start(),
+                Probe(self.kube, user, self.kind, user.namespace, f"{phase}-user", interval,
                       lambda: [n for n in user.converged() if n.startswith(f"{phase}-user-")],
                       self.spec).start())
 
@@ -532,7 +551,8 @@ class Run:
             say(f"storm [{ex}]: {len(names)} {self.kind.kind} CRs, probe every {self.args.probe_interval:g}s")
             own_before = family.operator_rss_mb()
             probes = self._probes("storm", ns, watcher,
-                                  lambda: [n for n in watcher.converged() if n.startswith("cr-")])
+                                  lambda: [n for n in watcher.converged() if n.startswith("cr-")],
+                                  self.args.probe_interval)
             t0 = time.monotonic()
             with ThreadPoolExecutor(self.args.create_workers, thread_name_prefix="create") as pool:
                 list(pool.map(lambda n: self.kube.create(self.kind, ns, n, self.spec), names))
@@ -558,16 +578,17 @@ class Run:
                 "operator_kb_per_cr": round(max(own_settled - own_before, 0.0) * 1024 / len(names), 1),
                 "runs": int(runs), **probed}
 
-    def resync(self, ex: str, ns: str, watcher: StreamWatcher, names: list[str]) -> dict[str, Any]:
-        """The N converged CRs re-run at once as background keys (see the module docstring)."""
+    def resync(self, ex: str, ns: str, watcher: StreamWatcher, names: list[str],
+               interval: float) -> dict[str, Any]:
+        """The N converged CRs re-run at once as background keys (see the module docstring); the probes
+        every ``interval`` s (:func:`probe_interval`)."""
         op = self._operator(ex, "resync", ["--startup-resync", "background"])
         t0 = time.monotonic()
         wait_ready(op)
         family = Family(op, self.audit, self.args.sample_interval)
         try:
-            say(f"resync [{ex}]: {len(names)} converged CRs re-run,"
-                f" probe every {self.args.probe_interval:g}s")
-            probes = self._probes("resync", ns, watcher, lambda: names)
+            say(f"resync [{ex}]: {len(names)} converged CRs re-run, probe every {interval:g}s")
+            probes = self._probes("resync", ns, watcher, lambda: names, interval)
             deadline = t0 + self.args.timeout
             records = RunRecords(op, self.kind, ns, names)
             while records.poll() < len(names):  # each converged CR re-ran (or ran for a probe's edit)
@@ -583,7 +604,8 @@ class Run:
         finally:
             family.stop()
             op.stop()
-        return {"crs": len(names), "resync_s": round(resync_s, 2), **figures, "runs": int(runs), **probed}
+        return {"crs": len(names), "resync_s": round(resync_s, 2), **figures, "runs": int(runs), **probed,
+                "probe_interval_s": round(interval, 1)}
 
     def restart(self, ex: str, ns: str, watcher: StreamWatcher, mode: str) -> dict[str, Any]:
         k = self.kind
@@ -654,7 +676,7 @@ PROBE_ROWS = tuple(
                        ("probed changes", "all.n"), ("probe ticks skipped (4 pending)", "skipped_ticks")))
 RESYNC_ROWS = (("N", "crs"), ("N converged CRs re-run (s)", "resync_s"), ("peak RSS (MB)", "peak_rss_mb"),
                ("CPU s per CR", "cpu_s_per_cr"), ("API requests per CR", "api_requests_per_cr"),
-               ("runs", "runs"))
+               ("runs", "runs"), ("probe interval (s)", "probe_interval_s"))
 RESTART_ROWS = (("start -> /readyz (s)", "ready_s"),
                 ("start -> new CR Successful (s)", "new_cr_successful_s"),
                 ("converged CRs re-run in the window", "converged_rerun_in_window"))

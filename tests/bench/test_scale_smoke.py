@@ -26,7 +26,7 @@ STORM_KEYS = ("create_s", "create_per_s", "all_successful_s", "crs_per_s", "cpu_
               "peak_pss_mb", "settled_rss_mb", "operator_rss_before_mb", "operator_rss_settled_mb",
               "operator_kb_per_cr", "runs")
 RESYNC_KEYS = ("resync_s", "cpu_s", "cpu_s_per_cr", "api_requests", "api_requests_per_cr", "peak_rss_mb",
-               "runs")
+               "runs", "probe_interval_s")
 RESTART_KEYS = ("ready_s", "new_cr_successful_s")
 
 
