@@ -518,8 +518,11 @@ class Run:
         names = [f"cr-{i:05d}" for i in range(crs_of(self.args, ex))]
         result: dict[str, Any] = {}
         try:
+            # each phase's figures are printed as soon as it ends: a long run stopped later keeps them
             result["storm"] = self.storm(ex, ns, watcher, names)
+            say(f"{ex} storm: {json.dumps(result['storm'])}")
             result["resync"] = self.resync(ex, ns, watcher, names, probe_interval(self.args, result["storm"]))
+            say(f"{ex} resync: {json.dumps(result['resync'])}")
             result["restart"] = {mode: self.restart(ex, ns, watcher, mode)
                                  for mode in self.args.startup_resync}
         finally:
