@@ -461,16 +461,12 @@ class _OperatorRun:
         by_key = {c.watch.key: c for c in self.controllers}
         settings = self.kopf_settings
 
-        def apply(key: str, selector: str) -> None:
+        def narrow(key: str, selector: str) -> None:
             w = by_key[key].watch
             kopfcompat.set_shard_selector(settings, w.group, w.version, w.kind, selector)
-
-        def relist(key: str) -> None:
-            w = by_key[key].watch
             kopfcompat.relist(w.group, w.version, w.kind)
 
-        shards = ServerSideShards(identity, [(c.watch.key, c.intake.cache) for c in self.controllers],
-                                  apply, relist)
+        shards = ServerSideShards(identity, list(by_key), narrow)
         for c in self.controllers:
             c.intake.shard_outside = functools.partial(shards.outside, c.intake.cache)
         self._background(_say_if_shards_are_served(self.kube, self.controllers, self.namespaces),
@@ -861,7 +857,7 @@ async def _say_if_shards_are_served(kube: Any, controllers: list[Controller], na
 
 
 _MALFORMED_SHARD_SELECTOR = "shardRange(object.metadata.uid, '0x0000000000000001', '0x0000000000000000')"
-"""Its start is past its end: a server that parses shard selectors answers 400."""
+"""Its start is past its end: a server that parses shard selectors refuses it (see above)."""
 
 
 def _sharding(args: argparse.Namespace) -> bool:

@@ -5,8 +5,8 @@ Kubernetes 1.36 serves ``shardSelector`` on list and watch (KEP-5866, alpha, fea
 ``ShardedListAndWatch``): ``shardRange(object.metadata.uid, '0x…', '0x…')`` terms joined with ``||``, over
 the 64-bit FNV-1a hash of the uid, which is the hash the ring places objects by. On every ring this replica
 is a member of, :class:`ServerSideShards` turns the ranges it owns (:meth:`HashRing.ranges`) into a
-selector, hands it to the watch (``apply``: kopf's shard selector setting) and has the watch list again
-(``relist``): the listing brings the objects the replica gained, and those it lost are missing from it,
+selector, hands it to the watch and has the watch list again (``narrow``: kopf's shard selector setting
+and a relist): the listing brings the objects the replica gained, and those it lost are missing from it,
 which the intake takes for a move, not a deletion (:meth:`outside`).
 
 It only narrows what arrives: which objects run where is still the coordinator's gate and hand-over, so a
@@ -33,14 +33,12 @@ _REMEMBERED = 16
 
 
 class ServerSideShards:
-    def __init__(self, identity: str, watches: Iterable[tuple[str, ObjectCache]],
-                 apply: Callable[[str, str], None], relist: Callable[[str], None]) -> None:
-        """``watches``: (watch key, its cache); ``apply(watch, selector)`` makes the watch's next requests
-        carry the selector, ``relist(watch)`` has it list again."""
+    def __init__(self, identity: str, watches: Iterable[str], narrow: Callable[[str, str], None]) -> None:
+        """``watches``: the watches' keys; ``narrow(watch, selector)`` makes the watch's next requests carry
+        the selector and has it list again."""
         self.identity = identity
         self.watches = list(watches)
-        self._apply = apply
-        self._relist = relist
+        self._narrow = narrow
         self.selector: str | None = None
         """The selector the watches use now (None: none yet, every object)."""
         self._rings: OrderedDict[str, HashRing] = OrderedDict()
@@ -60,9 +58,8 @@ class ServerSideShards:
         self.selector = selector
         log.info("shard selector: %d hash range(s) of %d member(s); listing again", selector.count("||") + 1,
                  len(ring))
-        for key, _cache in self.watches:
-            self._apply(key, selector)
-            self._relist(key)
+        for key in self.watches:
+            self._narrow(key, selector)
 
     def outside(self, cache: ObjectCache, key: ObjectKey, selector: str) -> bool:
         """Whether the cached object ``key`` is not ours under the ring ``selector`` was made for: its

@@ -161,15 +161,14 @@ def test_server_side_shards_follow_the_rings_we_are_in() -> None:
     from ansible_operator.sharding.serverside import ServerSideShards
 
     cache = ObjectCache()
-    calls: list[tuple[str, str, str | None]] = []
-    shards = ServerSideShards("a", [("w", cache)], lambda w, sel: calls.append(("apply", w, sel)),
-                              lambda w: calls.append(("relist", w, None)))
+    calls: list[tuple[str, str]] = []
+    shards = ServerSideShards("a", ["w"], lambda w, sel: calls.append((w, sel)))
     both = HashRing(["a", "b"])
     shards.on_ring(both)
-    assert calls == [("apply", "w", shard_selector(both.ranges("a"))), ("relist", "w", None)]
+    assert calls == [("w", shard_selector(both.ranges("a")))]
     shards.on_ring(HashRing(["b", "a"]))  # the same ring: nothing to do
     shards.on_ring(HashRing(["b"]))  # not ours (our Lease lapsed): keep the last selector
-    assert len(calls) == 2 and shards.selector == shard_selector(both.ranges("a"))
+    assert len(calls) == 1 and shards.selector == shard_selector(both.ranges("a"))
     uids = [str(uuid.UUID(int=random.Random(7).getrandbits(128) + i)) for i in range(40)]
     for i, uid in enumerate(uids):
         cache.store(ObjectKey("ns", f"o{i}"), {"metadata": {"name": f"o{i}", "uid": uid}}, ("fp",))  # type: ignore[arg-type]
