@@ -149,9 +149,9 @@ def all_successful(cluster: Cluster, generation: int, timeout: float = 240) -> N
 
 
 def join_with_runs_in_flight(cluster: Cluster, start_operator, *extra: str,  # type: ignore[no-untyped-def]
-                             seconds: int = 4) -> dict[str, OperatorProcess]:
+                             seconds: int = 4, running_first: bool = False) -> dict[str, OperatorProcess]:
     """a and b run the Widgets; c joins while the runs of a new generation (``seconds`` each) are in
-    flight."""
+    flight (``running_first``: once a and b both have runs in flight, however long that takes)."""
     ops = {"a": start_operator(WATCH, *flags(cluster, *extra), name="a"),
            "b": start_operator(WATCH, *flags(cluster, *extra), name="b")}
     wait_for(lambda: len(ring_leases(cluster)) == 2 or None, 90, what="two members")
@@ -160,6 +160,9 @@ def join_with_runs_in_flight(cluster: Cluster, start_operator, *extra: str,  # t
     all_successful(cluster, 1)
     for i in range(WIDGETS):
         cluster.patch_widget(f"w{i}", {"spec": {"seconds": seconds}})
+    if running_first:
+        wait_for(lambda: all(results(ops[r]).get("running") for r in ("a", "b")), 120,
+                 what="runs in flight on a and b")
     ops["c"] = start_operator(WATCH, *flags(cluster, *extra), name="c")
     return ops
 
@@ -215,21 +218,22 @@ def test_three_replicas_share_hand_over_and_take_over(cluster: Cluster, start_op
 @pytest.mark.timeout(600)
 def test_the_overlap_detector_catches_a_broken_handover(cluster: Cluster, start_operator) -> None:
     """The same join with the drained check skipped: c starts Widgets a and b still run."""
-    # long runs, 10 workers each: a and b run 20 of the 30 Widgets' new generation at once, and c, joining
-    # meanwhile, starts the ~10 it owns at once, so some are surely still running on a or b (with 3
-    # workers it could start, first, only Widgets a and b had not started yet: 1 run in 4 found no
-    # overlap; with 30, the first generation's 15 runs at once per replica outlasted 240 s under CI load),
-    # even when c takes long to start on a loaded machine
+    # runs that outlast any start-up of c, 10 workers each: a and b run 20 of the 30 Widgets' new
+    # generation when c starts, and c starts the ~10 it owns at once, so some are surely still running on
+    # a or b. With 30 s runs, c started on a loaded CI machine after a and b had finished theirs (the
+    # official run at e3f3c53); with 3 workers, c could start first only Widgets a and b had not started
     ops = join_with_runs_in_flight(cluster, start_operator, "--sharding-unsafe-skip-handover",
-                                   "--max-concurrent-reconciles", "10", seconds=30)
+                                   "--max-concurrent-reconciles", "10", seconds=900, running_first=True)
 
     def overlapping() -> list[tuple[str, str, str]] | None:
         return overlaps({r: intervals(op) for r, op in ops.items()}) or None
 
-    found = wait_for(overlapping, 240, what="an overlap")
+    try:
+        found = wait_for(overlapping, 240, what="an overlap")
+    finally:
+        kill(ops.values())  # rather than wait for their runs to end at the teardown
     print("overlaps with the hand-over skipped:", found)
     assert found
-    kill(ops.values())  # rather than wait for their 30 s runs to end at the teardown
 
 
 @pytest.mark.skipif(not kube.real(), reason="cuts the network to the real control plane")
