@@ -291,6 +291,10 @@ def _add_leader_election_flags(run: argparse.ArgumentParser) -> None:
                help="with --sharding: have the API server list and watch only this replica's shard (its"
                     " shardSelector: Kubernetes 1.36+ with the ShardedListAndWatch feature gate; a server"
                     " without it sends every object, which still works); with --shard-by=uid only")
+    _bool_flag(sh, "--shard-label", default=False,
+               help="with --sharding: have the API server list and watch only this replica's shard, on any"
+                    " Kubernetes: the replicas label every object with its hash bucket"
+                    " (ansible-operator.dev/shard-bucket) and each watches the buckets it owns")
     # test only: run without waiting for the others to drain (shows the overlap detector works)
     _bool_flag(sh, "--sharding-unsafe-skip-handover", default=False, help=argparse.SUPPRESS)
 
@@ -448,6 +452,11 @@ def _finish_lease(parser: argparse.ArgumentParser, args: argparse.Namespace, war
     if args.shard_selector and args.shard_by != "uid":
         parser.error("--shard-selector needs --shard-by=uid: the API server hashes namespaces plainly, the"
                      " ring spreads them first (names such as team-1, team-2 would share one arc)")
+    if args.shard_label and not args.sharding:
+        parser.error("--shard-label narrows the watches to this replica's shard: it needs --sharding")
+    if args.shard_label and args.shard_selector:
+        parser.error("--shard-label and --shard-selector exclude each other: choose the label (any"
+                     " Kubernetes) or the API server's shardSelector (1.36+ with ShardedListAndWatch)")
 
 
 def _finish_metrics_security(parser: argparse.ArgumentParser, args: argparse.Namespace,

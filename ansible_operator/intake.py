@@ -51,6 +51,7 @@ The handler does no I/O and never blocks: it just records and enqueues.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import logging
@@ -58,7 +59,7 @@ import random
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, cast
+from typing import Any, Callable, Iterable, Protocol, cast
 
 import kopf
 
@@ -157,6 +158,10 @@ class ObjectCache:
         obj = self._objects.get(key)
         return copy.deepcopy(obj) if obj is not None else None
 
+    def peek(self, key: ObjectKey) -> KubeObject | None:
+        """The cached body itself, not a copy: for reading only."""
+        return self._objects.get(key)
+
     def uid(self, key: ObjectKey) -> str | None:
         obj = self._objects.get(key)
         return uid_of(obj) if obj is not None else None
@@ -203,6 +208,21 @@ def startup_delay(watch: Watch, obj: KubeObject, *, mode: str, rng: random.Rando
     return rng.uniform(0.0, period) if period else 0.0
 
 
+class ShardFilter(Protocol):
+    """With server-side shard filtering (:mod:`ansible_operator.sharding.serverside`): what the API server
+    leaves out of this replica's watch is not deleted."""
+
+    def outside(self, key: ObjectKey, selector: str) -> bool:
+        """The cached object is outside the shard a listing's selector asked for: it moved away."""
+
+    def left(self, obj: KubeObject, gone: Callable[[], None]) -> bool:
+        """A ``DELETED`` event that may be the object leaving the watch's label selector (its label
+        changed): if True, ``gone()`` is called should it turn out deleted after all."""
+
+    def seen(self, obj: KubeObject) -> None:
+        """Every object that arrives (a wrong shard label gets corrected)."""
+
+
 _TOMBSTONES = 10_000
 """How many uids of deleted objects intake remembers, to drop late events about them."""
 
@@ -230,9 +250,8 @@ class WatchIntake:
         self._listed_once: set[str | None] = set()
         self._dependents_recovered = False
         """A converged object was queued at once at start-up to bring the dependent watches back."""
-        self.shard_outside: Callable[[ObjectKey, str], bool] | None = None
-        """With server-side sharding: whether a cached object lies outside the shard a listing's
-        ``shardSelector`` asked for (it moved to another replica: not deleted)."""
+        self.shards: ShardFilter | None = None
+        """With server-side shard filtering: which missing objects moved to another replica."""
 
     def handle(self, event_type: str | None, obj: KubeObject) -> None:
         """Apply one watch event. ``event_type`` None is kopf's initial listing."""
@@ -240,6 +259,13 @@ class WatchIntake:
         uid = uid_of(obj)
         if event_type == "DELETED":
             cached_uid = self.cache.uid(key)
+            if self.shards is not None and (cached_uid is None or uid is None or cached_uid == uid) \
+                    and self.shards.left(obj, functools.partial(self._deleted_after_all, key, obj)):
+                self.cache.remove(key)
+                self.queue.forget(key)
+                log.debug("%s %s: left this replica's watch (deleted, or its shard label changed)",
+                          self.watch.kind, key)
+                return
             if uid is not None:
                 self._bury(uid)
             if cached_uid is None or uid is None or cached_uid == uid:
@@ -254,6 +280,8 @@ class WatchIntake:
             # Deleted and re-created under the same name while we were not looking: a new object.
             self._bury(cached_uid)
             self._forget(key, f"replaced by a new object (uid {uid})")
+        if self.shards is not None:
+            self.shards.seen(obj)
         labels = (obj.get("metadata") or {}).get("labels") or {}
         selected = self._selector(labels) if self._selector else True
         current = fingerprint(obj, watch_annotations=self.watch.watch_annotations_changes, selected=selected)
@@ -278,8 +306,9 @@ class WatchIntake:
     def relisted(self, namespace: str | None, listed: Iterable[tuple[str | None, str, str | None]],
                  shard: str | None = None) -> int:
         """A listing of ``namespace`` (None: all) ended, holding these (namespace, name, uid); ``shard``: the
-        ``shardSelector`` it was made with. Cached objects it does not hold were deleted meanwhile: forget
-        them (informer ``Replace``), except those outside the listing's shard, which moved to another
+        shard selector it was made with (``shardSelector``, or a shard label selector). Cached objects it
+        does not hold were deleted meanwhile: forget them (informer ``Replace``), except those outside the
+        listing's shard, which moved to another
         replica (dropped from the cache, never taken for deleted). Returns how many were deleted."""
         present = frozenset((ObjectKey(namespace=ns or None, name=name), uid) for ns, name, uid in listed)
         if namespace in self._listed_once:
@@ -295,7 +324,7 @@ class WatchIntake:
             uid = self.cache.uid(key)
             if (key, uid) in present:
                 continue
-            if shard is not None and self.shard_outside is not None and self.shard_outside(key, shard):
+            if shard is not None and self.shards is not None and self.shards.outside(key, shard):
                 self.cache.remove(key)
                 self.queue.forget(key)
                 moved += 1
@@ -311,6 +340,20 @@ class WatchIntake:
             log.info("%s: %d object(s) left this replica's shard", self.watch.key, moved)
         self.cache.listed(namespace, present)
         return gone
+
+    def _deleted_after_all(self, key: ObjectKey, old: KubeObject) -> None:
+        """An object that left the watch (see :meth:`ShardFilter.left`) was deleted: forget it, unless it
+        came back meanwhile."""
+        uid = uid_of(old)
+        if uid is not None:
+            self._bury(uid)
+        if self.cache.uid(key) not in (None, uid):
+            return  # a new object of that name
+        self.cache.remove(key)
+        self.queue.forget(key)
+        log.debug("%s %s: deleted", self.watch.kind, key)
+        if self._on_forget:
+            self._on_forget(key, old)
 
     def _bury(self, uid: str) -> None:
         self._tombstones[uid] = None

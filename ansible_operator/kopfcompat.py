@@ -11,7 +11,8 @@ loop; the runner needs a few more of its parts, each for a reason:
   and its credentials vault and session instead of a second client.
 * **typed errors** (:func:`api_error`) and **the vault** (:func:`vault`) for ``kopf.operator(vault=)``.
 * **forced relists** (:func:`relist`): a new shard selector (kopf's public
-  ``settings.watching.shard_selectors``, :func:`set_shard_selector`) applies to kopf's next request, but
+  ``settings.watching.shard_selectors`` or ``label_selectors``, :func:`set_shard_selector`,
+  :func:`set_label_selector`) applies to kopf's next request, but
   only a fresh listing shows the objects it now selects; kopf lists again after a 410 Gone, so the watch
   request ends with one (``watch_objs`` below).
 * **watch restarts** (:func:`install_watch_restarts`, :func:`restart_watches`): when the API server
@@ -144,20 +145,33 @@ def install_relist_hook(listing_ended: ListingEnded) -> None:
 
 
 def shard_selector_of(settings: Any, resource: Any) -> str | None:
-    """The ``shardSelector`` kopf's next list or watch request of ``resource`` carries (kopf's public
-    ``settings.watching.shard_selectors``; the first that applies, as kopf picks it)."""
+    """What narrows kopf's next list or watch request of ``resource`` to a shard: its ``shardSelector``
+    (kopf's public ``settings.watching.shard_selectors``; the first that applies, as kopf picks it), else its
+    label selector (``settings.watching.label_selectors``, which only sharding sets: the watches' own
+    selectors are applied by the intake)."""
     found = settings.watching.shard_selectors.collect(resource)
-    return str(found[0]) if found else None
+    if found:
+        return str(found[0])
+    labels = sorted(set(settings.watching.label_selectors.collect(resource)))
+    return ",".join(labels) if labels else None
 
 
 def set_shard_selector(settings: Any, group: str, version: str, kind: str, selector: str | None) -> None:
     """Make kopf's list and watch requests of one resource carry ``selector`` (None: none). Takes effect
     at the next request: see :func:`relist`."""
-    key = (group, version, kind)
+    _set(settings.watching.shard_selectors, (group, version, kind), selector)
+
+
+def set_label_selector(settings: Any, group: str, version: str, kind: str, selector: str | None) -> None:
+    """The same for a ``labelSelector`` (public ``settings.watching.label_selectors``)."""
+    _set(settings.watching.label_selectors, (group, version, kind), selector)
+
+
+def _set(mapping: Any, key: tuple[str, str, str], selector: str | None) -> None:
     if selector is None:
-        settings.watching.shard_selectors.pop(key, None)
+        mapping.pop(key, None)
     else:
-        settings.watching.shard_selectors[key] = selector
+        mapping[key] = selector
 
 
 _RELIST_PENDING: set[tuple[str, str, str]] = set()

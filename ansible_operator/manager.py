@@ -444,8 +444,10 @@ class _OperatorRun:
             retry_period=args.leader_elect_retry_period or 2, on_fenced=fenced,
             shard_by=getattr(args, "shard_by", "uid"), metrics=self.metrics,
             skip_handover=bool(getattr(args, "sharding_unsafe_skip_handover", False)),
-            on_ring=self._server_side_shards(identity) if getattr(args, "shard_selector", False) else None,
+            bucketed=bool(getattr(args, "shard_label", False)),
         )
+        if getattr(args, "shard_selector", False) or coordinator.bucketed:
+            coordinator.on_ring = self._server_side_shards(coordinator)
         if coordinator.skip_handover:
             log.warning("--sharding-unsafe-skip-handover: objects may run on two replicas at once"
                         " (for tests only)")
@@ -453,24 +455,40 @@ class _OperatorRun:
         self.shutdown.on_stop.append(coordinator.stop)  # the drain pauses the queues: never resume them
         return asyncio.create_task(coordinator.run(), name="sharding")
 
-    def _server_side_shards(self, identity: str) -> Callable[[Any], None]:
-        """``--shard-selector``: every watch narrowed to our shard by the API server (kopf's shard selector
-        setting, and a relist on each new ring); the intakes learn which missing objects moved away."""
-        from ansible_operator.sharding.serverside import ServerSideShards
+    def _server_side_shards(self, coordinator: Any) -> Callable[[Any], None]:
+        """``--shard-selector`` or ``--shard-label``: every watch narrowed to our shard by the API server
+        (kopf's selector settings, and a relist on each new ring); the intakes learn which missing objects
+        moved away; with labels, a labeller per watch labels the new objects we own."""
+        from ansible_operator.sharding.labeller import ShardLabeller
+        from ansible_operator.sharding.serverside import BucketLabels, ServerSideShards
 
         by_key = {c.watch.key: c for c in self.controllers}
         settings = self.kopf_settings
+        identity = coordinator.membership.identity
+        labels = BucketLabels(coordinator.shard_by) if coordinator.bucketed else None
+        labellers: dict[str, ShardLabeller] = {}
 
         def narrow(key: str, selector: str) -> None:
             w = by_key[key].watch
-            kopfcompat.set_shard_selector(settings, w.group, w.version, w.kind, selector)
+            set_selector = kopfcompat.set_label_selector if labels else kopfcompat.set_shard_selector
+            set_selector(settings, w.group, w.version, w.kind, selector)
             kopfcompat.relist(w.group, w.version, w.kind)
 
-        shards = ServerSideShards(identity, list(by_key), narrow)
+        shards = ServerSideShards(identity, list(by_key), narrow, owns=coordinator.owns, labels=labels,
+                                  labellers=labellers)
         for c in self.controllers:
-            c.intake.shard_outside = functools.partial(shards.outside, c.intake.cache)
-        self._background(_say_if_shards_are_served(self.kube, self.controllers, self.namespaces),
-                         "shard-selector-check")
+            c.intake.shards = shards.view(c.watch.key, c.intake.cache)
+        if labels is None:
+            self._background(_say_if_shards_are_served(self.kube, self.controllers, self.namespaces),
+                             "shard-selector-check")
+            return shards.on_ring
+        for c in self.controllers:
+            w = c.watch
+            labellers[w.key] = labeller = ShardLabeller(
+                self.kube, functools.partial(self.kube.discover, w.group, w.version, w.kind),
+                list(self.namespaces) or [None], labels, identity=identity,
+                ring=lambda: coordinator.membership.ring, interval=min(1.0, coordinator.retry_period))
+            self._background(labeller.run(), f"shard-labels-{w.key}")
         return shards.on_ring
 
     async def wait_for_stop(self, kopf_run: _KopfRun, elector_task: asyncio.Task[Any] | None

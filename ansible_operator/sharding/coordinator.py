@@ -31,7 +31,7 @@ from ansible_operator.intake import ObjectCache
 from ansible_operator.queue import ObjectKey, Priority, WorkQueue
 from ansible_operator.sharding.leases import LeaseLost
 from ansible_operator.sharding.membership import LeaseView, Membership, RingChange
-from ansible_operator.sharding.ring import HashRing, spread_hash
+from ansible_operator.sharding.ring import HashRing, position
 from ansible_operator.status import converged
 
 __all__ = ["LeaseStore", "ShardCoordinator", "ShardMetrics", "ShardedWatch", "SHARD_BY"]
@@ -76,7 +76,8 @@ class ShardCoordinator:
                  lease_duration: float, renew_deadline: float, retry_period: float,
                  on_fenced: Callable[[], Awaitable[None]], shard_by: str = "uid",
                  metrics: ShardMetrics | None = None, clock: Callable[[], float] = time.monotonic,
-                 skip_handover: bool = False, on_ring: Callable[[HashRing], None] | None = None) -> None:
+                 skip_handover: bool = False, on_ring: Callable[[HashRing], None] | None = None,
+                 bucketed: bool = False) -> None:
         if not (0 < retry_period < renew_deadline < lease_duration):
             raise ValueError("sharding needs 0 < retry period < renew deadline < lease duration, got"
                              f" retry={retry_period}s renew={renew_deadline}s lease={lease_duration}s")
@@ -89,12 +90,14 @@ class ShardCoordinator:
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self.shard_by = shard_by
+        self.bucketed = bucketed
+        """``--shard-label``: objects are placed by bucket (:func:`~.ring.position`)."""
         self._on_fenced = on_fenced
         self._metrics = metrics
         self._clock = clock
-        self.skip_handover = skip_handover
-        self._on_ring = on_ring
+        self.on_ring = on_ring
         """Called with every new ring (server-side sharded watching narrows the watches to our shard)."""
+        self.skip_handover = skip_handover
         """Test only: start runs as soon as we own them, without waiting for the others to drain (unsafe:
         it exists so the end-to-end overlap detector can be shown to fail)."""
         self._last_renew: float | None = None
@@ -136,9 +139,8 @@ class ShardCoordinator:
         shard_key = self.shard_key(cache, key)
         if ring is None or shard_key is None:
             return False
-        if self.shard_by == "namespace":
-            return ring.owner_of_hash(spread_hash(shard_key)) == self.membership.identity
-        return ring.owner(shard_key) == self.membership.identity
+        owner = ring.owner_of_hash(position(shard_key, self.shard_by, self.bucketed))
+        return owner == self.membership.identity
 
     def _gate(self, cache: ObjectCache) -> Callable[[ObjectKey], bool]:
         def admits(key: ObjectKey) -> bool:
@@ -316,8 +318,8 @@ class ShardCoordinator:
                 log.info("%s: shard ring changed: gained %d object(s), lost %d", w.key, gained, lost)
         log.info("shard ring %s: version %s, %d member(s)%s", self._ring_name(), ring.version, len(ring),
                  "" if me in ring else " (not us: our lease is not renewed)")
-        if self._on_ring is not None:
-            self._on_ring(ring)
+        if self.on_ring is not None:
+            self.on_ring(ring)
         self._update_queues()
 
     def _drained(self) -> bool:

@@ -9,6 +9,12 @@ handed to the API server as a shard selector instead of being tested here, clien
 Objects placed by another key (``--shard-by=namespace``: names are often alike, ``team-1``, ``team-2``)
 use :func:`spread_hash`, FNV-1a mixed the same way.
 
+Where the API server does not serve shard selectors, a replica can still be sent only its shard through a
+label (``run --shard-label``): every object carries the *bucket* of its hash (the top :data:`BUCKET_BITS`
+bits, as 2 hex digits, :func:`bucket_label`), and a replica lists and watches the buckets it owns
+(:meth:`HashRing.buckets`, :func:`bucket_selector`). Labels cannot express ranges, so with buckets an
+object is placed at the start of its bucket (:func:`position`): a whole bucket moves at once.
+
 Every member gets ``vnodes`` points (virtual nodes) for balance. Plain FNV-1a spreads short strings that
 differ in their last byte over a few neighbouring values only ("a#1", "a#2" ...), so a point is the FNV-1a
 hash of ``<member>#<i>`` run through splitmix64's finalizer; object hashes stay plain FNV-1a (they must match
@@ -25,7 +31,8 @@ import functools
 import hashlib
 from typing import Iterable
 
-__all__ = ["DEFAULT_VNODES", "HashRing", "fnv1a64", "ring_version", "shard_selector", "spread_hash"]
+__all__ = ["BUCKETS", "BUCKET_BITS", "DEFAULT_VNODES", "HashRing", "bucket_label", "bucket_selector",
+           "fnv1a64", "position", "ring_version", "shard_selector", "spread_hash"]
 
 DEFAULT_VNODES = 100
 """Points per member: with 3 members each owns 1/3 of the space within about ±10 %."""
@@ -62,6 +69,40 @@ def spread_hash(value: str) -> int:
     """FNV-1a, mixed: for shard keys that are not random (namespace names such as ``team-1``, ``team-2``
     would all land on one arc under plain FNV-1a, which moves only the low bits for a last character)."""
     return _mix(_cached_fnv1a64(value))
+
+
+BUCKET_BITS = 8
+BUCKETS = 1 << BUCKET_BITS
+"""Buckets of ``--shard-label``: 256 (with 3 members, 85 each ± 9 %; 2-hex-digit label values)."""
+_BUCKET_SHIFT = 64 - BUCKET_BITS
+
+
+def hash_of(shard_key: str, shard_by: str) -> int:
+    """Where a shard key hashes to: uids by plain FNV-1a (the API server's hash), namespaces mixed."""
+    return spread_hash(shard_key) if shard_by == "namespace" else _cached_fnv1a64(shard_key)
+
+
+def position(shard_key: str, shard_by: str, bucketed: bool = False) -> int:
+    """The point of the ring an object is placed at: its hash, or with ``bucketed`` the start of its
+    bucket (every object of a bucket has one owner, whom a label selector can name)."""
+    h = hash_of(shard_key, shard_by)
+    return (h >> _BUCKET_SHIFT) << _BUCKET_SHIFT if bucketed else h
+
+
+def bucket_label(shard_key: str, shard_by: str) -> str:
+    """The bucket label value of an object whose shard key (uid, namespace) is ``shard_key``."""
+    return f"{hash_of(shard_key, shard_by) >> _BUCKET_SHIFT:02x}"
+
+
+ALL_BUCKET_LABELS = tuple(f"{b:02x}" for b in range(BUCKETS))
+
+
+def bucket_selector(label: str, buckets: Iterable[int]) -> str | None:
+    """A label selector for objects in these buckets (None for none: no selector says "nothing")."""
+    values = [f"{b:02x}" for b in sorted(set(buckets))]
+    if not values:
+        return None
+    return f"{label}" if len(values) == BUCKETS else f"{label} in ({','.join(values)})"
 
 
 def _hex(bound: int) -> str:
@@ -112,6 +153,10 @@ class HashRing:
     def owner(self, value: str) -> str | None:
         """The member owning the object whose shard key (uid, namespace) is ``value``."""
         return self.owner_of_hash(_cached_fnv1a64(value))
+
+    def buckets(self, member: str) -> list[int]:
+        """The buckets ``member`` owns (each placed at its start: :func:`position` with ``bucketed``)."""
+        return [b for b in range(BUCKETS) if self.owner_of_hash(b << _BUCKET_SHIFT) == member]
 
     def ranges(self, member: str) -> list[tuple[int, int]]:
         """The ``[start, end)`` hash ranges ``member`` owns, merged and sorted (ending at most at

@@ -350,3 +350,57 @@ def test_with_shard_selectors_each_replica_receives_only_its_shard(cluster: Clus
     for i in range(n):
         cluster.wait_condition(f"w{i}", "Successful", generation=2, timeout=240)
     assert overlaps({r: intervals(op) for r, op in ops.items()}) == []
+
+
+def test_with_shard_labels_each_replica_receives_only_its_buckets(cluster: Cluster, start_operator) -> None:
+    """``--shard-label`` (any Kubernetes): the replicas label every Widget with its hash bucket, those made
+    before they started too, and each watches only its buckets; together they hold each Widget once and
+    run every one. A Widget whose label a user removed is labelled again and keeps running; when one
+    replica leaves, the other watches every bucket and runs all the Widgets."""
+    from ansible_operator.sharding.ring import bucket_label
+
+    label = "ansible-operator.dev/shard-bucket"
+    n = 20
+    for i in range(n // 2):  # before the operator: unlabelled
+        cluster.create_widget(f"w{i}", {"seconds": 1})
+    ports = {r: free_port() for r in ("a", "b")}
+    ops = {r: start_operator(WATCH, *flags(cluster, "--shard-label", "--metrics-bind-address",
+                                           f"127.0.0.1:{ports[r]}"), name=r) for r in ("a", "b")}
+    wait_for(lambda: settled(cluster, 2), 90, what="two members drained for one ring")
+    for i in range(n // 2, n):
+        cluster.create_widget(f"w{i}", {"seconds": 1})
+    for i in range(n):
+        cluster.wait_condition(f"w{i}", "Successful", generation=1, timeout=240)
+
+    def labels_right() -> bool:
+        widgets = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, cluster.ns, "widgets")["items"]
+        return len(widgets) == n and all(
+            (w["metadata"].get("labels") or {}).get(label) == bucket_label(w["metadata"]["uid"], "uid")
+            for w in widgets)
+
+    wait_for(labels_right, 60, what="every Widget labelled with its bucket")
+
+    def split() -> dict[str, float] | None:
+        held = {r: _cached(port) for r, port in ports.items()}
+        counts = {r: v for r, v in held.items() if v is not None}
+        return counts if len(counts) == len(held) and sum(counts.values()) == n else None
+
+    held = wait_for(split, 60, what="the replicas' caches holding each Widget once")
+    print("Widgets each replica's watch holds:", held)
+    assert all(0 < v < n for v in held.values()), held
+
+    # a user removes the label: it leaves its owner's watch (not deleted there), is labelled again, runs
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, cluster.ns, "widgets", "w0",
+                                                  {"metadata": {"labels": {label: None}}})
+    wait_for(labels_right, 60, what="w0 labelled again")
+    cluster.patch_widget("w0", {"spec": {"seconds": 0}})
+    cluster.wait_condition("w0", "Successful", generation=2, timeout=120)
+
+    # b leaves: a watches every bucket, holds (and runs) every Widget
+    ops["b"].stop()
+    wait_for(lambda: _cached(ports["a"]) == n or None, 90, what="a holding every Widget")
+    for i in range(1, n):
+        cluster.patch_widget(f"w{i}", {"spec": {"seconds": 0}})
+    for i in range(n):
+        cluster.wait_condition(f"w{i}", "Successful", generation=2, timeout=240)
+    assert overlaps({r: intervals(op) for r, op in ops.items()}) == []

@@ -261,6 +261,50 @@ async def test_kopf_relist_after_410_reaches_the_intake(monkeypatch: pytest.Monk
     assert set(queue.forgotten) == {KEY, ObjectKey("ns", "b")}
 
 
+class FakeShards:
+    """The intake's ShardFilter: ``outside`` as given; ``left`` asks about every DELETED event (the
+    labeller's check, answered by the test through ``pending``)."""
+
+    def __init__(self, outside: Any = None) -> None:
+        self._outside = outside
+        self.seen_names: list[str] = []
+        self.pending: list[Any] = []
+
+    def outside(self, key: ObjectKey, selector: str) -> bool:
+        return bool(self._outside and self._outside(key, selector))
+
+    def left(self, obj: KubeObject, gone: Any) -> bool:
+        self.pending.append(gone)
+        return True
+
+    def seen(self, obj: KubeObject) -> None:
+        self.seen_names.append(obj["metadata"]["name"])
+
+
+def test_an_object_leaving_the_label_selector_is_checked_before_it_counts_as_deleted() -> None:
+    """--shard-label: a DELETED event may be the object leaving the watch's label selector (a watch says so
+    with the object as it was): dropped from cache and queue, its uid not buried nor its records forgotten
+    until the labeller finds it gone; once labelled back it runs again."""
+    forgotten: list[tuple[ObjectKey, str]] = []
+    intake, queue = intake_for(forgotten=forgotten)
+    shards = FakeShards()
+    intake.shards = shards
+    intake.handle(None, cr(uid="u1"))
+    intake.handle("DELETED", cr(uid="u1"))
+    assert intake.cache.get(KEY) is None and forgotten == [] and queue.forgotten == [KEY]
+    intake.handle("ADDED", cr(uid="u1"))  # labelled again: it exists, nobody calls gone()
+    assert intake.cache.get(KEY) is not None and queue.added == [KEY, KEY]
+    assert shards.seen_names == ["a", "a"]
+    intake.handle("DELETED", cr(uid="u1"))
+    shards.pending[-1]()  # the labeller found it gone: now it was deleted
+    assert forgotten == [(KEY, "u1")]
+    intake.handle("ADDED", cr(uid="u1"))  # late: the uid is buried
+    assert intake.cache.get(KEY) is None
+    intake.handle("ADDED", cr(uid="u2"))  # a new object of that name; an old check must not drop it
+    shards.pending[0]()
+    assert intake.cache.uid(KEY) == "u2"
+
+
 def test_a_sharded_relist_drops_objects_that_moved_away_without_taking_them_for_deleted() -> None:
     """--shard-selector: objects missing from a listing made with a shard selector, and outside that shard,
     moved to another replica: dropped from the cache and the queue, never buried or forgotten as deleted
@@ -269,8 +313,8 @@ def test_a_sharded_relist_drops_objects_that_moved_away_without_taking_them_for_
     forgotten: list[tuple[ObjectKey, str]] = []
     intake, queue = intake_for(forgotten=forgotten)
     outside_shard = {"u2"}
-    intake.shard_outside = lambda key, selector: (
-        selector == "ours" and (intake.cache.uid(key) or "") in outside_shard)
+    intake.shards = FakeShards(lambda key, selector: (
+        selector == "ours" and (intake.cache.uid(key) or "") in outside_shard))
     intake.handle(None, cr(uid="u1"))
     intake.handle(None, cr(name="b", uid="u2"))
     intake.handle(None, cr(name="c", uid="u3"))

@@ -7,6 +7,7 @@ import re
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,10 +99,12 @@ def test_sharding_flags() -> None:
                  "--leader-elect-renew-deadline=4s", "--leader-elect-retry-period=1s")
     assert args.sharding is True and args.shard_by == "namespace" and args.leader_elect is False
     assert parse("--sharding", "--shard-selector").shard_selector is True
+    assert parse("--sharding", "--shard-label", "--shard-by=namespace").shard_label is True
     for bad in (["--sharding", "--leader-elect"],
                 ["--sharding", "--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=5s"],
                 ["--sharding", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=2s"],
-                ["--shard-selector"], ["--sharding", "--shard-selector", "--shard-by=namespace"]):
+                ["--shard-selector"], ["--sharding", "--shard-selector", "--shard-by=namespace"],
+                ["--shard-label"], ["--sharding", "--shard-label", "--shard-selector"]):
         with pytest.raises(SystemExit):
             parse(*bad)
 
@@ -155,6 +158,13 @@ def test_shard_selector_of_one_member_is_the_whole_space_and_of_none_is_none() -
     assert shard_selector(ring.ranges("not-a-member")) is None
 
 
+def owns_by_uid(identity: str):  # type: ignore[no-untyped-def]
+    def owns(cache, key, ring) -> bool:  # type: ignore[no-untyped-def]
+        uid = cache.uid(key)
+        return uid is not None and ring.owner(uid) == identity
+    return owns
+
+
 def test_server_side_shards_follow_the_rings_we_are_in() -> None:
     from ansible_operator.intake import ObjectCache
     from ansible_operator.queue import ObjectKey
@@ -162,7 +172,7 @@ def test_server_side_shards_follow_the_rings_we_are_in() -> None:
 
     cache = ObjectCache()
     calls: list[tuple[str, str]] = []
-    shards = ServerSideShards("a", ["w"], lambda w, sel: calls.append((w, sel)))
+    shards = ServerSideShards("a", ["w"], lambda w, sel: calls.append((w, sel)), owns=owns_by_uid("a"))
     both = HashRing(["a", "b"])
     shards.on_ring(both)
     assert calls == [("w", shard_selector(both.ranges("a")))]
@@ -178,3 +188,89 @@ def test_server_side_shards_follow_the_rings_we_are_in() -> None:
         assert shards.outside(cache, ObjectKey("ns", f"o{i}"), selector) == (both.owner(uid) != "a")
     # a selector not remembered: whatever is missing from its listing is only dropped, never "deleted"
     assert shards.outside(cache, ObjectKey("ns", "o0"), "shardRange(...)")
+
+
+# ---- --shard-label: buckets ---------------------------------------------------------------------------
+
+
+def test_buckets_partition_and_balance_and_agree_with_bucketed_positions() -> None:
+    """Every bucket has one owner; with 3 members each owns 85 ± 30 %; an object's bucketed position
+    has the owner of its bucket, named by its label value; a new member takes buckets only from others."""
+    from ansible_operator.sharding.ring import BUCKETS, bucket_label, bucket_selector, position
+
+    ring = HashRing(["a", "b", "c"])
+    owned = {m: ring.buckets(m) for m in ring.members}
+    assert sorted(b for bs in owned.values() for b in bs) == list(range(BUCKETS))
+    assert all(0.7 * BUCKETS / 3 <= len(bs) <= 1.3 * BUCKETS / 3 for bs in owned.values()), owned
+    for uid in uids(300, 3):
+        owner = ring.owner_of_hash(position(uid, "uid", bucketed=True))
+        assert owner is not None and int(bucket_label(uid, "uid"), 16) in owned[owner]
+        assert bucket_label(uid, "uid") == f"{fnv1a64(uid) >> 56:02x}"
+    bigger = HashRing(["a", "b", "c", "d"])
+    for m in ring.members:
+        assert set(bigger.buckets(m)) <= set(owned[m])
+    assert bucket_selector("k", [3, 1]) == "k in (01,03)"
+    assert bucket_selector("k", range(BUCKETS)) == "k"
+    assert bucket_selector("k", []) is None
+
+
+def test_label_shards_select_buckets_and_tell_moves_from_deletions() -> None:
+    """--shard-label: the selector names our buckets; a cached object missing from a listing is outside
+    (moved) when another replica owns it or when it did not carry its bucket label (it comes back labelled);
+    a DELETED event is checked by the labeller; a wrong bucket label is relabelled."""
+    from ansible_operator.intake import ObjectCache
+    from ansible_operator.queue import ObjectKey
+    from ansible_operator.sharding.ring import position
+    from ansible_operator.sharding.serverside import SHARD_LABEL, BucketLabels, ServerSideShards
+
+    labels = BucketLabels("uid")
+
+    def owns(cache, key, ring) -> bool:  # type: ignore[no-untyped-def]
+        return ring.owner_of_hash(position(cache.uid(key), "uid", bucketed=True)) == "a"
+
+    narrowed: list[str] = []
+    relabelled: list[str] = []
+    verified: list[str] = []
+
+    class Labeller:
+        def request(self, obj) -> None:  # type: ignore[no-untyped-def]
+            relabelled.append(obj["metadata"]["name"])
+
+        def verify(self, obj, gone) -> None:  # type: ignore[no-untyped-def]
+            verified.append(obj["metadata"]["name"])
+
+    shards = ServerSideShards("a", ["w"], lambda w, sel: narrowed.append(sel), owns=owns, labels=labels,
+                              labellers={"w": Labeller()})
+    ring = HashRing(["a", "b"])
+    unlabelled: Any = {"metadata": {"name": "x", "uid": uids(1, 9)[0]}}
+    assert not shards.left("w", unlabelled, lambda: None)  # not narrowed yet: every DELETED is a deletion
+    shards.on_ring(ring)
+    mine = {f"{b:02x}" for b in ring.buckets("a")}
+    assert narrowed == [f"{SHARD_LABEL} in ({','.join(sorted(mine))})"]
+    cache = ObjectCache()
+    objs = []
+    for i, uid in enumerate(uids(40, 11)):
+        obj = {"metadata": {"name": f"o{i}", "uid": uid,
+                            "labels": {SHARD_LABEL: labels.expected({"metadata": {"uid": uid}})}}}
+        if i % 2:
+            del obj["metadata"]["labels"]  # type: ignore[attr-defined]
+        cache.store(ObjectKey("ns", f"o{i}"), obj, ("fp",))  # type: ignore[arg-type]
+        objs.append(obj)
+    for i, obj in enumerate(objs):
+        key = ObjectKey("ns", f"o{i}")
+        ours = labels.owner(ring, obj) == "a"  # type: ignore[arg-type]
+        assert shards.outside(cache, key, narrowed[0]) == (not ours or bool(i % 2)), (i, ours)
+    # a DELETED event may be a label change (the watch sends the object as it was): the labeller asks;
+    # one with a deletionTimestamp is a deletion
+    assert shards.left("w", objs[0], lambda: None) and verified == ["o0"]  # type: ignore[arg-type]
+    deleting = {"metadata": {**objs[0]["metadata"], "deletionTimestamp": "2026-11-28T00:00:00Z"}}  # type: ignore[dict-item]
+    assert not shards.left("w", deleting, lambda: None) and verified == ["o0"]  # type: ignore[arg-type]
+    wrong = {"metadata": {"name": "w", "uid": uids(1, 5)[0], "labels": {SHARD_LABEL: "zz"}}}
+    shards.seen("w", wrong)  # type: ignore[arg-type]
+    assert relabelled == []  # not a bucket: the labeller's listing (notin every bucket) finds it
+    expected = labels.expected(wrong)  # type: ignore[arg-type]
+    other = f"{(int(expected or '0', 16) + 1) % 256:02x}"
+    relabel: Any = {"metadata": {**wrong["metadata"], "labels": {SHARD_LABEL: other}}}
+    shards.seen("w", relabel)
+    assert relabelled == ["w"]
+    assert labels.unlabelled_selector().startswith(f"{SHARD_LABEL} notin (00,01,")
