@@ -478,6 +478,7 @@ class _OperatorRun:
                                   labellers=labellers)
         for c in self.controllers:
             c.intake.shards = shards.view(c.watch.key, c.intake.cache)
+        shards.start()
         if labels is None:
             self._background(_say_if_shards_are_served(self.kube, self.controllers, self.namespaces),
                              "shard-selector-check")

@@ -20,7 +20,9 @@ takes it for a deletion: :meth:`ShardView.left`), and one carrying the wrong buc
 
 It only narrows what arrives: which objects run where is still the coordinator's gate and hand-over, so a
 server that ignores ``shardSelector`` (an older Kubernetes, the gate off) changes nothing but the savings.
-Until the first ring the watch lists every object (the ring is not known before the watch starts).
+Until the first ring the watch asks for nothing (:meth:`ServerSideShards.start`): the gate refuses every
+object then, and the first ring's listing brings this replica's objects as a start-up listing would,
+instead of every replica listing every object at start.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ log = logging.getLogger(__name__)
 
 SHARD_LABEL = "ansible-operator.dev/shard-bucket"
 """``--shard-label``: the label holding an object's bucket (2 hex digits)."""
+
+NOTHING_SHARD = "shardRange(object.metadata.uid, '0x0000000000000000', '0x0000000000000001')"
+"""A ``shardSelector`` for (in practice) no object: the hash 0 only. The gate decides anyway."""
+NOTHING_LABELLED = f"{SHARD_LABEL} in (none)"
+"""A label selector for no object: ``none`` is no bucket."""
 
 _REMEMBERED = 16
 """Selectors (and their rings) remembered: a listing that ends after the ring moved on names an old one."""
@@ -114,6 +121,11 @@ class ServerSideShards:
         self._rings: OrderedDict[str, HashRing] = OrderedDict()
         self._mine: frozenset[str] = frozenset()
         """With labels: the bucket label values our selector selects."""
+
+    def start(self) -> None:
+        """Before the first ring: the watches ask for nothing (see the module docstring)."""
+        for key in self.watches:
+            self._narrow(key, NOTHING_SHARD if self.labels is None else NOTHING_LABELLED)
 
     def selector_of(self, ring: HashRing) -> str | None:
         if self.labels is None:

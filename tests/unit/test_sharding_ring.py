@@ -173,6 +173,9 @@ def test_server_side_shards_follow_the_rings_we_are_in() -> None:
     cache = ObjectCache()
     calls: list[tuple[str, str]] = []
     shards = ServerSideShards("a", ["w"], lambda w, sel: calls.append((w, sel)), owns=owns_by_uid("a"))
+    shards.start()  # before the first ring: (in practice) nothing, not every object
+    assert calls == [("w", "shardRange(object.metadata.uid, '0x0000000000000000', '0x0000000000000001')")]
+    calls.clear()
     both = HashRing(["a", "b"])
     shards.on_ring(both)
     assert calls == [("w", shard_selector(both.ranges("a")))]
@@ -244,6 +247,9 @@ def test_label_shards_select_buckets_and_tell_moves_from_deletions() -> None:
     ring = HashRing(["a", "b"])
     unlabelled: Any = {"metadata": {"name": "x", "uid": uids(1, 9)[0]}}
     assert not shards.left("w", unlabelled, lambda: None)  # not narrowed yet: every DELETED is a deletion
+    shards.start()
+    assert narrowed == [f"{SHARD_LABEL} in (none)"]
+    narrowed.clear()
     shards.on_ring(ring)
     mine = {f"{b:02x}" for b in ring.buckets("a")}
     assert narrowed == [f"{SHARD_LABEL} in ({','.join(sorted(mine))})"]
