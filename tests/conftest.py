@@ -10,7 +10,10 @@ Which tests run again on the lowest supported ansible-core (``./dev.sh test-ansi
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import resource
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -108,6 +111,25 @@ def _start_order(item: pytest.Item) -> int:
     except ValueError:
         return 3
     return 2 if top in STARTS_PROCESSES else 3
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """``TEST_CPU_REPORT=FILE``: the CPU seconds each test cost (setup, call, teardown), its worker's own and
+    its reaped subprocesses' (operators and what they ran, molecule, ansible-playbook), one JSON line per
+    test in ``FILE.<worker>``; ``scripts/cpu_report.py FILE`` sums them up. The shared control plane's CPU
+    is nobody's. The stages of ``.ci/run`` share 2 cores, so CPU, not wall time, is what makes it long."""
+    path = os.environ.get("TEST_CPU_REPORT")
+    if not path:
+        yield
+        return
+    before = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    yield
+    after = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    own, children = ((a.ru_utime + a.ru_stime) - (b.ru_utime + b.ru_stime) for a, b in zip(after, before))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(f"{path}.{worker}", "a") as out:
+        out.write(json.dumps({"test": item.nodeid, "own": round(own, 3), "children": round(children, 3)}) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -69,8 +69,10 @@ class BucketLabels:
         self.shard_by = shard_by
 
     def shard_key(self, obj: KubeObject) -> str | None:
+        """As the coordinator's: the namespace with ``--shard-by namespace`` (cluster-scoped objects: the
+        uid), else the uid."""
         meta = obj.get("metadata") or {}
-        key = meta.get("namespace") if self.shard_by == "namespace" else meta.get("uid")
+        key = (self.shard_by == "namespace" and meta.get("namespace")) or meta.get("uid")
         return str(key) if key else None
 
     def expected(self, obj: KubeObject) -> str | None:

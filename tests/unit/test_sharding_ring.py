@@ -280,3 +280,20 @@ def test_label_shards_select_buckets_and_tell_moves_from_deletions() -> None:
     shards.seen("w", relabel)
     assert relabelled == ["w"]
     assert labels.unlabelled_selector().startswith(f"{SHARD_LABEL} notin (00,01,")
+
+
+def test_bucket_labels_by_namespace_follow_the_coordinators_placement() -> None:
+    """--shard-label --shard-by namespace: a namespaced object's bucket is its namespace's (mixed hash);
+    a cluster-scoped one goes by its uid, as the coordinator places it."""
+    from ansible_operator.sharding.ring import position, spread_hash
+    from ansible_operator.sharding.serverside import BucketLabels
+
+    labels = BucketLabels("namespace")
+    ring = HashRing(["a", "b", "c"])
+    for i, uid in enumerate(uids(50, 21)):
+        namespaced: Any = {"metadata": {"name": "x", "namespace": f"team-{i}", "uid": uid}}
+        cluster_scoped: Any = {"metadata": {"name": "x", "uid": uid}}
+        assert labels.expected(namespaced) == f"{spread_hash(f'team-{i}') >> 56:02x}"
+        assert labels.owner(ring, namespaced) == ring.owner_of_hash(position(f"team-{i}", "namespace", True))
+        assert labels.expected(cluster_scoped) == f"{spread_hash(uid) >> 56:02x}"
+        assert labels.owner(ring, cluster_scoped) == ring.owner_of_hash(position(uid, "namespace", True))
