@@ -128,8 +128,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     after = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     own, children = ((a.ru_utime + a.ru_stime) - (b.ru_utime + b.ru_stime) for a, b in zip(after, before))
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    record = {"test": item.nodeid, "own": round(own, 3), "children": round(children, 3)}
     with open(f"{path}.{worker}", "a") as out:
-        out.write(json.dumps({"test": item.nodeid, "own": round(own, 3), "children": round(children, 3)}) + "\n")
+        out.write(json.dumps(record) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
