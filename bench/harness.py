@@ -331,9 +331,11 @@ class OperatorProcess:
     @classmethod
     def start(cls, executor: str, workdir: Path, kubeconfig: Path, namespaces: list[str], reaper: Reaper,
               max_concurrent: int | None = None, timeout: float = 120.0,
-              env: dict[str, str] | None = None) -> OperatorProcess:
+              env: dict[str, str] | None = None, watches: Path | None = None,
+              extra: Iterable[str] = ()) -> OperatorProcess:
+        """``watches``: the watches file (default: Memcached and Noop); ``extra``: more ``run`` flags."""
         workdir.mkdir(parents=True, exist_ok=True)
-        watches = write_watches(workdir / "watches.yaml")
+        watches = watches or write_watches(workdir / "watches.yaml")
         artifacts = workdir / "artifacts"
         log_path = workdir / "operator.log"
         metrics_port, health_port = free_port(), free_port()
@@ -345,6 +347,7 @@ class OperatorProcess:
             args += ["--namespace", ns]
         if max_concurrent is not None:
             args += ["--max-concurrent-reconciles", str(max_concurrent)]
+        args += list(extra)
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         full_env.pop("KUBECONFIG", None)
         with open(log_path, "wb") as log:

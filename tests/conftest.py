@@ -41,6 +41,8 @@ VERSION_INDEPENDENT = {
                                  "tests/examples/test_roles.py runs on both ends",
     "bench/test_bench_smoke.py": "a smoke test of the benchmark harness; the Memcached role and both "
                                  "executors it times run on both ends in tests/examples and tests/e2e",
+    "bench/test_sharding_smoke.py": "a smoke test of the sharding benchmark's harness; replicas sharing "
+                                    "objects run once too (e2e/test_sharding.py below)",
     "bench/test_scale_smoke.py": "a smoke test of the scale benchmark's harness; its one-ConfigMap role and "
                                  "both executors run on both ends in tests/e2e",
     # Faults in the runner's own machinery (API server, leader, network, watch, intake), whatever Ansible
