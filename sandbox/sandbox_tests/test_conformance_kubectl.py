@@ -11,6 +11,7 @@ import base64
 import datetime
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -500,15 +501,24 @@ def test_protobuf_answers_match_json_for_every_kind(kubectl: Kubectl):
                 if "list" not in t.verbs:
                     continue
                 url = f"{server['server']}/{'api' if not group else 'apis/' + group}/{version}/{t.plural}"
-                answers = []
-                for accept in ("application/json", protobuf.MEDIA_TYPE):
-                    with urllib.request.urlopen(
-                        urllib.request.Request(url, headers={"Accept": accept})
-                    ) as resp:
-                        answers.append((resp.headers["Content-Type"], resp.read()))
-                (_, as_json), (ctype, as_pb) = answers
-                assert ctype == protobuf.MEDIA_TYPE, t.kind
-                assert _lost(json.loads(as_json), protobuf.decode(as_pb)) == [], t.kind
+                # the same list twice, as JSON and as protobuf; its controllers may write meanwhile (Events
+                # of the Deployment's rollout): compare two answers of one resourceVersion
+                for _attempt in range(50):
+                    answers = []
+                    for accept in ("application/json", protobuf.MEDIA_TYPE):
+                        with urllib.request.urlopen(
+                            urllib.request.Request(url, headers={"Accept": accept})
+                        ) as resp:
+                            answers.append((resp.headers["Content-Type"], resp.read()))
+                    (_, as_json), (ctype, as_pb) = answers
+                    assert ctype == protobuf.MEDIA_TYPE, t.kind
+                    decoded = protobuf.decode(as_pb)
+                    if (json.loads(as_json).get("metadata") or {}).get("resourceVersion") == (
+                        decoded.get("metadata") or {}
+                    ).get("resourceVersion"):
+                        break
+                    time.sleep(0.2)
+                assert _lost(json.loads(as_json), decoded) == [], t.kind
                 checked += len(json.loads(as_json)["items"])
     assert checked >= 12
 
