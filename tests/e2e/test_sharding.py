@@ -303,6 +303,18 @@ def _cached(port: int) -> float | None:
     return None
 
 
+def held_once(ports: dict[str, int], n: int) -> dict[str, float]:
+    """Wait until the replicas' watches (their ``/metrics`` on ``ports``) hold the ``n`` Widgets once in all;
+    how many each holds."""
+    def split() -> dict[str, float] | None:
+        held = {r: _cached(port) for r, port in ports.items()}
+        counts = {r: v for r, v in held.items() if v is not None}
+        return counts if len(counts) == len(held) and sum(counts.values()) == n else None
+
+    found: dict[str, float] = wait_for(split, 60, what="the replicas' caches holding each Widget once")
+    return found
+
+
 def _serves_shard_selectors(cluster: Cluster) -> bool:
     """A server that parses ``shardSelector`` refuses a malformed one (start past end: v1.36 answers 500
     "invalid shard selector" for custom resources); one that ignores it answers (custom resource lists
@@ -335,12 +347,7 @@ def test_with_shard_selectors_each_replica_receives_only_its_shard(cluster: Clus
     for i in range(n):
         cluster.wait_condition(f"w{i}", "Successful", generation=1, timeout=240)
 
-    def split() -> dict[str, float] | None:
-        held = {r: _cached(port) for r, port in ports.items()}
-        counts = {r: v for r, v in held.items() if v is not None}
-        return counts if len(counts) == len(held) and sum(counts.values()) == n else None
-
-    held = wait_for(split, 60, what="the replicas' caches holding each Widget once")
+    held = held_once(ports, n)
     print("Widgets each replica's watch holds:", held)
     assert all(0 < v < n for v in held.values()), held
     for op in ops.values():
@@ -384,12 +391,7 @@ def test_with_shard_labels_each_replica_receives_only_its_buckets(cluster: Clust
 
     wait_for(labels_right, 60, what="every Widget labelled with its bucket")
 
-    def split() -> dict[str, float] | None:
-        held = {r: _cached(port) for r, port in ports.items()}
-        counts = {r: v for r, v in held.items() if v is not None}
-        return counts if len(counts) == len(held) and sum(counts.values()) == n else None
-
-    held = wait_for(split, 60, what="the replicas' caches holding each Widget once")
+    held = held_once(ports, n)
     print("Widgets each replica's watch holds:", held)
     assert all(0 < v < n for v in held.values()), held
 
