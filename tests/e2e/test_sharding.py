@@ -42,7 +42,10 @@ LEASE, RENEW, RETRY = 15.0, 10.0, 2.0
 WATCH = [default_watch(role=str(HERE / "roles" / "sleepy"), finalizer=None)]
 # The tests of what each replica receives are not about timings: a longer renew deadline lets them ride out
 # an API server that stalls under the CI's load (CI Z at 5dc4845: no answer for 14 s, both replicas fenced
-# themselves and none was left to run the Widgets)
+# themselves and none was left to run the Widgets). The take-over tests give it to the survivors only: each
+# replica reads another's expiry from that one's Lease (leaseDurationSeconds), so the replica that is killed
+# or cut off keeps client-go's timings, and so does the bound on the take-over (the official CI at 0b8fc19:
+# a took c's Widgets over, then the API server stalled for 16 s and a fenced itself too)
 PATIENT = ("--leader-elect-lease-duration", "40s", "--leader-elect-renew-deadline", "30s")
 
 
@@ -153,11 +156,14 @@ def all_successful(cluster: Cluster, generation: int, timeout: float = 240) -> N
 
 
 def join_with_runs_in_flight(cluster: Cluster, start_operator, *extra: str,  # type: ignore[no-untyped-def]
-                             seconds: int = 4, running_first: bool = False) -> dict[str, OperatorProcess]:
+                             seconds: int = 4, running_first: bool = False,
+                             patient: bool = False) -> dict[str, OperatorProcess]:
     """a and b run the Widgets; c joins while the runs of a new generation (``seconds`` each) are in
-    flight (``running_first``: once a and b both have runs in flight, however long that takes)."""
-    ops = {"a": start_operator(WATCH, *flags(cluster, *extra), name="a"),
-           "b": start_operator(WATCH, *flags(cluster, *extra), name="b")}
+    flight (``running_first``: once a and b both have runs in flight, however long that takes;
+    ``patient``: a and b, the survivors of the take-over tests, renew with ``PATIENT``)."""
+    survivor = flags(cluster, *extra, *(PATIENT if patient else ()))
+    ops = {"a": start_operator(WATCH, *survivor, name="a"),
+           "b": start_operator(WATCH, *survivor, name="b")}
     wait_for(lambda: len(ring_leases(cluster)) == 2 or None, 90, what="two members")
     for i in range(WIDGETS):
         cluster.create_widget(f"w{i}", {"seconds": 1})
@@ -175,7 +181,7 @@ def test_three_replicas_share_hand_over_and_take_over(cluster: Cluster, start_op
     # workers for every Widget a replica may hold: the take-over bound is about when the survivors start
     # the killed replica's Widgets, not about how fast 3 workers get through 15 of them (CI V at 45e1acc:
     # the last one started 16.5 s after the kill, 8 s after its new owner took it over)
-    ops = join_with_runs_in_flight(cluster, start_operator, "--max-concurrent-reconciles", "20")
+    ops = join_with_runs_in_flight(cluster, start_operator, "--max-concurrent-reconciles", "20", patient=True)
     all_successful(cluster, 2)
     wait_for(lambda: settled(cluster, 3), 60, what="three members drained for one ring")
 
@@ -250,7 +256,7 @@ def test_a_replica_cut_off_fences_itself_before_the_other_takes_over(
         via = proxy.write_kubeconfig(cluster.kubeconfig, tmp_path / "via-proxy.kubeconfig")
         # as many workers as Widgets: a starts c's Widgets as soon as it owns them, not behind its own runs
         wide = flags(cluster, "--max-concurrent-reconciles", "12")
-        a = start_operator(WATCH, *wide, name="a")
+        a = start_operator(WATCH, *wide, *PATIENT, name="a")
         c = start_operator(WATCH, *wide, name="c", kubeconfig=via)
         wait_for(lambda: settled(cluster, 2), 90, what="two members drained for one ring")
         names = [f"w{i}" for i in range(12)]
