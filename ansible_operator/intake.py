@@ -38,14 +38,20 @@ its generation equals the old one's), and the old one is forgotten (queue state,
 A ``DELETED`` event of an old uid never removes a newer object of the same name, and a late event of a
 uid already known to be gone (a tombstone) never resurrects it.
 
+The stream: kopf runs the list/watch streams (namespaces, discovery, reconnects, relists), and the intake
+takes each raw event straight from them, in stream order (:func:`install_stream_hook`, in
+:mod:`ansible_operator.kopfcompat`, the one module that touches kopf's internals): kopf's per-object
+machinery, a worker task and a memory per object before an ``on.event`` handler is called, cost more
+than the intake itself at start-up with thousands of objects. The ``on.event`` handler each watch
+registers is what makes kopf watch the resource; it handles an event only if the hook did not take it.
+
 Relists: after a watch ends in ``410 Gone`` kopf lists again, but hands over only what the list holds:
 objects deleted during the gap produce no event at all. Like the informer's ``Replace``, every listing
-is compared with the cache when it ends (:meth:`WatchIntake.relisted`): a cached object the listing
-does not hold (same name and uid) was deleted during the gap and is forgotten as if ``DELETED`` had
-arrived. kopf has no public hook for "a listing ended": :func:`install_relist_hook` installs one (in
-:mod:`ansible_operator.kopfcompat`, the one module that touches kopf's internals).
+is compared with the cache when it ends (:meth:`WatchIntake.relisted`), after its objects were taken
+in: a cached object the listing does not hold (same name and uid) was deleted during the gap and is
+forgotten as if ``DELETED`` had arrived.
 
-The handler does no I/O and never blocks: it just records and enqueues.
+The intake does no I/O and never blocks: it just records and enqueues.
 """
 
 from __future__ import annotations
@@ -384,34 +390,53 @@ class WatchIntake:
         """Register this watch's kopf handler (no code per CR kind: the same function for all)."""
 
         async def on_event(event: dict[str, Any], **_: Any) -> None:
+            # only what the stream hook did not take (it takes every event of a registered intake)
             body = event.get("object")
-            if not isinstance(body, dict) or not (body.get("metadata") or {}).get("name"):
-                return
-            self.handle(event.get("type"), cast(KubeObject, copy.deepcopy(body)))  # JSON as kopf decoded it
+            if isinstance(body, dict):
+                self.deliver(event.get("type"), copy.deepcopy(body))  # kopf's body: its own
 
         handler: Any = on_event  # kopf's WatchingFn protocol spells out every kwarg; we take two
         kopf.on.event(
             group=self.watch.group, version=self.watch.version, kind=self.watch.kind,
             id=f"intake/{self.watch.key}", registry=registry,
         )(handler)
-        install_relist_hook()
+        install_stream_hook()
         _LISTENERS.add(self)
 
+    def deliver(self, event_type: str | None, body: dict[str, Any]) -> None:
+        """One raw event of the stream; never raises (a failure is logged: the stream goes on)."""
+        if not (body.get("metadata") or {}).get("name"):
+            return
+        try:
+            self.handle(event_type, cast(KubeObject, body))
+        except Exception:
+            log.exception("%s: could not take in a %s event", self.watch.key, event_type or "listing")
 
-# ---- relists: kopf's listings, as they end ----------------------------------------------------------
+
+# ---- kopf's streams: events and listings, as they arrive ---------------------------------------------
 
 _LISTENERS: "weakref.WeakSet[WatchIntake]" = weakref.WeakSet()
 
 
+def _intakes_of(gvk: tuple[str, str, str]) -> list[WatchIntake]:
+    return [i for i in _LISTENERS if (i.watch.group, i.watch.version, i.watch.kind) == gvk]
+
+
+def _deliver(gvk: tuple[str, str, str], event_type: str | None, body: dict[str, Any]) -> bool:
+    intakes = _intakes_of(gvk)
+    for n, intake in enumerate(intakes):  # the body is this stream's own: a copy for each further intake
+        intake.deliver(event_type, body if n == len(intakes) - 1 else copy.deepcopy(body))
+    return bool(intakes)
+
+
 def _listing_ended(gvk: tuple[str, str, str], namespace: str | None,
                    listed: list[tuple[str | None, str, str | None]], shard: str | None) -> None:
-    for intake in list(_LISTENERS):
-        w = intake.watch
-        if (w.group, w.version, w.kind) == gvk:
-            intake.relisted(namespace, listed, shard)
+    for intake in _intakes_of(gvk):
+        intake.relisted(namespace, listed, shard)
 
 
-def install_relist_hook() -> None:
-    """Have every listing kopf completes reported to the intakes of its resource (a wrapper around kopf's
-    ``continuous_watch``, in :func:`ansible_operator.kopfcompat.install_relist_hook`). Idempotent."""
-    kopfcompat.install_relist_hook(_listing_ended)
+def install_stream_hook() -> None:
+    """Have kopf's streams hand every event of a resource to its intakes, and report every listing that
+    completes (a wrapper around kopf's ``continuous_watch``, in
+    :func:`ansible_operator.kopfcompat.install_stream_hook`). Idempotent."""
+    kopfcompat.install_stream_hook(_listing_ended, _deliver)

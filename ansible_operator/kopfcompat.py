@@ -3,9 +3,14 @@
 kopf's public API (``kopf.on.event``, ``kopf.operator``, settings, ``ConnectionInfo``) covers the event
 loop; the runner needs a few more of its parts, each for a reason:
 
-* **relists** (:func:`install_relist_hook`): kopf has no hook for "a listing ended", which the intake needs
-  to forget objects deleted during a watch gap (informer ``Replace``); the hook wraps
-  ``watching.continuous_watch``, the one place that lists, then yields ``Bookmark.LISTED``.
+* **the event stream and relists** (:func:`install_stream_hook`): the intake takes each raw event of its
+  resources straight from kopf's list/watch stream, in stream order, instead of through kopf's per-object
+  machinery (a worker task, a memory, a body view, loggers and a patch per object, then an ``on.event``
+  handler invocation): at start-up with 10,000 objects that machinery cost more than the intake itself,
+  and it kept a memory per object. kopf has no public hook for a raw stream consumer, nor for "a listing
+  ended", which the intake needs to forget objects deleted during a watch gap (informer ``Replace``).
+  The hook wraps ``watching.continuous_watch``, the one place that lists, then yields ``Bookmark.LISTED``;
+  kopf still runs the watches (namespaces, discovery, reconnects, relists, pauses).
 * **dependent watches** (:func:`infinite_watch`, :func:`is_listed`, :func:`use_vault`, :func:`get`):
   the watches of owned objects reuse kopf's list/watch stream (relists after 410, bookmarks, retries)
   and its credentials vault and session instead of a second client.
@@ -100,43 +105,62 @@ def install_bounded_decoding() -> None:
     api.json = types.SimpleNamespace(**{**vars(json), "loads": apijson.loads})  # type: ignore[attr-defined,assignment]
 
 
-# ---- relists -----------------------------------------------------------------------------------------
+# ---- the event stream and relists --------------------------------------------------------------------
 
 ListingEnded = Callable[[tuple[str, str, str], "str | None", list[tuple["str | None", str, "str | None"]],
                          "str | None"], None]
 """Called with ((group, version, kind), namespace or None, [(namespace, name, uid), ...], the shard
 selector the listing was made with or None) per listing."""
 
+Deliver = Callable[[tuple[str, str, str], "str | None", dict[str, Any]], bool]
+"""Called with ((group, version, kind), event type (None: a listing's object), the object) for every event
+of the stream; True: taken, kopf does not see it."""
 
-def install_relist_hook(listing_ended: ListingEnded) -> None:
-    """Wrap kopf's ``continuous_watch`` so that every listing that completes is reported to
-    ``listing_ended``. Installed once per process (later calls keep the first callback)."""
+_YIELD_EVERY = 100
+"""Events taken in a row before the stream lets the event loop run: a listing's chunk is in memory, so
+kopf's stream hands it over without awaiting anything."""
+
+
+def install_stream_hook(listing_ended: ListingEnded, deliver: Deliver) -> None:
+    """Wrap kopf's ``continuous_watch`` so that every event goes to ``deliver`` first (what it takes never
+    reaches kopf's per-object processing), and every listing that completes is reported to
+    ``listing_ended``, after its objects were delivered. Installed once per process (later calls keep the
+    first callbacks)."""
     from kopf._cogs.clients import watching
 
     original = watching.continuous_watch
-    if getattr(original, "_relist_hook", False):
+    if getattr(original, "_stream_hook", False):
         return
     bookmark = watching.Bookmark.LISTED
 
     async def continuous_watch(**kwargs: Any) -> AsyncIterator[Any]:
         listed: list[tuple[str | None, str, str | None]] | None = []
         resource = kwargs.get("resource")
+        gvk = (resource.group, resource.version, resource.kind) if resource is not None else None
         # read as kopf's listing reads it, with no await in between (so no ring change either)
         shard = shard_selector_of(kwargs["settings"], resource) if resource is not None else None
+        taken = 0
         async for item in original(**kwargs):
             if listed is not None:
                 if item is bookmark:
-                    if resource is not None:
-                        listing_ended((resource.group, resource.version, resource.kind),
-                                      kwargs.get("namespace"), listed, shard)
+                    if gvk is not None:
+                        listing_ended(gvk, kwargs.get("namespace"), listed, shard)
                     listed = None
                 elif isinstance(item, dict) and item.get("type") is None:
                     meta = (item.get("object") or {}).get("metadata") or {}
                     if meta.get("name"):
                         listed.append((meta.get("namespace"), meta["name"], meta.get("uid")))
+            event: Any = item  # a raw event (a dict) or a kopf Bookmark
+            body = (event.get("object") if isinstance(event, dict) and event.get("type") != "BOOKMARK"
+                    else None)
+            if gvk is not None and isinstance(body, dict) and deliver(gvk, event.get("type"), body):
+                taken += 1
+                if taken % _YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+                continue
             yield item
 
-    continuous_watch._relist_hook = True  # type: ignore[attr-defined]
+    continuous_watch._stream_hook = True  # type: ignore[attr-defined]
     continuous_watch.__wrapped__ = original  # type: ignore[attr-defined]
     watching.continuous_watch = continuous_watch
 

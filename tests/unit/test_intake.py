@@ -333,7 +333,8 @@ async def test_relist_lists_again_with_the_new_shard_selector_and_reports_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """kopf's own infinite_watch with scripted requests: after set_shard_selector + relist, the open watch
     request ends, kopf lists again with the new selector, and the intake hears which selector that listing
-    was made with. A relist asked for while kopf is listing ends the watch request that follows at once."""
+    was made with, after it was handed each of the listing's objects (which kopf itself never sees). A
+    relist asked for while kopf is listing ends the watch request that follows at once."""
     import asyncio
 
     import kopf
@@ -346,7 +347,7 @@ async def test_relist_lists_again_with_the_new_shard_selector_and_reports_it(
                         getattr(watching.continuous_watch, "__wrapped__", watching.continuous_watch))
     monkeypatch.setattr(watching, "watch_objs", watching.watch_objs)
     listed_with: list[str | None] = []
-    reported: list[tuple[str | None, list[str]]] = []
+    reported: list[tuple[str | None, list[str], list[str]]] = []
     watching_now = asyncio.Event()
 
     async def fetch_objs(*, settings: Any, resource: Any, **_: Any) -> Any:
@@ -365,8 +366,15 @@ async def test_relist_lists_again_with_the_new_shard_selector_and_reports_it(
     monkeypatch.setattr(fetching, "fetch_objs", fetch_objs)
     monkeypatch.setattr(watching, "watch_objs", watch_objs)
     kopfcompat.install_watch_restarts()
-    kopfcompat.install_relist_hook(lambda gvk, ns, listed, shard: reported.append(
-        (shard, [name for _ns, name, _uid in listed])))
+    delivered: list[str] = []
+
+    def deliver(gvk: tuple[str, str, str], event_type: str | None, body: dict[str, Any]) -> bool:
+        assert (gvk, event_type) == (("x.io", "v1", "Thing"), None)
+        delivered.append(body["metadata"]["name"])
+        return True  # taken: kopf's per-object processing never sees it
+
+    kopfcompat.install_stream_hook(lambda gvk, ns, listed, shard: reported.append(
+        (shard, [name for _ns, name, _uid in listed], list(delivered))), deliver)
     settings = kopf.OperatorSettings()
     settings.watching.reconnect_backoff = 0
     kopfcompat.set_shard_selector(settings, "x.io", "v1", "Thing", "first")
@@ -374,8 +382,9 @@ async def test_relist_lists_again_with_the_new_shard_selector_and_reports_it(
     async def consume() -> None:
         async for _item in kopfcompat.infinite_watch(settings, group="x.io", version="v1", plural="things",
                                                      kind="Thing", namespaced=True, namespace="ns"):
-            pass
+            reached_kopf.append(_item)
 
+    reached_kopf: list[Any] = []
     task = asyncio.create_task(consume())
     try:
         await asyncio.wait_for(watching_now.wait(), 10)
@@ -388,4 +397,7 @@ async def test_relist_lists_again_with_the_new_shard_selector_and_reports_it(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert listed_with == ["first", "second", "third"]
-    assert reported == [("first", ["o1"]), ("second", ["o2"]), ("third", ["o3"])]
+    # each listing is reported after its objects were delivered; kopf got only the "listed" bookmarks
+    assert reported == [("first", ["o1"], ["o1"]), ("second", ["o2"], ["o1", "o2"]),
+                        ("third", ["o3"], ["o1", "o2", "o3"])]
+    assert reached_kopf and all(kopfcompat.is_listed(item) for item in reached_kopf)
