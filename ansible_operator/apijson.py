@@ -14,8 +14,9 @@ top), so the object is still cached, queued and reconciled on its own; its spec,
 than :data:`ansible_operator.extravars.MAX_SPEC_DEPTH` deep, and the run is refused for that object
 alone with a Failure condition, while every other object is served as before.
 
-Cost: one ``bytes.count`` pair per document; a depth scan (C-speed: a regex drops the strings) only for
-documents with more brackets than :data:`MAX_DEPTH`; the truncating pass only for documents that need it.
+Cost: one ``bytes.count`` pair per document; a depth scan (C-speed passes drop escapes, everything but
+quotes and brackets, then the strings) only for documents with more brackets than :data:`MAX_DEPTH` (a
+list page: ~0.7 of its decoding's time); the truncating pass only for documents that need it.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ Python's recursion limit (1,000) for ``deepcopy`` (two frames a level) from a de
 TRUNCATED = f"<ansible-operator: not decoded, nested deeper than {MAX_DEPTH} levels>"
 
 _STRING = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
-_STRINGS = re.compile(_STRING)
 _TOKENS = re.compile(_STRING + rb"|[\[\]{}]")
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_ESCAPES = re.compile(rb"\\.", re.DOTALL)
+_NOT_QUOTES_OR_BRACKETS = bytes(b for b in range(256) if b not in b'"[]{}')
+_BARE_STRINGS = re.compile(rb'"[^"]*"')
 _STEP = [0] * 256
 _STEP[ord("{")] = _STEP[ord("[")] = 1
 _STEP[ord("}")] = _STEP[ord("]")] = -1
@@ -45,7 +47,10 @@ _CUT = json.dumps(TRUNCATED).encode()
 
 def depth(raw: bytes) -> int:
     """The deepest nesting of a JSON document (0 for a scalar), brackets inside strings not counted."""
-    brackets = _STRINGS.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    # escapes only occur in strings: without them, a string is quote to quote; then only quotes and
+    # brackets are kept (C speed), so the strings are dropped from a much shorter text
+    unescaped = _ESCAPES.sub(b"", raw) if b"\\" in raw else raw
+    brackets = _BARE_STRINGS.sub(b"", unescaped.translate(None, _NOT_QUOTES_OR_BRACKETS))
     return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 

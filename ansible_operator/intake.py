@@ -401,7 +401,9 @@ class WatchIntake:
             id=f"intake/{self.watch.key}", registry=registry,
         )(handler)
         install_stream_hook()
-        _LISTENERS.add(self)
+        w = self.watch
+        refs = _LISTENERS.setdefault((w.group, w.version, w.kind), [])
+        refs[:] = [*(r for r in refs if r() is not None), weakref.ref(self)]
 
     def deliver(self, event_type: str | None, body: dict[str, Any]) -> None:
         """One raw event of the stream; never raises (a failure is logged: the stream goes on)."""
@@ -415,11 +417,13 @@ class WatchIntake:
 
 # ---- kopf's streams: events and listings, as they arrive ---------------------------------------------
 
-_LISTENERS: "weakref.WeakSet[WatchIntake]" = weakref.WeakSet()
+_LISTENERS: dict[tuple[str, str, str], list[weakref.ref[WatchIntake]]] = {}
+"""The registered intakes of each (group, version, kind); weak, so that an intake no longer used (a test's,
+a stopped operator's) gets nothing."""
 
 
 def _intakes_of(gvk: tuple[str, str, str]) -> list[WatchIntake]:
-    return [i for i in _LISTENERS if (i.watch.group, i.watch.version, i.watch.kind) == gvk]
+    return [intake for ref in _LISTENERS.get(gvk, ()) if (intake := ref()) is not None]
 
 
 def _deliver(gvk: tuple[str, str, str], event_type: str | None, body: dict[str, Any]) -> bool:

@@ -48,9 +48,9 @@ def configured_collections_paths() -> list[str] | None:
     (the SDK image's ``/etc/ansible/ansible.cfg``, say) would lose them, where the SDK, which sets nothing,
     keeps them."""
     try:
-        from ansible.config.manager import ConfigManager
+        from ansible_operator.executors.datadir import ansible_config
 
-        value, origin = ConfigManager().get_config_value_and_origin("COLLECTIONS_PATHS")
+        value, origin = ansible_config().get_config_value_and_origin("COLLECTIONS_PATHS")
     except Exception:  # no ansible-core or an unreadable ansible.cfg: the runs will report the latter
         return None
     if origin == "default" or str(origin).startswith("env:") or not isinstance(value, list):

@@ -129,6 +129,21 @@ RUN_ID_ENV = "ANSIBLE_OPERATOR_RUN_ID"
 leftovers can be found even after they were re-parented (see ``runner.kill_leftovers``)."""
 
 
+def ansible_config() -> Any:
+    """ansible-core's ``ConfigManager`` as the runs will see it (raises without ansible-core, or for an
+    unreadable ``ansible.cfg``). Building one parses ansible-core's definitions of every setting (~0.3 s
+    of pure-Python YAML): built once per ``ansible.cfg`` location (``$ANSIBLE_CONFIG``, the working
+    directory, the home directory)."""
+    return _ansible_config(os.environ.get("ANSIBLE_CONFIG"), os.getcwd(), os.path.expanduser("~"))
+
+
+@functools.lru_cache(maxsize=4)
+def _ansible_config(_config: str | None, _cwd: str, _home: str) -> Any:
+    from ansible.config.manager import ConfigManager
+
+    return ConfigManager()
+
+
 @functools.lru_cache(maxsize=1)
 def configured_roles_path() -> tuple[str, ...]:
     """The roles path Ansible would use without ``$ANSIBLE_ROLES_PATH``: ``roles_path`` of the ``ansible.cfg``
@@ -137,9 +152,7 @@ def configured_roles_path() -> tuple[str, ...]:
     directory first and must keep these after it: the SDK sets no roles path, so a role's dependencies
     installed there resolve under it. Read once (the operator's working directory and config stay)."""
     try:
-        from ansible.config.manager import ConfigManager
-
-        config = ConfigManager()
+        config = ansible_config()
         value, origin = config.get_config_value_and_origin("DEFAULT_ROLES_PATH")
         if origin == "default":  # base.yml's '{{ ANSIBLE_HOME ~ "/roles:/usr/share/...:/etc/..." }}'
             home = str(config.get_config_value("ANSIBLE_HOME"))

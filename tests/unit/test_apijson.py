@@ -4,6 +4,7 @@ decoding through it once installed; and kopf's watch requests restarted when an 
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 import pytest
@@ -26,6 +27,29 @@ def unwrap(value: Any) -> tuple[int, Any]:
                                         ('{"k\\"{":"\\\\[", "b":[[["]"]]]}', 4)])
 def test_depth_counts_brackets_outside_strings(text: str, depth: int) -> None:
     assert apijson.depth(text.encode()) == depth
+
+
+def _random_value(rng: random.Random, level: int) -> Any:
+    if level > 12 or rng.random() < 0.3:
+        text = "".join(rng.choice('ab[]{}"\\/\u00e9\n') for _ in range(rng.randrange(8)))
+        return rng.choice([1, None, True, text])
+    if rng.random() < 0.5:
+        return [_random_value(rng, level + 1) for _ in range(rng.randrange(4))]
+    return {rng.choice(['k', '"[', '\\{', 'x}']) + str(i): _random_value(rng, level + 1)
+            for i in range(rng.randrange(4))}
+
+
+def _nesting(value: Any) -> int:
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+    return 0 if children is None else 1 + max(map(_nesting, children), default=0)
+
+
+def test_depth_agrees_with_the_decoded_document_for_strings_full_of_brackets_quotes_and_escapes() -> None:
+    rng = random.Random(20)
+    for _ in range(500):
+        value = _random_value(rng, 0)
+        for text in (json.dumps(value), json.dumps(value, ensure_ascii=False)):
+            assert apijson.depth(text.encode()) == _nesting(value), text
 
 
 @pytest.mark.parametrize("levels", [1, apijson.MAX_DEPTH - 1, apijson.MAX_DEPTH])
