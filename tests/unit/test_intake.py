@@ -400,3 +400,65 @@ async def test_relist_lists_again_with_the_new_shard_selector_and_reports_it(
     assert reported == [("first", ["o1"], ["o1"]), ("second", ["o2"], ["o1", "o2"]),
                         ("third", ["o3"], ["o1", "o2", "o3"])]
     assert reached_kopf and all(kopfcompat.is_listed(item) for item in reached_kopf)
+
+
+async def test_a_long_listing_lets_the_event_loop_run_and_a_failing_event_does_not_stop_the_stream(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """kopf hands a listing's chunk over without awaiting anything: the stream hook lets other tasks run
+    (a run's events, the probes) every so many objects. An event the intake fails on is logged, and the
+    events after it are taken in."""
+    import asyncio
+
+    import kopf
+    from kopf._cogs.clients import fetching, watching
+    from kopf._cogs.structs import references
+
+    import ansible_operator.intake as intake_mod
+
+    monkeypatch.setattr(watching, "continuous_watch",
+                        getattr(watching.continuous_watch, "__wrapped__", watching.continuous_watch))
+    monkeypatch.setattr(intake_mod, "_LISTENERS", {})
+    objects = [cr(name=f"o{i}", uid=f"u{i}") for i in range(1000)]
+    objects[10]["metadata"]["generation"] = {"not": "a number"}  # type: ignore[typeddict-item]
+
+    async def fetch_objs(**_: Any) -> Any:
+        yield objects, "10"
+
+    async def watch_objs(**_: Any) -> Any:
+        yield {"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}
+
+    monkeypatch.setattr(fetching, "fetch_objs", fetch_objs)
+    monkeypatch.setattr(watching, "watch_objs", watch_objs)
+    intake, queue = intake_for()
+    intake.register(kopf.OperatorRegistry())
+    ticks = 0
+    seen_at: list[int] = []
+    handle = intake.handle
+
+    def recording(event_type: str | None, obj: KubeObject) -> None:
+        seen_at.append(ticks)
+        if obj["metadata"]["name"] == "o10":
+            raise TypeError("unorderable generation")
+        handle(event_type, obj)
+
+    monkeypatch.setattr(intake, "handle", recording)
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    try:
+        resource = references.Resource(group="cache.example.com", version="v1alpha1", plural="memcacheds",
+                                       kind="Memcached", namespaced=True)
+        async for _item in watching.infinite_watch(settings=kopf.OperatorSettings(), resource=resource,
+                                                   namespace=references.NamespaceName("ns"), _iterations=1):
+            pass
+    finally:
+        task.cancel()
+    assert len(seen_at) == 1000
+    assert len(set(seen_at)) >= 5, "the ticker never ran while the listing was taken in"
+    assert len(queue.added) == 999 and ObjectKey("ns", "o10") not in queue.added
+    assert "could not take in a listing event" in caplog.text
