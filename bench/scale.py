@@ -73,6 +73,7 @@ from harness import (  # noqa: E402
     Reaper,
     cpu_seconds,
     free_port,
+    ready_with_free_ports,
     run_guarded,
     stop_process,
 )
@@ -239,7 +240,8 @@ def write_watches(path: Path) -> Path:
 
 def spawn_operator(executor: str, workdir: Path, kubeconfig: Path, namespaces: list[str], reaper: Reaper,
                    extra: list[str]) -> OperatorProcess:
-    """``python -m ansible_operator run`` as a user starts it (not waited for: see ``wait_ready``)."""
+    """``python -m ansible_operator run`` as a user starts it (not waited for: see
+    :func:`harness.ready_with_free_ports`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     metrics_port, health_port = free_port(), free_port()
     log_path = workdir / "operator.log"
@@ -257,10 +259,6 @@ def spawn_operator(executor: str, workdir: Path, kubeconfig: Path, namespaces: l
     op = OperatorProcess(executor, proc, workdir / "artifacts", log_path, metrics_port, health_port, reaper)
     reaper.add(op.stop)
     return op
-
-
-def wait_ready(op: OperatorProcess, timeout: float = 120.0) -> None:
-    op._wait_ready(timeout)  # noqa: SLF001 - the harness's readiness loop, shared
 
 
 def runs_finished(op: OperatorProcess) -> float:
@@ -531,9 +529,10 @@ class Run:
         return result
 
     def _operator(self, ex: str, name: str, extra: list[str]) -> OperatorProcess:
-        return spawn_operator(ex, self.workdir / f"operator-{ex}-{name}", self.kubeconfig,
-                              [f"scale-{ex}", f"scale-{ex}-user"], self.reaper,
-                              ["--reconcile-period", RECONCILE_PERIOD, *extra])
+        """An operator started and ready (``/readyz``)."""
+        return ready_with_free_ports(lambda: spawn_operator(
+            ex, self.workdir / f"operator-{ex}-{name}", self.kubeconfig, [f"scale-{ex}", f"scale-{ex}-user"],
+            self.reaper, ["--reconcile-period", RECONCILE_PERIOD, *extra]))
 
     def _probes(self, phase: str, ns: str, watcher: StreamWatcher,
                 candidates: Callable[[], list[str]], interval: float) -> tuple[Probe, Probe]:
@@ -553,7 +552,6 @@ class Run:
 
     def storm(self, ex: str, ns: str, watcher: StreamWatcher, names: list[str]) -> dict[str, Any]:
         op = self._operator(ex, "storm", [])
-        wait_ready(op)
         family = Family(op, self.audit, self.args.sample_interval)
         try:
             say(f"storm [{ex}]: {len(names)} {self.kind.kind} CRs, probe every {self.args.probe_interval:g}s")
@@ -590,9 +588,8 @@ class Run:
                interval: float) -> dict[str, Any]:
         """The N converged CRs re-run at once as background keys (see the module docstring); the probes
         every ``interval`` s (:func:`probe_interval`)."""
-        op = self._operator(ex, "resync", ["--startup-resync", "background"])
         t0 = time.monotonic()
-        wait_ready(op)
+        op = self._operator(ex, "resync", ["--startup-resync", "background"])
         family = Family(op, self.audit, self.args.sample_interval)
         try:
             say(f"resync [{ex}]: {len(names)} converged CRs re-run, probe every {interval:g}s")
@@ -628,9 +625,8 @@ class Run:
         self.kube.create(self.kind, ns, new, self.spec)
         t0 = time.monotonic()
         op = self._operator(ex, f"restart-{mode}", ["--startup-resync", mode])
+        ready_s = time.monotonic() - t0
         try:
-            wait_ready(op)
-            ready_s = time.monotonic() - t0
             done = watcher.wait([new], 1, timeout=self.args.timeout, alive=op.check_alive)
             served_s = done[new] - t0
             say(f"restart [{ex}, {mode}]: new CR Successful {served_s:.1f}s after the start;"
