@@ -223,18 +223,9 @@ def test_relist_with_a_recreated_object_forgets_the_old_uid_either_order() -> No
     assert cached(intake)["metadata"]["uid"] == "u9"
 
 
-async def test_kopf_relist_after_410_reaches_the_intake(monkeypatch: pytest.MonkeyPatch) -> None:
-    """kopf's own continuous_watch (list, watch, 410, relist), with the HTTP calls replaced by a script: the
-    registered intake takes the events in, and hears of each listing."""
-    import kopf
+def script_listings_then_410(monkeypatch: pytest.MonkeyPatch, listings: list[list[KubeObject]]) -> None:
+    """kopf's HTTP calls replaced: each listing answers the next of ``listings``, each watch a 410."""
     from kopf._cogs.clients import fetching, watching
-    from kopf._cogs.structs import references
-
-    import ansible_operator.intake as intake_mod
-
-    monkeypatch.setattr(watching, "continuous_watch", watching.continuous_watch)  # restored afterwards
-    monkeypatch.setattr(intake_mod, "_LISTENERS", {})
-    listings = [[cr(uid="u1"), cr(name="b", uid="u2")], [cr(uid="u3", resourceVersion="20")]]
 
     async def fetch_objs(**_: Any) -> Any:
         yield listings.pop(0), "10"
@@ -244,6 +235,21 @@ async def test_kopf_relist_after_410_reaches_the_intake(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(fetching, "fetch_objs", fetch_objs)
     monkeypatch.setattr(watching, "watch_objs", watch_objs)
+
+
+async def test_kopf_relist_after_410_reaches_the_intake(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's own continuous_watch (list, watch, 410, relist), with the HTTP calls replaced by a script: the
+    registered intake takes the events in, and hears of each listing."""
+    import kopf
+    from kopf._cogs.clients import watching
+    from kopf._cogs.structs import references
+
+    import ansible_operator.intake as intake_mod
+
+    monkeypatch.setattr(watching, "continuous_watch", watching.continuous_watch)  # restored afterwards
+    monkeypatch.setattr(intake_mod, "_LISTENERS", {})
+    script_listings_then_410(monkeypatch, [[cr(uid="u1"), cr(name="b", uid="u2")],
+                                           [cr(uid="u3", resourceVersion="20")]])
     intake, queue = intake_for()
     intake.register(kopf.OperatorRegistry())
     settings = kopf.OperatorSettings()
@@ -410,7 +416,7 @@ async def test_a_long_listing_lets_the_event_loop_run_and_a_failing_event_does_n
     import asyncio
 
     import kopf
-    from kopf._cogs.clients import fetching, watching
+    from kopf._cogs.clients import watching
     from kopf._cogs.structs import references
 
     import ansible_operator.intake as intake_mod
@@ -420,15 +426,7 @@ async def test_a_long_listing_lets_the_event_loop_run_and_a_failing_event_does_n
     monkeypatch.setattr(intake_mod, "_LISTENERS", {})
     objects = [cr(name=f"o{i}", uid=f"u{i}") for i in range(1000)]
     objects[10]["metadata"]["generation"] = {"not": "a number"}  # type: ignore[typeddict-item]
-
-    async def fetch_objs(**_: Any) -> Any:
-        yield objects, "10"
-
-    async def watch_objs(**_: Any) -> Any:
-        yield {"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}
-
-    monkeypatch.setattr(fetching, "fetch_objs", fetch_objs)
-    monkeypatch.setattr(watching, "watch_objs", watch_objs)
+    script_listings_then_410(monkeypatch, [objects])
     intake, queue = intake_for()
     intake.register(kopf.OperatorRegistry())
     ticks = 0
