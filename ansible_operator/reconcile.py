@@ -263,11 +263,12 @@ class Reconciler:
                                   "resourceVersion": fresh["metadata"]["resourceVersion"]}}
             try:
                 await self.rt.kube.merge_patch(self.resource, meta.get("namespace"), meta["name"], patch)
-                return
             except NotFound:
                 return
             except Conflict:
                 continue
+            log.info("finalizer %s removed: the object can go", name)
+            return
         raise RuntimeError(f"could not remove finalizer {name}: the object kept changing")
 
     # -- the run -----------------------------------------------------------------------------------

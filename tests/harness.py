@@ -28,10 +28,11 @@ GROUP, VERSION, PLURAL, KIND = "test.ansible-operator.dev", "v1", "widgets", "Wi
 
 
 def wait_for(
-    predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2, what: str = ""
+    predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2, what: str = "",
+    detail: Callable[[], str] | None = None,
 ) -> Any:
     """Poll until ``predicate()`` is truthy (returned); 404s count as "not yet"; fail after ``timeout``
-    with ``what`` and the last value."""
+    with ``what``, the last value and ``detail()`` (an operator's log tail, say)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -44,7 +45,8 @@ def wait_for(
         if last and not isinstance(last, Exception):
             return last
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}: last={last!r}")
+    message = f"timed out after {timeout}s waiting for {what or predicate}: last={last!r}"
+    raise AssertionError(f"{message}\n{detail()}" if detail is not None else message)
 
 
 class Widgets:

@@ -85,6 +85,15 @@ class Cluster(Widgets):
             return cond
         return wait_for(check, timeout, what=f"{ctype}={status} on {namespace}/{name}")
 
+    def wait_deleted(self, name: str, timeout: float = 180.0, namespace: str | None = None,
+                     detail: Callable[[], str] | None = None) -> None:
+        """Wait for a widget deleted with our finalizer to be gone: its finalizer run may queue behind a
+        run in flight (the echo of the role's own ConfigMap update) and, with ansible-runner, each run
+        starts a fresh ``ansible-playbook``: over 60 s for the two on a loaded CI machine (CI at 23e89f8,
+        high stage). So as long as a first run may take."""
+        wait_for(lambda: self.get_widget(name, namespace) is None, timeout,
+                 what=f"{namespace or self.ns}/{name} deleted", detail=detail)
+
     def configmap(self, name: str, namespace: str | None = None) -> dict[str, str] | None:  # type: ignore[override]
         return super().configmap(namespace or self.ns, name)
 

@@ -51,7 +51,7 @@ def test_create_edit_delete_lifecycle(cluster: Cluster, start_operator) -> None:
 
     # delete: the finalizer role runs first, then the object goes
     cluster.delete_widget("w1")
-    wait_for(lambda: cluster.get_widget("w1") is None, 60, what="widget deleted")
+    cluster.wait_deleted("w1", detail=lambda: op.logs()[-4000:])
     assert cluster.configmap(f"{cluster.ns}-w1-tombstone", namespace="default") == {"deleted": "true"}
     assert len(re.findall(r"finalize run \S+ succeeded", op.logs())) == 1, op.logs()[-3000:]
     # the object is gone, and so are its run artifacts (issue 11 defect 5)
@@ -157,18 +157,18 @@ def test_ansible_variables_in_spec_are_refused(cluster: Cluster, start_operator)
 
 
 def test_failing_finalizer_keeps_object_until_it_succeeds(cluster: Cluster, start_operator) -> None:
-    start_operator()
+    op = start_operator()
     cluster.create_widget("sticky", {"finalizerFail": True})
     cluster.wait_condition("sticky", "Successful")
     cluster.delete_widget("sticky")
-    cond = cluster.wait_condition("sticky", "Failure", timeout=60)
+    cond = cluster.wait_condition("sticky", "Failure")
     assert "finalizer asked to fail" in cond["message"]
     time.sleep(2)
     obj = cluster.get_widget("sticky")
     assert obj is not None and obj["metadata"].get("deletionTimestamp")  # never released early
     # fix it: the next (backed-off) finalizer run succeeds and releases the object
     cluster.patch_widget("sticky", {"spec": {"finalizerFail": False}})
-    wait_for(lambda: cluster.get_widget("sticky") is None, 60, what="sticky released")
+    cluster.wait_deleted("sticky", detail=lambda: op.logs()[-4000:])
     assert cluster.configmap(f"{cluster.ns}-sticky-tombstone", namespace="default") == {"deleted": "true"}
 
 
