@@ -36,14 +36,13 @@ Security (differences from the SDK, see docs/reference/status.md and docs/refere
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
-import subprocess
 import sys
 from typing import Any, Mapping
 
 # Unsafe and the YAML dump belong to the executors layer (they write env/extravars); re-exported here.
+from ansible_operator.executors import reserved as ansible_reserved
+from ansible_operator.executors.base import Executor
 from ansible_operator.executors.varsfile import Unsafe, dump
 from ansible_operator.kubetypes import KubeObject
 
@@ -227,72 +226,28 @@ def object_var_name(group: str, kind: str) -> str:
 
 # ---- names ansible-core reserves --------------------------------------------------------------------
 
-_RESERVED_SCRIPT = """
-import json
-names = set()
-try:
-    import ansible.constants as C
-    names.update(getattr(C, "INTERNAL_STATIC_VARS", ()))
-except Exception:
-    pass
-try:
-    from ansible.inventory.host import Host
-    names.update(Host("localhost").get_magic_vars())
-except Exception:
-    pass
-try:  # Ansible's own template globals (omit, lookup, query, q, now, undef), not Jinja's defaults
-    from jinja2.defaults import DEFAULT_NAMESPACE
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar
-    names.update(set(Templar(loader=DataLoader()).environment.globals) - set(DEFAULT_NAMESPACE))
-except Exception:
-    pass
-print(json.dumps(sorted(str(n) for n in names)))
-"""
-_DOCUMENTED_MAGIC = frozenset({
-    # Ansible's "Special variables" page, in case an ansible-core release moves the lists read above.
-    "omit", "hostvars", "groups", "group_names", "inventory_hostname", "inventory_hostname_short",
-    "inventory_dir", "inventory_file", "playbook_dir", "play_hosts", "role_name", "role_names", "role_path",
-    "role_uuid", "vars", "lookup", "query", "q",
-})
 _reserved: frozenset[str] | None = None
 
 
-def _parse_reserved(output: str) -> frozenset[str]:
-    try:
-        names = json.loads(output)
-    except ValueError:
-        names = []
-    if not isinstance(names, list) or len(names) < 10:
-        raise RuntimeError("could not read the reserved variable names from ansible-core"
-                           f" ({sys.executable}): {output.strip()[:200]!r}")
-    return frozenset(str(n) for n in names) | _DOCUMENTED_MAGIC
-
-
 def reserved_names() -> frozenset[str]:
-    """Every variable name ansible-core gives a meaning of its own (magic variables, its template globals).
-
-    Read once per process from the ansible-core the runs use (same interpreter), in a child process so the
-    operator does not keep all of Ansible imported. Blocking on first use: the operator calls
-    :func:`load_reserved_names` before its first run."""
+    """Every variable name ansible-core gives a meaning of its own (magic variables, its template globals;
+    :mod:`ansible_operator.executors.reserved`), read once per process. Blocking on first use (a child
+    process of this interpreter): the operator calls :func:`load_reserved_names` before its first run."""
     global _reserved
     if _reserved is None:
-        proc = subprocess.run([sys.executable, "-c", _RESERVED_SCRIPT], capture_output=True, text=True,
-                              timeout=120, check=False)
-        _reserved = _parse_reserved(proc.stdout)
+        _reserved = ansible_reserved.read_blocking(sys.executable)
     return _reserved
 
 
-async def load_reserved_names() -> frozenset[str]:
-    """:func:`reserved_names` without blocking the event loop."""
+async def load_reserved_names(executor: Executor | None = None) -> frozenset[str]:
+    """:func:`reserved_names` without blocking the event loop, from the ansible-core ``executor``'s runs
+    use (the warm executor's zygote has it imported already), else from a child process."""
     global _reserved
     if _reserved is None:
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", _RESERVED_SCRIPT,
-                                                    stdout=asyncio.subprocess.PIPE,
-                                                    stderr=asyncio.subprocess.DEVNULL)
-        out, _ = await proc.communicate()
+        names = await (executor.reserved_names() if executor is not None
+                       else ansible_reserved.read(sys.executable))
         if _reserved is None:
-            _reserved = _parse_reserved(out.decode("utf-8", "replace"))
+            _reserved = names
     return _reserved
 
 

@@ -101,7 +101,8 @@ class Reconciler:
         if self._resource is None:
             w = self.watch
             self._resource = await self.rt.kube.discover(w.group, w.version, w.kind)
-            await extravars.load_reserved_names()  # once per process, before the first run builds extra vars
+            # once per process, before the first run builds extra vars
+            await extravars.load_reserved_names(self.rt.executor)
         return self._resource
 
     # -- entry point -------------------------------------------------------------------------------

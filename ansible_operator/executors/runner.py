@@ -33,6 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
+from ansible_operator.executors import reserved
 from ansible_operator.executors.base import EventCallback, RunOutcome, RunRequest
 from ansible_operator.executors.datadir import RUN_ID_ENV, prepare
 from ansible_operator.executors.failure import one_line as _one_line
@@ -121,6 +122,7 @@ class RunnerExecutor:
         self.ansible_args = tuple(ansible_args)
         self._pool: ThreadPoolExecutor | None = None
         self._active: set[threading.Event] = set()
+        self._reserved: frozenset[str] | None = None
 
     async def start(self) -> None:
         if self._pool is None:
@@ -134,6 +136,12 @@ class RunnerExecutor:
         for flag in list(self._active):
             flag.set()
         await asyncio.get_running_loop().run_in_executor(None, partial(pool.shutdown, wait=True))
+
+    async def reserved_names(self) -> frozenset[str]:
+        """Read in a child process of this interpreter, ansible-playbook's (once)."""
+        if self._reserved is None:
+            self._reserved = await reserved.read(sys.executable)
+        return self._reserved
 
     async def run(self, request: RunRequest, on_event: EventCallback) -> RunOutcome:
         if self._pool is None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ansible_operator.executors.warm import ansible_compat
+from ansible_operator.executors import ansible_compat
 
 from .conftest import HERE, Cluster, OperatorProcess, default_watch, wait_for
 

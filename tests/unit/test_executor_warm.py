@@ -16,6 +16,7 @@ import json
 import os
 import random
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -24,7 +25,7 @@ import psutil
 import pytest
 from executor_helpers import descendants_with, started, write
 
-from ansible_operator.executors import make_executor
+from ansible_operator.executors import make_executor, reserved
 from ansible_operator.executors.base import Executor, RunOutcome, RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.warm.executor import EXECUTOR_RESTARTED, WarmExecutor
@@ -344,6 +345,22 @@ async def test_contract_concurrent_runs_keep_their_own_vars_and_env(
         assert outcome.status == "successful", outcome
         assert ok_messages(per_run[req.run_id]) == [f"{i}-env{i}"]
         assert {e["runner_ident"] for e in per_run[req.run_id]} == {req.run_id}
+
+
+async def test_contract_reserved_names_are_those_of_the_runs_ansible_core(executor: Executor) -> None:
+    expected = reserved.read_blocking(sys.executable)  # read in a fresh interpreter
+    names = await executor.reserved_names()
+    assert names == expected
+    assert {"omit", "inventory_hostname", "hostvars", "lookup", "query", "undef"} <= names
+
+
+async def test_the_zygote_reports_the_reserved_names_itself(warm: WarmExecutor,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    async def no_child_process(python: str) -> frozenset[str]:
+        raise AssertionError("a child process was started for the reserved names")
+
+    monkeypatch.setattr(reserved, "read", no_child_process)
+    assert {"omit", "inventory_hostname", "now"} <= await warm.reserved_names()
 
 
 async def test_contract_bad_request_is_an_error_outcome(executor: Executor, tmp_path: Path) -> None:

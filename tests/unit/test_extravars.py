@@ -339,6 +339,18 @@ async def test_load_reserved_names_matches_the_blocking_one(monkeypatch: pytest.
     assert await ev.load_reserved_names() == expected
 
 
+async def test_load_reserved_names_takes_the_executors(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ansible_operator.extravars as ev
+
+    class Executor:
+        async def reserved_names(self) -> frozenset[str]:
+            return frozenset({"from_the_executor"})
+
+    monkeypatch.setattr(ev, "_reserved", None)
+    assert await ev.load_reserved_names(Executor()) == {"from_the_executor"}  # type: ignore[arg-type]
+    assert ev.reserved_names() == {"from_the_executor"}  # kept for the process
+
+
 def test_spec_nested_deeper_than_ansible_can_take_is_refused() -> None:
     """A spec deeper than MAX_SPEC_DEPTH is refused with a message naming where: Ansible's variable handling
     dies of a RecursionError just past it (2.19), and past ~500 levels the runner's own conversion raised

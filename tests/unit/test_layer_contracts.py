@@ -89,9 +89,9 @@ def test_cycles_are_checked_for_the_whole_package() -> None:
 
 # import-linter cannot forbid an external package's sub-packages, so this test holds the compat walls (issue
 # 23): kopf's private modules only in kopfcompat, ansible-core's private ones (``ansible._internal``,
-# ``ansible.module_utils._internal``, ...) only in the warm executor's ansible_compat.
+# ``ansible.module_utils._internal``, ...) only in the executors' ansible_compat.
 WALLS = {"kopf": "ansible_operator/kopfcompat.py",
-         "ansible": "ansible_operator/executors/warm/ansible_compat.py"}
+         "ansible": "ansible_operator/executors/ansible_compat.py"}
 
 
 def _private_module_of(module: str) -> str | None:

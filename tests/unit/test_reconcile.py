@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 from typing import Any, cast
 
 from ansible_operator import artifacts
+from ansible_operator.executors import reserved
 from ansible_operator.executors.base import RunOutcome, RunRequest
 from ansible_operator.intake import ObjectCache, fingerprint
 from ansible_operator.kube import ApiError, ResourceRef
@@ -55,6 +57,9 @@ class EditingExecutor:
         self.kube, self.cache = kube, cache
         self.seen_generations: list[int] = []
         self.roles: list[str | None] = []
+
+    async def reserved_names(self) -> frozenset[str]:
+        return await reserved.read(sys.executable)
 
     async def run(self, request: RunRequest, on_event: Any) -> RunOutcome:
         meta_var = request.extra_vars["ansible_operator_meta"]
@@ -260,6 +265,9 @@ async def test_a_run_stopped_by_shutdown_leaves_running_false_interrupted(tmp_pa
 
     class BlockingExecutor:
         name = "fake"
+
+        async def reserved_names(self) -> frozenset[str]:
+            return await reserved.read(sys.executable)
 
         async def run(self, request: RunRequest, on_event: Any) -> RunOutcome:
             started.set()

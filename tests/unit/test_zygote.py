@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from ansible_operator.executors.warm import ansible_compat, child, executor, zygote
+from ansible_operator.executors import ansible_compat
+from ansible_operator.executors.warm import child, executor, zygote
 from ansible_operator.executors.warm.protocol import encode
 
 pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from executor_helpers import started, write
 
+from ansible_operator.executors import ansible_compat
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
-from ansible_operator.executors.warm import ansible_compat
 from ansible_operator.executors.warm.executor import WarmExecutor
 
 pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)

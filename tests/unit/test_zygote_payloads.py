@@ -10,9 +10,9 @@ from typing import Any, AsyncIterator
 import pytest
 from executor_helpers import started
 
+from ansible_operator.executors import ansible_compat
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
-from ansible_operator.executors.warm import ansible_compat
 from ansible_operator.executors.warm.executor import WarmExecutor
 from ansible_operator.executors.warm.payloads import PayloadStore, decode_entry, encode_entry, is_fresh
 

@@ -46,8 +46,8 @@ import traceback
 import warnings
 from typing import Any
 
+from ansible_operator.executors import ansible_compat
 from ansible_operator.executors.lifetime import die_with_parent
-from ansible_operator.executors.warm import ansible_compat
 from ansible_operator.executors.warm.protocol import (
     CHILD_TAG_ERROR,
     CHILD_TAG_EVENT,

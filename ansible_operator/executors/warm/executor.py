@@ -27,10 +27,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
+from ansible_operator.executors import ansible_compat, reserved
 from ansible_operator.executors.base import EventCallback, RunOutcome, RunRequest, RunStatus
 from ansible_operator.executors.failure import stdout_error
 from ansible_operator.executors.lifetime import kill_group
-from ansible_operator.executors.warm import ansible_compat
 from ansible_operator.executors.warm.fast_modules import DEFAULT_FAST_MODULE_PREFIXES
 from ansible_operator.executors.warm.protocol import RunSpec, encode
 
@@ -131,6 +131,7 @@ class WarmExecutor:
         self.idle_stops = 0
         """How many times the zygote was stopped for being idle (not counted in ``restarts``)."""
         self._python = python
+        self._reserved: frozenset[str] | None = None
         self._fast_modules = [str(p) for p in fast_modules]
         self._ansible_args = [str(a) for a in ansible_args]
         if fast_path is None:
@@ -164,6 +165,16 @@ class WarmExecutor:
         self._closing = False
         await self._ensure_zygote()
         self._arm_idle_timer()
+
+    async def reserved_names(self) -> frozenset[str]:
+        """As the zygote read them when it was ready (it has ansible-core imported); from a child process
+        of its interpreter if it could not."""
+        if self._reserved is None:
+            zygote = await self._ensure_zygote()
+            names = zygote.ready.result().get("reserved_names")
+            self._reserved = (reserved.parse(names, self._python) if names
+                              else await reserved.read(self._python))
+        return self._reserved
 
     async def close(self) -> None:
         self._closing = True

@@ -36,8 +36,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ansible_operator.executors import ansible_compat
 from ansible_operator.executors.lifetime import die_with_parent
-from ansible_operator.executors.warm import ansible_compat
 
 DEFAULT_FAST_MODULE_PREFIXES: tuple[str, ...] = ("kubernetes.core.", "ansible_operator.util.")
 """kubernetes.core, and our own status/requeue/event modules (they use the same kubernetes client)."""

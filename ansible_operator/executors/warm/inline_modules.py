@@ -52,7 +52,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from ansible_operator.executors.warm import ansible_compat
+from ansible_operator.executors import ansible_compat
 
 _LOCK = threading.Lock()
 _module_side: Any = None

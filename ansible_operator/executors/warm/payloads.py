@@ -137,7 +137,7 @@ class PayloadStore:
 
 def install(store_root: str) -> PayloadStore:
     """Wrap ansible-core's payload builder in this process (a run child) to use the shared store."""
-    from ansible_operator.executors.warm import ansible_compat
+    from ansible_operator.executors import ansible_compat
 
     store = PayloadStore(store_root)
     state: dict[str, Any] = {"module_path": None, "sources": None, "built": None}

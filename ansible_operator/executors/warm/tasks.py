@@ -29,7 +29,7 @@ import contextlib
 import copy
 from typing import Any, Iterator
 
-from ansible_operator.executors.warm import ansible_compat
+from ansible_operator.executors import ansible_compat
 
 
 def _in_process(worker: Any) -> bool:

@@ -169,7 +169,7 @@ class TemplateCodeStore:
 
 def _ansible_context_key() -> Callable[[], tuple[Any, ...] | None]:
     """What ansible-core itself feeds into compilation, or None while a template cannot be cached."""
-    from ansible_operator.executors.warm import ansible_compat
+    from ansible_operator.executors import ansible_compat
 
     key: Callable[[], tuple[Any, ...] | None] = ansible_compat.template_compile_key()
     return key

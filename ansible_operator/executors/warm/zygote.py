@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_operator.executors import ansible_compat, reserved
 from ansible_operator.executors.lifetime import (
     become_subreaper,
     die_with_parent,
@@ -37,7 +38,6 @@ from ansible_operator.executors.lifetime import (
     kill_group,
     reap_children,
 )
-from ansible_operator.executors.warm import ansible_compat
 from ansible_operator.executors.warm.protocol import (
     CHILD_TAG_ERROR,
     CHILD_TAG_EVENT,
@@ -428,12 +428,13 @@ def main() -> int:
         return 1
     import ansible.release
 
+    names = reserved.collect()  # ansible-core is imported: the operator need not start one more process
     # Children share the preloaded heap copy-on-write; a GC pass in a child (or in Ansible's workers)
     # would touch every object's header and copy those pages. Frozen objects are never scanned.
     gc.collect()
     gc.freeze()
     zygote.send({"op": "ready", "pid": os.getpid(), "ansible_core": ansible.release.__version__,
-                 "preload_seconds": round(time.monotonic() - started, 3)})
+                 "preload_seconds": round(time.monotonic() - started, 3), "reserved_names": names})
     zygote.serve()
     return 0
 

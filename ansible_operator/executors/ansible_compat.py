@@ -64,6 +64,16 @@ def data_tagging() -> bool:
     return (minor(ansible.release.__version__) or (0, 0)) >= (2, 19)
 
 
+def template_globals(templar: Any) -> set[str]:
+    """The names of a ``Templar``'s Jinja globals. 2.19+ deprecates ``Templar.environment`` (a notice on
+    stderr at each access) and keeps the environment on the template engine it wraps."""
+    engine = getattr(templar, "_engine", None)
+    environment = getattr(engine, "environment", None) if engine is not None else None
+    if environment is None:
+        environment = templar.environment
+    return set(environment.globals)
+
+
 def source_path(source: Any) -> str | None:
     """The file a module_utils source was read from (2.19+: its ``Origin`` tag; None before, or untagged)."""
     if not data_tagging():
