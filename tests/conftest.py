@@ -102,15 +102,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 STARTS_PROCESSES = ("examples", "image", "differential", "e2e", "faults", "bench")
 
 
+PROCESS_TEST_TIMEOUT = 600
+"""The hang guard (pytest-timeout) of a test under STARTS_PROCESSES without a ``timeout`` marker of its own."""
+
+
+def _top(item: pytest.Item) -> str | None:
+    try:
+        return Path(str(item.path)).relative_to(TESTS).parts[0]
+    except ValueError:
+        return None
+
+
 def _start_order(item: pytest.Item) -> int:
     if item.get_closest_marker("slow"):
         return 0
     callspec = getattr(item, "callspec", None)
     if callspec is not None and callspec.params.get("executor") == "runner":
         return 1
-    try:
-        top = Path(str(item.path)).relative_to(TESTS).parts[0]
-    except ValueError:
+    top = _top(item)
+    if top is None:
         return 3
     return 2 if top in STARTS_PROCESSES else 3
 
@@ -155,6 +165,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Mark ``ansible_versions`` every test that runs Ansible (see ANSIBLE_DIRS, RUNS_ANSIBLE); put the
     longest first (:func:`_start_order`)."""
     items.sort(key=_start_order)  # stable: within a class, the collection order
+    for item in items:
+        if item.get_closest_marker("timeout") is None and _top(item) in STARTS_PROCESSES:
+            # pyproject's 300 s guard is for hangs; tests that start operators and control planes wait
+            # on conditions with bounds of their own, several of 180 s, and on a loaded CI machine their
+            # sum passed 300 s without anything hanging (official CI at c91bb18)
+            item.add_marker(pytest.mark.timeout(PROCESS_TEST_TIMEOUT))
     runs_ansible: dict[Path, bool] = {}
     unlisted: set[str] = set()
     for item in items:

@@ -33,9 +33,6 @@ def _starts(op: OperatorProcess, names: list[str]) -> list[tuple[datetime, str]]
     return sorted((_time(r["started"]), name) for name in names for r in op.runs(name, "reconcile"))
 
 
-# Some fourteen runs of over a second each, one at a time: over 300 s with eight widgets (twenty runs)
-# on a loaded CI machine (at 23e89f8).
-@pytest.mark.timeout(600)
 def test_a_new_widget_runs_before_the_resync_backlog_drains(cluster: Cluster, start_operator: Any) -> None:
     # Reconcile period 1 s, one worker, runs of over a second: the converged widgets are always due again
     # long before a pass over them ends, so a backlog of resyncs is queued all the time.
