@@ -103,7 +103,8 @@ STARTS_PROCESSES = ("examples", "image", "differential", "e2e", "faults", "bench
 
 
 PROCESS_TEST_TIMEOUT = 600
-"""The hang guard (pytest-timeout) of a test under STARTS_PROCESSES without a ``timeout`` marker of its own."""
+"""The hang guard (pytest-timeout) of a test under STARTS_PROCESSES without a ``timeout`` marker
+of its own."""
 
 
 def _top(item: pytest.Item) -> str | None:
