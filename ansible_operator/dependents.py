@@ -295,8 +295,10 @@ class DependentWatcher:
         """
         if self._closed or not self._owner_gks:
             return
-        if (kind.group, kind.kind) in self._owner_gks or (kind.group, kind.kind) in _NEVER_WATCHED:
-            return  # the CR kinds themselves are watched by intake; Events see _NEVER_WATCHED
+        if (kind.group, kind.kind) in _NEVER_WATCHED:
+            return
+        # A kind the operator also runs (a CR whose role creates CRs of a watched kind) is watched here
+        # too, as the SDK's proxy does: the intake's stream runs the child, this one re-queues its owner.
         scopes: tuple[str | None, ...] = (
             self._namespaces if (kind.namespaced and self._namespaces) else (None,)
         )

@@ -35,6 +35,7 @@ fails loudly at once instead of misbehaving later; kopf is pinned to a tested ra
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import json
@@ -120,6 +121,12 @@ _YIELD_EVERY = 100
 """Events taken in a row before the stream lets the event loop run: a listing's chunk is in memory, so
 kopf's stream hands it over without awaiting anything."""
 
+_OWN_STREAM: contextvars.ContextVar[bool] = contextvars.ContextVar("ansible_operator_own_stream",
+                                                                  default=False)
+"""True in a task iterating a stream of its own (:func:`infinite_watch`: the dependent watches): the hook
+leaves its events to it. A kind both watched and owned (a CR whose role creates CRs of another watched
+kind) has two streams; only kopf's, the one its handlers registered, is the intake's."""
+
 
 def install_stream_hook(listing_ended: ListingEnded, deliver: Deliver) -> None:
     """Wrap kopf's ``continuous_watch`` so that every event goes to ``deliver`` first (what it takes never
@@ -134,6 +141,10 @@ def install_stream_hook(listing_ended: ListingEnded, deliver: Deliver) -> None:
     bookmark = watching.Bookmark.LISTED
 
     async def continuous_watch(**kwargs: Any) -> AsyncIterator[Any]:
+        if _OWN_STREAM.get():
+            async for item in original(**kwargs):
+                yield item
+            return
         listed: list[tuple[str | None, str, str | None]] | None = []
         resource = kwargs.get("resource")
         gvk = (resource.group, resource.version, resource.kind) if resource is not None else None
@@ -306,19 +317,25 @@ def restart_watches() -> int:
 # ---- kopf's stream, session and credentials, for the dependent watches -------------------------------
 
 
-def infinite_watch(settings: Any, *, group: str, version: str, plural: str, kind: str, namespaced: bool,
-                   namespace: str | None) -> AsyncIterator[Any]:
+async def infinite_watch(settings: Any, *, group: str, version: str, plural: str, kind: str,
+                         namespaced: bool, namespace: str | None) -> AsyncIterator[Any]:
     """kopf's list-then-watch stream of one resource (re-lists after 410, retries); yields raw events
-    (``{"type", "object"}``, ``type`` None for the listing) and :func:`is_listed` markers."""
+    (``{"type", "object"}``, ``type`` None for the listing) and :func:`is_listed` markers: every event, even
+    of a resource the intake watches too (the stream hook leaves this stream alone)."""
     from kopf._cogs.clients import watching
     from kopf._cogs.structs import references
 
     resource = references.Resource(group=group, version=version, plural=plural, kind=kind,
                                    namespaced=namespaced)
     where = references.NamespaceName(namespace) if namespace else None
-    stream: AsyncIterator[Any] = watching.infinite_watch(settings=settings, resource=resource,
-                                                         namespace=where)
-    return stream
+    token = _OWN_STREAM.set(True)  # the iterating task's context: only its own requests see it
+    try:
+        async for item in watching.infinite_watch(settings=settings, resource=resource, namespace=where):
+            yield item
+    finally:
+        # a generator finalized from another context (garbage-collected) cannot reset: its task is gone
+        with contextlib.suppress(ValueError):
+            _OWN_STREAM.reset(token)
 
 
 def is_listed(item: Any) -> bool:

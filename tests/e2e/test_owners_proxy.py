@@ -639,17 +639,20 @@ async def _relist_after_410(direct: Cluster, via: Cluster, gap: Callable[[str, s
         await w.close()
 
 
-async def test_dependent_watcher_ignores_without_owner_kinds(cluster: Cluster) -> None:
+async def test_dependent_watcher_ignores_without_owner_kinds_and_never_events(cluster: Cluster) -> None:
     rec = Recorder("none")
     w = new_watcher(cluster, rec, set(), cluster_scoped=False)
     await w.ensure(CONFIGMAPS)
     assert w.watched == []
     await w.close()
-    # Events are never watched (re-recording one would re-queue its owner forever); nor the CR kind itself
+    # Events are never watched (re-recording one would re-queue its owner forever); a watched CR kind is,
+    # when runs create it (a parent CR owning child CRs: test_production.py runs one)
     w = new_watcher(cluster, rec, {(GROUP, KIND)}, cluster_scoped=True)
     await w.ensure(DependentKind("", "v1", "Event", "events", True))
-    await w.ensure(DependentKind(GROUP, VERSION, KIND, PLURAL, True))
     assert w.watched == []
+    widgets = DependentKind(GROUP, VERSION, KIND, PLURAL, True)
+    await w.ensure(widgets)
+    assert w.watched == [widgets]
     await w.close()
 
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from typing import Any
 
 import kubernetes
 import pytest
@@ -105,6 +106,36 @@ def test_cluster_scoped_dependent_gets_annotations_and_requeues(cluster: Cluster
              what="owner re-run after ClusterRole edit")
     rules = rbac(cluster).read_cluster_role(name).rules
     assert rules[0].resources == ["configmaps"]
+
+
+def test_a_watched_kind_owned_by_another_requeues_its_owner(cluster: Cluster, start_operator) -> None:
+    """Memcached is watched, and Widgets own Memcacheds: the Memcached has two streams (its own watch and
+    the Widget's dependent watch), and an edit of the child reaches both: it runs, and its owner runs."""
+    memcached = {"group": "cache.example.com", "version": "v1alpha1", "kind": "Memcached",
+                 "role": str(HERE / "roles" / "sleepy"), "vars": {"seconds": 0}}
+    op = start_operator([default_watch(role=str(HERE / "roles" / "parent_cr"), finalizer=None), memcached])
+    cluster.create_widget("parent", {})
+    cluster.wait_condition("parent", "Successful")
+    custom = kubernetes.client.CustomObjectsApi(cluster.api)
+    child = wait_for(lambda: read_or_none(custom.get_namespaced_custom_object, "cache.example.com",
+                                          "v1alpha1", cluster.ns, "memcacheds", "parent-child"), 60,
+                     what="the child")
+    assert [r["kind"] for r in child["metadata"]["ownerReferences"]] == ["Widget"]
+    def child_runs() -> list[dict[str, Any]]:
+        where = op.artifacts / "cache.example.com" / "v1alpha1" / "Memcached" / cluster.ns / "parent-child"
+        return [json.loads(f.read_text()) for f in sorted(where.glob("*/run.json"))]
+
+    wait_for(lambda: [r for r in child_runs() if r.get("result") == "successful"], 60,
+             what="the child's own run")
+
+    parent_runs = len(op.runs("parent"))
+    custom.patch_namespaced_custom_object("cache.example.com", "v1alpha1", cluster.ns, "memcacheds",
+                                          "parent-child", {"spec": {"size": 3}})
+    wait_for(lambda: len(op.runs("parent")) > parent_runs, 120,
+             what="the owner re-queued by its child's edit", detail=lambda: op.logs()[-4000:])
+    assert f"re-queue Widget {cluster.ns}/parent: dependent {cluster.ns}/parent-child" in op.logs()
+    wait_for(lambda: any((r.get("generation") or 0) >= 2 for r in child_runs()), 120,
+             what="the child's run of its edit")
 
 
 def _metric(text: str, name: str, **labels: str) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from pathlib import Path
 from typing import Any, cast
@@ -266,6 +267,48 @@ async def test_kopf_relist_after_410_reaches_the_intake(monkeypatch: pytest.Monk
     assert set(queue.forgotten) == {KEY, ObjectKey("ns", "b")}
 
 
+async def test_a_stream_of_its_own_of_a_watched_kind_gets_every_event(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kind both watched and owned (a CR whose role creates CRs of another watched kind): the dependent
+    watch's own stream (kopfcompat.infinite_watch) gets every event, and the intake only those of kopf's
+    stream."""
+    import kopf
+    from kopf._cogs.clients import watching
+    from kopf._cogs.structs import references
+
+    import ansible_operator.intake as intake_mod
+    from ansible_operator import kopfcompat
+
+    monkeypatch.setattr(watching, "continuous_watch", watching.continuous_watch)  # restored afterwards
+    monkeypatch.setattr(intake_mod, "_LISTENERS", {})
+    script_listings_then_410(monkeypatch, [[cr(uid="u1")], [cr(name="b", uid="u2")]])
+    intake, queue = intake_for()
+    intake.register(kopf.OperatorRegistry())
+    settings = kopf.OperatorSettings()
+    settings.watching.reconnect_backoff = 0
+
+    async def dependent_watch() -> list[Any]:
+        items: list[Any] = []
+        async for item in kopfcompat.infinite_watch(
+                settings, group="cache.example.com", version="v1alpha1", plural="memcacheds",
+                kind="Memcached", namespaced=True, namespace="ns"):
+            items.append(item)
+            if kopfcompat.is_listed(item):
+                return items
+        return items
+
+    items = await asyncio.create_task(dependent_watch())
+    assert [i["object"]["metadata"]["uid"] for i in items if isinstance(i, dict)] == ["u1"]
+    assert intake.cache.keys() == [] and queue.added == [] and intake.relists == 0
+    # kopf's own stream of the same kind, in another task: the intake's
+    resource = references.Resource(group="cache.example.com", version="v1alpha1", plural="memcacheds",
+                                   kind="Memcached", namespaced=True)
+    async for item in watching.infinite_watch(settings=settings, resource=resource,
+                                              namespace=references.NamespaceName("ns"), _iterations=1):
+        assert not isinstance(item, dict), item
+    assert intake.cache.keys() == [ObjectKey("ns", "b")]
+
+
 class FakeShards:
     """The intake's ShardFilter: ``outside`` as given; ``left`` asks about every DELETED event (the
     labeller's check, answered by the test through ``pending``)."""
@@ -384,9 +427,13 @@ async def test_relist_lists_again_with_the_new_shard_selector_and_reports_it(
     settings.watching.reconnect_backoff = 0
     kopfcompat.set_shard_selector(settings, "x.io", "v1", "Thing", "first")
 
-    async def consume() -> None:
-        async for _item in kopfcompat.infinite_watch(settings, group="x.io", version="v1", plural="things",
-                                                     kind="Thing", namespaced=True, namespace="ns"):
+    async def consume() -> None:  # kopf's own stream, as kopf's watcher runs it
+        from kopf._cogs.structs import references
+
+        resource = references.Resource(group="x.io", version="v1", plural="things", kind="Thing",
+                                       namespaced=True)
+        async for _item in watching.infinite_watch(settings=settings, resource=resource,
+                                                   namespace=references.NamespaceName("ns")):
             reached_kopf.append(_item)
 
     reached_kopf: list[Any] = []
