@@ -35,7 +35,6 @@ fails loudly at once instead of misbehaving later; kopf is pinned to a tested ra
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import functools
 import json
@@ -123,9 +122,10 @@ kopf's stream hands it over without awaiting anything."""
 
 _OWN_STREAM: contextvars.ContextVar[bool] = contextvars.ContextVar("ansible_operator_own_stream",
                                                                   default=False)
-"""True in a task iterating a stream of its own (:func:`infinite_watch`: the dependent watches): the hook
-leaves its events to it. A kind both watched and owned (a CR whose role creates CRs of another watched
-kind) has two streams; only kopf's, the one its handlers registered, is the intake's."""
+"""True in a task (a context) iterating streams of its own (:func:`infinite_watch`: the dependent
+watches): the hook leaves their events to them. A kind both watched and owned (a CR whose role creates
+CRs of another watched kind) has two streams; only kopf's, the one its handlers registered, is the
+intake's."""
 
 
 def install_stream_hook(listing_ended: ListingEnded, deliver: Deliver) -> None:
@@ -328,14 +328,11 @@ async def infinite_watch(settings: Any, *, group: str, version: str, plural: str
     resource = references.Resource(group=group, version=version, plural=plural, kind=kind,
                                    namespaced=namespaced)
     where = references.NamespaceName(namespace) if namespace else None
-    token = _OWN_STREAM.set(True)  # the iterating task's context: only its own requests see it
-    try:
-        async for item in watching.infinite_watch(settings=settings, resource=resource, namespace=where):
-            yield item
-    finally:
-        # a generator finalized from another context (garbage-collected) cannot reset: its task is gone
-        with contextlib.suppress(ValueError):
-            _OWN_STREAM.reset(token)
+    # Set in the iterating task's context and left set: the dependent watches' tasks share one context
+    # (kopf's vault) and iterate nothing else, so one stream ending must not clear it for the others.
+    _OWN_STREAM.set(True)
+    async for item in watching.infinite_watch(settings=settings, resource=resource, namespace=where):
+        yield item
 
 
 def is_listed(item: Any) -> bool:
