@@ -246,6 +246,7 @@ class _WatchRequest:
     def __init__(self, task: asyncio.Task[Any] | None, gvk: tuple[str, str, str] | None) -> None:
         self.task = task
         self.gvk = gvk
+        """None for a stream of its own (:func:`infinite_watch`): unsharded, a relist is not its business."""
         self.waiting = False  # awaiting kopf's stream (not handing an event to its consumer)
         self.restarting = False
         self.relisting = False
@@ -267,6 +268,8 @@ def install_watch_restarts() -> None:
     async def watch_objs(**kwargs: Any) -> AsyncIterator[Any]:
         resource = kwargs.get("resource")
         gvk = (resource.group, resource.version, resource.kind) if resource is not None else None
+        if _OWN_STREAM.get():
+            gvk = None  # restarted after an outage like any other, never relisted for a shard change
         if gvk in _RELIST_PENDING:  # asked for while kopf was listing with the old selector
             _RELIST_PENDING.discard(gvk)
             yield _GONE
@@ -331,8 +334,20 @@ async def infinite_watch(settings: Any, *, group: str, version: str, plural: str
     # Set in the iterating task's context and left set: the dependent watches' tasks share one context
     # (kopf's vault) and iterate nothing else, so one stream ending must not clear it for the others.
     _OWN_STREAM.set(True)
-    async for item in watching.infinite_watch(settings=settings, resource=resource, namespace=where):
+    async for item in watching.infinite_watch(settings=_unsharded(settings), resource=resource,
+                                              namespace=where):
         yield item
+
+
+def _unsharded(settings: Any) -> Any:
+    """``settings`` without shard or label selectors: a stream of its own sees every object of its kind,
+    whichever replica's shard it is in (a child CR re-queues its parent wherever the child runs)."""
+    import dataclasses
+
+    watching = settings.watching
+    return dataclasses.replace(settings, watching=dataclasses.replace(
+        watching, shard_selectors=type(watching.shard_selectors)(),
+        label_selectors=type(watching.label_selectors)()))
 
 
 def is_listed(item: Any) -> bool:

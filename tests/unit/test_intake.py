@@ -377,6 +377,56 @@ def test_a_sharded_relist_drops_objects_that_moved_away_without_taking_them_for_
     assert intake.cache.get(c) is None
 
 
+async def test_a_stream_of_its_own_is_unsharded_and_never_relisted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dependent watch of a sharded kind (children CRs of a watched kind): it lists every object, not this
+    replica's shard, and a relist for a new shard selector is not its business (kopf's own stream's)."""
+    import kopf
+    from kopf._cogs.clients import fetching, watching
+
+    from ansible_operator import kopfcompat
+
+    monkeypatch.setattr(watching, "watch_objs", watching.watch_objs)  # restored afterwards
+    listed_with: list[str | None] = []
+    watching_now = asyncio.Event()
+
+    async def fetch_objs(*, settings: Any, resource: Any, **_: Any) -> Any:
+        listed_with.append(kopfcompat.shard_selector_of(settings, resource))
+        yield [], "10"
+
+    async def watch_objs(**_: Any) -> Any:
+        watching_now.set()
+        await asyncio.Event().wait()
+        yield {}
+
+    monkeypatch.setattr(fetching, "fetch_objs", fetch_objs)
+    monkeypatch.setattr(watching, "watch_objs", watch_objs)
+    kopfcompat.install_watch_restarts()
+    settings = kopf.OperatorSettings()
+    kopfcompat.set_shard_selector(settings, "x.io", "v1", "Thing", "mine")
+
+    async def consume() -> None:
+        async for _item in kopfcompat.infinite_watch(settings, group="x.io", version="v1", plural="things",
+                                                     kind="Thing", namespaced=True, namespace="ns"):
+            pass
+
+    task = asyncio.create_task(consume())
+    try:
+        await asyncio.wait_for(watching_now.wait(), 10)
+        assert kopfcompat.relist("x.io", "v1", "Thing") == 0
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        kopfcompat._RELIST_PENDING.discard(("x.io", "v1", "Thing"))
+    assert listed_with == [None]
+    assert kopfcompat.shard_selector_of(settings, references_of("x.io", "v1", "things", "Thing")) == "mine"
+
+
+def references_of(group: str, version: str, plural: str, kind: str) -> Any:
+    from kopf._cogs.structs import references
+
+    return references.Resource(group=group, version=version, plural=plural, kind=kind, namespaced=True)
+
+
 async def test_relist_lists_again_with_the_new_shard_selector_and_reports_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """kopf's own infinite_watch with scripted requests: after set_shard_selector + relist, the open watch
