@@ -241,7 +241,8 @@ def reserved_names() -> frozenset[str]:
 
 async def load_reserved_names(executor: Executor | None = None) -> frozenset[str]:
     """:func:`reserved_names` without blocking the event loop, from the ansible-core ``executor``'s runs
-    use (the warm executor's zygote has it imported already), else from a child process."""
+    use (the warm executor's zygote has it imported already), else from a child process. Read once: kept
+    here for the process."""
     global _reserved
     if _reserved is None:
         names = await (executor.reserved_names() if executor is not None

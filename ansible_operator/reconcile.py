@@ -100,9 +100,11 @@ class Reconciler:
         """Plural and scope from discovery, once (the CRD may appear after the operator starts)."""
         if self._resource is None:
             w = self.watch
-            self._resource = await self.rt.kube.discover(w.group, w.version, w.kind)
-            # once per process, before the first run builds extra vars
+            resource = await self.rt.kube.discover(w.group, w.version, w.kind)
+            # once per process, before the first run builds extra vars (and resolved only once they are:
+            # a failure here is retried by the next reconcile, never left to a blocking read on the loop)
             await extravars.load_reserved_names(self.rt.executor)
+            self._resource = resource
         return self._resource
 
     # -- entry point -------------------------------------------------------------------------------

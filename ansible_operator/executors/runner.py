@@ -122,7 +122,6 @@ class RunnerExecutor:
         self.ansible_args = tuple(ansible_args)
         self._pool: ThreadPoolExecutor | None = None
         self._active: set[threading.Event] = set()
-        self._reserved: frozenset[str] | None = None
 
     async def start(self) -> None:
         if self._pool is None:
@@ -138,10 +137,8 @@ class RunnerExecutor:
         await asyncio.get_running_loop().run_in_executor(None, partial(pool.shutdown, wait=True))
 
     async def reserved_names(self) -> frozenset[str]:
-        """Read in a child process of this interpreter, ansible-playbook's (once)."""
-        if self._reserved is None:
-            self._reserved = await reserved.read(sys.executable)
-        return self._reserved
+        """Read in a child process of this interpreter, ansible-playbook's."""
+        return await reserved.read(sys.executable)
 
     async def run(self, request: RunRequest, on_event: EventCallback) -> RunOutcome:
         if self._pool is None:

@@ -606,6 +606,9 @@ async def test_idle_zygote_is_stopped_and_comes_back_on_the_next_run(tmp_path: P
             await asyncio.sleep(0.1)
         assert executor.zygote_pid is None and not first.is_running()
         assert executor.idle_stops >= 1
+        # the names are read without starting a zygote that no idle timer would stop again
+        assert {"omit", "inventory_hostname"} <= await executor.reserved_names()
+        assert executor.zygote_pid is None
 
         events = []
         assert (await executor.run(request_for(tmp_path, playbook=ok), events.append)).status == "successful"

@@ -131,7 +131,6 @@ class WarmExecutor:
         self.idle_stops = 0
         """How many times the zygote was stopped for being idle (not counted in ``restarts``)."""
         self._python = python
-        self._reserved: frozenset[str] | None = None
         self._fast_modules = [str(p) for p in fast_modules]
         self._ansible_args = [str(a) for a in ansible_args]
         if fast_path is None:
@@ -167,14 +166,15 @@ class WarmExecutor:
         self._arm_idle_timer()
 
     async def reserved_names(self) -> frozenset[str]:
-        """As the zygote read them when it was ready (it has ansible-core imported); from a child process
-        of its interpreter if it could not."""
-        if self._reserved is None:
-            zygote = await self._ensure_zygote()
-            names = zygote.ready.result().get("reserved_names")
-            self._reserved = (reserved.parse(names, self._python) if names
-                              else await reserved.read(self._python))
-        return self._reserved
+        """As the running zygote read them when it was ready (it has ansible-core imported); else from a
+        child process of its interpreter: a zygote stopped while idle is not started for a list of names."""
+        zygote = self._zygote
+        ready = zygote.ready if zygote is not None and zygote.alive else None
+        if ready is not None and ready.done() and not ready.cancelled() and ready.exception() is None:
+            names = ready.result().get("reserved_names")
+            if names:
+                return reserved.parse(names, self._python)
+        return await reserved.read(self._python)
 
     async def close(self) -> None:
         self._closing = True
