@@ -104,7 +104,7 @@ STARTS_PROCESSES = ("examples", "image", "differential", "e2e", "faults", "bench
 
 PROCESS_TEST_TIMEOUT = 600
 """The hang guard (pytest-timeout) of a test under STARTS_PROCESSES without a ``timeout`` marker
-of its own."""
+of its own, unless ``--timeout`` was given."""
 
 
 def _top(item: pytest.Item) -> str | None:
@@ -166,8 +166,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Mark ``ansible_versions`` every test that runs Ansible (see ANSIBLE_DIRS, RUNS_ANSIBLE); put the
     longest first (:func:`_start_order`)."""
     items.sort(key=_start_order)  # stable: within a class, the collection order
+    # a --timeout on the command line (0 when debugging) is the user's: no marker may override it
+    guard = config.getoption("timeout", None) is None
     for item in items:
-        if item.get_closest_marker("timeout") is None and _top(item) in STARTS_PROCESSES:
+        if guard and item.get_closest_marker("timeout") is None and _top(item) in STARTS_PROCESSES:
             # pyproject's 300 s guard is for hangs; tests that start operators and control planes wait
             # on conditions with bounds of their own, several of 180 s, and on a loaded CI machine their
             # sum passed 300 s without anything hanging (official CI at c91bb18)

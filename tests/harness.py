@@ -46,7 +46,12 @@ def wait_for(
             return last
         time.sleep(interval)
     message = f"timed out after {timeout}s waiting for {what or predicate}: last={last!r}"
-    raise AssertionError(f"{message}\n{detail()}" if detail is not None else message)
+    if detail is not None:
+        try:
+            message = f"{message}\n{detail()}"
+        except Exception as exc:  # noqa: BLE001 - the timeout is the failure; the detail is a bonus
+            message = f"{message}\n(no detail: {type(exc).__name__}: {exc})"
+    raise AssertionError(message)
 
 
 class Widgets:
