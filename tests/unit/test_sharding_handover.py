@@ -352,10 +352,14 @@ async def test_a_replica_that_cannot_renew_fences_itself_before_its_lease_expire
     assert a.queue.gate is not None and not a.queue.gate(keys[0])
 
 
+@pytest.mark.looptime
 async def test_slow_answers_neither_delay_renewals_nor_fence_a_replica_that_gets_them() -> None:
     """A loaded API server: every call takes 0.25 s, listing the ring's Leases times out. Renewal has a loop
     of its own and each renewal may take until the deadline, so the replica keeps holding its Lease (a
-    renewal bounded by twice the retry period, after each listing, fenced it)."""
+    renewal bounded by twice the retry period, after each listing, fenced it).
+
+    On the loop's fake time (looptime): sleeps, timeouts and the coordinator's clock all follow the loop, so
+    a busy machine that delays the test's thread cannot fence the replica (real time did, in CI)."""
     leases = FakeLeases()
     cache, _keys = make_cache(3)
 
@@ -371,7 +375,7 @@ async def test_slow_answers_neither_delay_renewals_nor_fence_a_replica_that_gets
 
     coordinator = ShardCoordinator(store, Membership("a"), [ShardedWatch("w", queue, cache)],
                                    lease_duration=0.9, renew_deadline=0.6, retry_period=0.1,
-                                   on_fenced=on_fenced)
+                                   on_fenced=on_fenced, clock=asyncio.get_running_loop().time)
     store.latency = 0.25
     task = asyncio.create_task(coordinator.run())
     await asyncio.sleep(2.0)
