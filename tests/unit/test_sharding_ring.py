@@ -69,6 +69,8 @@ def test_ranges_partition_the_hash_space_and_agree_with_owner() -> None:
 def test_ring_version_names_the_membership_whatever_the_order() -> None:
     assert ring_version(["b", "a"]) == ring_version(["a", "b"]) == HashRing(["a", "b", "a"]).version
     assert ring_version(["a", "b"]) != ring_version(["a", "b", "c"])
+    # replicas that place objects differently never agree on a version (no run starts until they do)
+    assert HashRing(["a", "b"], vnodes=100).version != HashRing(["a", "b"]).version
     assert HashRing([]).owner("x") is None
     with pytest.raises(ValueError):
         HashRing(["a"], vnodes=0)
