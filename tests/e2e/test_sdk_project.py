@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
 import signal
 import socket
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -73,9 +75,17 @@ def _get(url: str, token: str | None = None) -> tuple[int, str]:
         return 0, ""
 
 
-def _rendered() -> list[dict[str, Any]]:
+MANAGER_NS = "website-operator-system"
+"""The namespace config/default puts the manager in."""
+
+
+def _rendered(manager_namespace: str = MANAGER_NS) -> list[dict[str, Any]]:
+    """config/default as kustomize renders it; in ``manager_namespace`` instead of its own (on the shared
+    control plane a run on another ansible-core may apply it at the same time: its manager's Lease and
+    namespace must not be this one's)."""
     out = subprocess.run(["kubectl", "kustomize", str(PROJECT / "config" / "default")], check=True,
                          capture_output=True, text=True).stdout
+    out = re.sub(rf"\b{MANAGER_NS}\b", manager_namespace, out)
     return [d for d in yaml.safe_load_all(out) if d]
 
 
@@ -115,6 +125,7 @@ class Server:
     ns: str
     kubectl_env: dict[str, str]
     token: Callable[[str, str], str]  # (namespace, service account) -> a bearer token
+    manager_namespace: str = MANAGER_NS
 
     def api_client(self) -> kubernetes.client.ApiClient:
         return kube.api_client_for(self.kubeconfig)
@@ -130,10 +141,12 @@ def server(tmp_path: Path) -> Iterator[Server]:
                 return str(kubernetes.client.CoreV1Api(api).create_namespaced_service_account_token(
                     name, ns, {"spec": {}}).status.token)
 
-        # the rendered config/default's own namespace goes with the test's
-        shared.created.append(_manager_namespace())
+        # the rendered config/default's namespace, one of this test's own (config/default creates it)
+        manager_namespace = f"{MANAGER_NS}-{uuid.uuid4().hex[:6]}"
+        shared.created.append(manager_namespace)
         try:
-            yield Server(shared.kubeconfig, shared.namespace("sites"), shared.kubectl_env(), token)
+            yield Server(shared.kubeconfig, shared.namespace("sites"), shared.kubectl_env(), token,
+                         manager_namespace)
         finally:
             shared.cleanup()
         return
@@ -146,18 +159,13 @@ def server(tmp_path: Path) -> Iterator[Server]:
         handle.sandbox.stop_thread()
 
 
-def _manager_namespace() -> str:
-    (manager,) = [d for d in _rendered() if d["kind"] == "Deployment"]
-    return str(manager["metadata"]["namespace"])
-
-
 def test_sdk_scaffolded_project_runs_with_its_manager_args(server: Server, tmp_path: Path) -> None:
     ns = server.ns
     api = server.api_client()
     core = kubernetes.client.CoreV1Api(api)
     custom = kubernetes.client.CustomObjectsApi(api)
     apps = kubernetes.client.AppsV1Api(api)
-    rendered = _rendered()
+    rendered = _rendered(server.manager_namespace)
     (manager,) = [d for d in rendered if d["kind"] == "Deployment"]
     container = manager["spec"]["template"]["spec"]["containers"][0]
     assert "--metrics-require-rbac" in container["args"] and "--metrics-secure" in container["args"]
@@ -253,7 +261,7 @@ def test_sdk_scaffolded_project_runs_with_its_manager_args(server: Server, tmp_p
         (reader,) = [d["metadata"]["name"] for d in rendered
                      if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("metrics-reader")]
         kubernetes.client.RbacAuthorizationV1Api(api).create_cluster_role_binding({
-            "metadata": {"name": "prometheus-website-metrics"},
+            "metadata": {"name": f"prometheus-website-metrics-{ns}"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader},
             "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": ns}]})
         token = server.token(ns, "prometheus")
