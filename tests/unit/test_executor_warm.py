@@ -23,6 +23,7 @@ from typing import Any, AsyncIterator
 
 import psutil
 import pytest
+import pytest_asyncio
 from executor_helpers import descendants_with, started, write
 
 from ansible_operator.executors import make_executor, reserved
@@ -31,20 +32,42 @@ from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.warm.executor import EXECUTOR_RESTARTED, WarmExecutor
 from ansible_operator.extravars import Unsafe
 
-pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
+pytestmark = [
+    pytest.mark.ansible_versions,  # also run on the lowest ansible-core (dev.sh test-ansible-low)
+    pytest.mark.asyncio(loop_scope="module"),  # the loop of the module's shared executors
+]
 
 
-@pytest.fixture(params=["runner", "warm"])
-async def executor(request: pytest.FixtureRequest) -> AsyncIterator[Executor]:
-    async with started(make_executor(request.param, max_workers=4)) as ex:
-        yield ex
-
-
-@pytest.fixture
+# The executors are the module's (started once per xdist worker): a zygote's start-up costs ~1.5 CPU s, and
+# runs sharing one zygote is what the warm executor does in an operator. A test about start-up, the zygote's
+# lifetime or crashes (a zygote or a child killed, close, idle stops) starts its own.
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def warm() -> AsyncIterator[WarmExecutor]:
     async with started(WarmExecutor(max_workers=4)) as ex:
         yield ex
+        assert ex.restarts == 0  # no test's run took the shared zygote down
     assert ex.zygote_pid is None
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def runner() -> AsyncIterator[Executor]:
+    async with started(make_executor("runner", max_workers=4)) as ex:
+        yield ex
+
+
+@pytest_asyncio.fixture(loop_scope="module")  # the loop the module's tests run in
+async def own_warm() -> AsyncIterator[WarmExecutor]:
+    """A warm executor of the test's own, for a test that kills its zygote or a child of it."""
+    async with started(WarmExecutor(max_workers=4)) as ex:
+        yield ex
+    assert ex.zygote_pid is None
+
+
+@pytest.fixture(scope="module", params=["runner", "warm"])
+def executor(request: pytest.FixtureRequest) -> Executor:
+    """``make_executor(name, max_workers=4)``, the module's (``warm`` is that of the warm-only tests)."""
+    ex: Executor = request.getfixturevalue(request.param)
+    return ex
 
 
 def request_for(tmp_path: Path, **kw: Any) -> RunRequest:
@@ -347,8 +370,15 @@ async def test_contract_concurrent_runs_keep_their_own_vars_and_env(
         assert {e["runner_ident"] for e in per_run[req.run_id]} == {req.run_id}
 
 
-async def test_contract_reserved_names_are_those_of_the_runs_ansible_core(executor: Executor) -> None:
-    expected = reserved.read_blocking(sys.executable)  # read in a fresh interpreter
+@pytest.fixture(scope="module")
+def fresh_reserved_names() -> frozenset[str]:
+    """The reserved names as a fresh interpreter reads them: the reference for both executors."""
+    return reserved.read_blocking(sys.executable)
+
+
+async def test_contract_reserved_names_are_those_of_the_runs_ansible_core(
+        executor: Executor, fresh_reserved_names: frozenset[str]) -> None:
+    expected = fresh_reserved_names
     names = await executor.reserved_names()
     assert names == expected
     assert {"omit", "inventory_hostname", "hostvars", "lookup", "query", "undef"} <= names
@@ -402,7 +432,7 @@ def _any_process_with(marker: str) -> bool:
 
 
 async def test_zygote_killed_mid_run_fails_in_flight_run_and_restarts(
-    warm: WarmExecutor, tmp_path: Path
+    own_warm: WarmExecutor, tmp_path: Path
 ) -> None:
     marker = unique_sleep()
     pb = write(tmp_path / "pb.yml", f"""
@@ -411,9 +441,9 @@ async def test_zygote_killed_mid_run_fails_in_flight_run_and_restarts(
   tasks:
     - command: /bin/sleep {marker}
 """)
-    first_pid = warm.zygote_pid
+    first_pid = own_warm.zygote_pid
     assert first_pid is not None
-    task = asyncio.create_task(warm.run(request_for(tmp_path, playbook=pb), lambda e: None))
+    task = asyncio.create_task(own_warm.run(request_for(tmp_path, playbook=pb), lambda e: None))
     await _eventually_running(marker)
     os.kill(first_pid, signal.SIGKILL)
     outcome = await asyncio.wait_for(task, 60)
@@ -424,15 +454,16 @@ async def test_zygote_killed_mid_run_fails_in_flight_run_and_restarts(
         tmp_path / "ok.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=fine\n"
     )
     events: list[dict[str, Any]] = []
-    outcome = await warm.run(request_for(tmp_path, playbook=ok), events.append)
+    outcome = await own_warm.run(request_for(tmp_path, playbook=ok), events.append)
     assert outcome.status == "successful"
     assert ok_messages(events) == ["fine"]
-    assert warm.restarts == 1
-    assert warm.zygote_pid not in (None, first_pid)
+    assert own_warm.restarts == 1
+    assert own_warm.zygote_pid not in (None, first_pid)
     await _eventually_gone(marker)
 
 
-async def test_child_killed_is_an_error_and_zygote_keeps_serving(warm: WarmExecutor, tmp_path: Path) -> None:
+async def test_child_killed_is_an_error_and_zygote_keeps_serving(own_warm: WarmExecutor,
+                                                                 tmp_path: Path) -> None:
     marker = unique_sleep()
     pb = write(tmp_path / "pb.yml", f"""
 - hosts: localhost
@@ -440,9 +471,9 @@ async def test_child_killed_is_an_error_and_zygote_keeps_serving(warm: WarmExecu
   tasks:
     - command: /bin/sleep {marker}
 """)
-    zygote_pid = warm.zygote_pid
+    zygote_pid = own_warm.zygote_pid
     assert zygote_pid is not None
-    task = asyncio.create_task(warm.run(request_for(tmp_path, playbook=pb), lambda e: None))
+    task = asyncio.create_task(own_warm.run(request_for(tmp_path, playbook=pb), lambda e: None))
     await _eventually_running(marker)
     (child,) = psutil.Process(zygote_pid).children()  # the run's forked child
     child.kill()
@@ -450,12 +481,12 @@ async def test_child_killed_is_an_error_and_zygote_keeps_serving(warm: WarmExecu
     assert outcome.status == "error"
     assert outcome.error == "the run's process was killed by signal 9"
     await _eventually_gone(marker)  # workers and the module die with the child
-    assert warm.zygote_pid == zygote_pid and warm.restarts == 0
+    assert own_warm.zygote_pid == zygote_pid and own_warm.restarts == 0
 
     ok = write(
         tmp_path / "ok.yml", "- hosts: localhost\n  gather_facts: false\n  tasks:\n    - debug: msg=fine\n"
     )
-    assert (await warm.run(request_for(tmp_path, playbook=ok), lambda e: None)).status == "successful"
+    assert (await own_warm.run(request_for(tmp_path, playbook=ok), lambda e: None)).status == "successful"
 
 
 @pytest.mark.parametrize("in_process", [True, False])

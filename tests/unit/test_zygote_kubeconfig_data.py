@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from executor_helpers import started, write
@@ -24,7 +24,7 @@ from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.warm.executor import WarmExecutor
 from ansible_operator.executors.warm.fast_modules import DEFAULT_FAST_MODULE_PREFIXES
-from ansible_operator_sandbox.testing import start_in_thread
+from ansible_operator_sandbox.testing import SandboxHandle, start_in_thread
 
 pytestmark = pytest.mark.ansible_versions
 
@@ -61,35 +61,43 @@ PLAYBOOK = """
 """
 
 
-@pytest.mark.parametrize("in_process", [True, False], ids=["inline", "forked"])
-async def test_every_task_of_a_run_reaches_the_api_server(in_process: bool, tmp_path: Path) -> None:
-    handle = start_in_thread(tmp_path / "kubeconfig", secure=True)
+@pytest.fixture(scope="module")
+def secure_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxHandle]:
+    """One secure sandbox (TLS, its own CA) for both ways to run modules: each test's run is its own."""
+    handle = start_in_thread(tmp_path_factory.mktemp("secure") / "kubeconfig", secure=True)
     try:
-        assert "certificate-authority-data" in handle.kubeconfig.read_text()
-        extra = tmp_path / "collections"
-        write(extra / "ansible_collections" / "testns" / "tls" / "plugins" / "modules" / "probe.py", PROBE)
-        rid = new_run_id()
-        request = RunRequest(
-            run_id=rid, private_data_dir=tmp_path / "runs" / rid, extra_vars={},
-            playbook=write(tmp_path / "pb.yml", PLAYBOOK),
-            collections_path=(extra, *collections.paths()),
-            envvars={"K8S_AUTH_KUBECONFIG": str(handle.kubeconfig), "ANSIBLE_GATHERING": "explicit"})
-        events: list[dict[str, Any]] = []
-        executor = WarmExecutor(max_workers=1, modules_in_process=in_process,
-                                fast_modules=(*DEFAULT_FAST_MODULE_PREFIXES, "testns.tls."))
-        async with started(executor) as ex:
-            outcome = await ex.run(request, events.append)
-        results = {e["event_data"]["task"]: e for e in events
-                   if e["event"] in ("runner_on_ok", "runner_on_failed")}
-        failed = {t: e["event_data"]["res"].get("msg") for t, e in results.items()
-                  if e["event"] == "runner_on_failed"}
-        assert outcome.status == "successful" and not failed, failed
-        assert set(results) == {"first", "second", "write", "probe"}
-        probe = results["probe"]["event_data"]["res"]
-        if in_process:
-            # the run child's loader still holds the files of the first task, present until the run ended
-            assert probe["files"] and all(probe["exist"]), probe
-            assert not any(Path(f).exists() for f in probe["files"]), json.dumps(probe)
-        # a forked module is a process of its own: the files of the probe's fork are none of its own
+        yield handle
     finally:
         handle.sandbox.stop_thread()
+
+
+@pytest.mark.parametrize("in_process", [True, False], ids=["inline", "forked"])
+async def test_every_task_of_a_run_reaches_the_api_server(in_process: bool, secure_sandbox: SandboxHandle,
+                                                          tmp_path: Path) -> None:
+    handle = secure_sandbox
+    assert "certificate-authority-data" in handle.kubeconfig.read_text()
+    extra = tmp_path / "collections"
+    write(extra / "ansible_collections" / "testns" / "tls" / "plugins" / "modules" / "probe.py", PROBE)
+    rid = new_run_id()
+    request = RunRequest(
+        run_id=rid, private_data_dir=tmp_path / "runs" / rid, extra_vars={},
+        playbook=write(tmp_path / "pb.yml", PLAYBOOK),
+        collections_path=(extra, *collections.paths()),
+        envvars={"K8S_AUTH_KUBECONFIG": str(handle.kubeconfig), "ANSIBLE_GATHERING": "explicit"})
+    events: list[dict[str, Any]] = []
+    executor = WarmExecutor(max_workers=1, modules_in_process=in_process,
+                            fast_modules=(*DEFAULT_FAST_MODULE_PREFIXES, "testns.tls."))
+    async with started(executor) as ex:
+        outcome = await ex.run(request, events.append)
+    results = {e["event_data"]["task"]: e for e in events
+               if e["event"] in ("runner_on_ok", "runner_on_failed")}
+    failed = {t: e["event_data"]["res"].get("msg") for t, e in results.items()
+              if e["event"] == "runner_on_failed"}
+    assert outcome.status == "successful" and not failed, failed
+    assert set(results) == {"first", "second", "write", "probe"}
+    probe = results["probe"]["event_data"]["res"]
+    if in_process:
+        # the run child's loader still holds the files of the first task, present until the run ended
+        assert probe["files"] and all(probe["exist"]), probe
+        assert not any(Path(f).exists() for f in probe["files"]), json.dumps(probe)
+    # a forked module is a process of its own: the files of the probe's fork are none of its own

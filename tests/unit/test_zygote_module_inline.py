@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 import pytest
-from executor_helpers import started, write
+import pytest_asyncio
+from executor_helpers import SharedExecutors, shared_executors, write
 
 from ansible_operator.executors import ansible_compat
 from ansible_operator.executors.base import RunRequest
@@ -100,11 +101,22 @@ MODES: dict[str, dict[str, Any]] = {
 }
 
 
-async def _observe(tmp_path: Path, tag: str) -> dict[str, Any]:
+# One zygote per mode and xdist worker, not one per test (a zygote's start-up costs ~1.5 CPU s): what a module
+# changes stays in the run child (or its fork), never in the zygote. The async tests run in the module's loop.
+shared_loop = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def executors() -> AsyncIterator[SharedExecutors]:
+    async with shared_executors() as pool:
+        yield pool
+
+
+async def _observe(executors: SharedExecutors, tmp_path: Path, tag: str) -> dict[str, Any]:
     events: list[dict[str, Any]] = []
     options: dict[str, Any] = {"fast_modules": ("testns.inline.",), **MODES[tag]}
-    async with started(WarmExecutor(max_workers=1, **options)) as ex:
-        outcome = await ex.run(_request(tmp_path, tag), events.append)
+    ex = await executors.get(WarmExecutor, max_workers=1, **options)
+    outcome = await ex.run(_request(tmp_path, tag), events.append)
     assert outcome.status == "successful", [e.get("stdout") for e in events][-5:]
     results = {e["event_data"]["task"]: {**e["event_data"]["res"], "event": e["event"]} for e in events
                if e["event"] in ("runner_on_ok", "runner_on_failed")}
@@ -113,9 +125,11 @@ async def _observe(tmp_path: Path, tag: str) -> dict[str, Any]:
             "warnings": re.findall(r"warning from \w+", shown)}
 
 
+@shared_loop
 @pytest.mark.parametrize("mode", list(MODES))
-async def test_module_state_does_not_outlive_the_module(mode: str, tmp_path: Path) -> None:
-    seen = await _observe(tmp_path, mode)
+async def test_module_state_does_not_outlive_the_module(mode: str, executors: SharedExecutors,
+                                                         tmp_path: Path) -> None:
+    seen = await _observe(executors, tmp_path, mode)
     first, second = seen["results"]["first"], seen["results"]["second"]
     # what the first module changed in its process is gone for the next one
     assert (second["leaked_env"], second["leaked_path"], second["task_env"]) == (None, False, None)
@@ -135,8 +149,9 @@ async def test_module_state_does_not_outlive_the_module(mode: str, tmp_path: Pat
         assert first["modlib"].endswith("_payload.zip")
 
 
-async def test_exits_and_timeouts_read_the_same_both_ways(tmp_path: Path) -> None:
-    both = [await _observe(tmp_path / tag, tag) for tag in ("inline", "forked")]
+@shared_loop
+async def test_exits_and_timeouts_read_the_same_both_ways(executors: SharedExecutors, tmp_path: Path) -> None:
+    both = [await _observe(executors, tmp_path / tag, tag) for tag in ("inline", "forked")]
     slow = [seen["results"]["sleeps past its timeout"] for seen in both]
     assert [s["event"] for s in slow] == ["runner_on_failed"] * 2
     assert slow[0]["msg"] == slow[1]["msg"] and re.search(r"(?i)timed out|time frame", slow[0]["msg"]), slow

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 import pytest
-from executor_helpers import started
+import pytest_asyncio
+from executor_helpers import SharedExecutors, shared_executors
 
 from ansible_operator.executors.base import RunRequest
 from ansible_operator.executors.datadir import new_run_id
@@ -103,18 +104,34 @@ VOLATILE = {"creationTimestamp", "resourceVersion", "uid", "managedFields", "dur
             "delta", "time"}
 
 
-@pytest.fixture(params=[True, False], ids=["inline", "forked"])
-async def fast(request: pytest.FixtureRequest) -> AsyncIterator[WarmExecutor]:
-    """The fast module path both ways: in the task's process (the default) and in a fork of it."""
-    async with started(WarmExecutor(max_workers=2, fast_modules=("testns.fast.", "kubernetes.core."),
-                                    modules_in_process=request.param)) as ex:
-        yield ex
+# The executors are the module's (one zygote per set of options and xdist worker, not one per test: a
+# zygote's start-up costs ~1.5 CPU s); its async tests run in the module's event loop.
+shared_loop = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest.fixture
-async def slow() -> AsyncIterator[WarmExecutor]:
-    async with started(WarmExecutor(max_workers=2, fast_modules=())) as ex:
-        yield ex
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def executors() -> AsyncIterator[SharedExecutors]:
+    async with shared_executors() as pool:
+        yield pool
+
+
+FAST_WAYS = {"inline": True, "forked": False}
+"""The fast module path both ways: in the task's process (the default) and in a fork of it."""
+
+
+async def _fast(executors: SharedExecutors, way: str) -> WarmExecutor:
+    return await executors.get(WarmExecutor, max_workers=2, fast_modules=("testns.fast.", "kubernetes.core."),
+                               modules_in_process=FAST_WAYS[way])
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=list(FAST_WAYS))
+async def fast(request: pytest.FixtureRequest, executors: SharedExecutors) -> WarmExecutor:
+    return await _fast(executors, request.param)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def slow(executors: SharedExecutors) -> WarmExecutor:
+    return await executors.get(WarmExecutor, max_workers=2, fast_modules=())
 
 
 def _collection(root: Path, namespace: str, name: str, module: str, source: str) -> Path:
@@ -177,73 +194,77 @@ def _results(events: list[dict[str, Any]]) -> list[tuple[str, str, Any]]:
     return found
 
 
+async def _run_results(ex: WarmExecutor, tmp_path: Path, playbook: str,
+                       **kw: Any) -> list[tuple[str, str, Any]]:
+    events: list[dict[str, Any]] = []
+    outcome = await ex.run(_request(tmp_path, playbook, **kw), events.append)
+    assert outcome.status == "successful", [e.get("stdout") for e in events][-3:]
+    return _results(events)
+
+
+# The two tests below compare both ways of the fast path with one run of the same playbook in a fresh
+# interpreter (the reference: ~4 and ~8 CPU s of module interpreters), not one reference run per way.
+@shared_loop
 async def test_module_results_are_the_same_with_and_without_the_fast_path(
-        fast: WarmExecutor, slow: WarmExecutor, tmp_path: Path) -> None:
+        executors: SharedExecutors, slow: WarmExecutor, tmp_path: Path) -> None:
     collections = _collection(tmp_path / "collections", "testns", "fast", "probe", PROBE_MODULE)
-    outcomes, results = [], []
-    for ex in (fast, slow):
-        events: list[dict[str, Any]] = []
-        req = _request(tmp_path, PROBE_PLAYBOOK, extra_vars={"v": "hello"}, collections_path=(collections,),
-                       envvars={"ANSIBLE_GATHERING": "explicit"})
-        outcomes.append(await ex.run(req, events.append))
-        results.append(_results(events))
-    assert [o.status for o in outcomes] == ["successful", "successful"]
-    fast_results, slow_results = results
-    assert [r[2].pop("forked") for r in fast_results if r[0] == "runner_on_ok"] == [True, True, True]
+    run: dict[str, Any] = dict(extra_vars={"v": "hello"}, collections_path=(collections,),
+                               envvars={"ANSIBLE_GATHERING": "explicit"})
+    slow_results = await _run_results(slow, tmp_path, PROBE_PLAYBOOK, **run)
     assert [r[2].pop("forked") for r in slow_results if r[0] == "runner_on_ok"] == [False, False, False]
-    assert fast_results == slow_results
-    by_task = {task: res for _, task, res in fast_results}
-    assert (by_task["plain"]["changed"], by_task["plain"]["value"]) == (True, "hello")
-    assert by_task["check mode"]["changed"] is False
-    assert by_task["task environment"]["env"] == "from-task"
-    assert by_task["fails"]["msg"] == "probe failed on purpose"
-    assert "probe crashed" in str(by_task["crashes"])
+    for way in FAST_WAYS:
+        fast_results = await _run_results(await _fast(executors, way), tmp_path, PROBE_PLAYBOOK, **run)
+        assert [r[2].pop("forked") for r in fast_results if r[0] == "runner_on_ok"] == [True, True, True], way
+        assert fast_results == slow_results, way
+        by_task = {task: res for _, task, res in fast_results}
+        assert (by_task["plain"]["changed"], by_task["plain"]["value"]) == (True, "hello")
+        assert by_task["check mode"]["changed"] is False
+        assert by_task["task environment"]["env"] == "from-task"
+        assert by_task["fails"]["msg"] == "probe failed on purpose"
+        assert "probe crashed" in str(by_task["crashes"])
 
 
-async def test_fast_module_tasks_are_pipelined_without_shell_helpers(fast: WarmExecutor,
-                                                                     tmp_path: Path) -> None:
+@shared_loop
+async def test_fast_module_tasks_are_pipelined_without_shell_helpers(
+        fast: WarmExecutor, executors: SharedExecutors, tmp_path: Path) -> None:
     """The fast path pipelines its modules' tasks (issue 14): one command per task (the module, its payload on
     stdin), no ``/bin/sh`` helpers for the temporary directory; ``fast_path=False`` keeps Ansible's way."""
     collections = _collection(tmp_path / "collections", "testns", "fast", "probe", PROBE_MODULE)
     playbook = PROBE_PLAYBOOK.split("    - name: check mode")[0]  # the one plain task
     execs = {}
-    async with started(WarmExecutor(max_workers=1, fast_modules=("testns.fast.",), fast_path=False)) as plain:
-        for name, ex in (("fast", fast), ("plain", plain)):
-            events: list[dict[str, Any]] = []
-            req = _request(tmp_path, playbook, extra_vars={"v": "x"}, collections_path=(collections,),
-                           envvars={"ANSIBLE_GATHERING": "explicit"}, verbosity=3)
-            assert (await ex.run(req, events.append)).status == "successful"
-            assert [r[2]["forked"] for r in _results(events)] == [True]
-            lines = [line for e in events for line in e.get("stdout", "").splitlines()]
-            execs[name] = [line for line in lines if " EXEC " in line]
+    plain = await executors.get(WarmExecutor, max_workers=1, fast_modules=("testns.fast.",), fast_path=False)
+    for name, ex in (("fast", fast), ("plain", plain)):
+        events: list[dict[str, Any]] = []
+        req = _request(tmp_path, playbook, extra_vars={"v": "x"}, collections_path=(collections,),
+                       envvars={"ANSIBLE_GATHERING": "explicit"}, verbosity=3)
+        assert (await ex.run(req, events.append)).status == "successful"
+        assert [r[2]["forked"] for r in _results(events)] == [True]
+        lines = [line for e in events for line in e.get("stdout", "").splitlines()]
+        execs[name] = [line for line in lines if " EXEC " in line]
     assert len(execs["fast"]) == 1 and "AnsiballZ" not in execs["fast"][0], execs["fast"]
     assert any("mkdir" in line for line in execs["plain"]) and any("chmod" in line for line in execs["plain"])
 
 
+@shared_loop
 async def test_kubernetes_core_tasks_match_a_fresh_interpreter(
-        fast: WarmExecutor, slow: WarmExecutor, sandbox: Any, tmp_path: Path) -> None:
-    results = []
-    for _tag, ex in (("fast", fast), ("slow", slow)):
-        events: list[dict[str, Any]] = []
-        req = _request(
-            tmp_path,
-            K8S_PLAYBOOK,
-            extra_vars={"tag": "t"},
-            envvars={"ANSIBLE_GATHERING": "explicit", "K8S_AUTH_KUBECONFIG": str(sandbox.kubeconfig)},
-        )
-        outcome = await ex.run(req, events.append)
-        assert outcome.status == "successful", [e.get("stdout") for e in events][-3:]
-        results.append(_results(events))
-    assert results[0] == results[1]
-    changed = {task: res.get("changed") for _, task, res in results[0]}
-    assert changed == {"create": True, "again": False, "check mode with diff": True, "read": False,
-                       "delete": True, "unknown kind": False}
-    check = next(res for _, task, res in results[0] if task == "check mode with diff")
-    assert check["diff"]["after"]["data"] == {"a": "2"} and check["diff"]["before"]["data"] == {"a": "1"}
-    failed = [task for event, task, _ in results[0] if event == "runner_on_failed"]
-    assert failed == ["unknown kind"]
+        executors: SharedExecutors, slow: WarmExecutor, sandbox: Any, tmp_path: Path) -> None:
+    run: dict[str, Any] = dict(extra_vars={"tag": "t"}, envvars={
+        "ANSIBLE_GATHERING": "explicit", "K8S_AUTH_KUBECONFIG": str(sandbox.kubeconfig)})
+    # the playbook deletes what it created: each run starts from the same objects
+    slow_results = await _run_results(slow, tmp_path, K8S_PLAYBOOK, **run)
+    for way in FAST_WAYS:
+        results = await _run_results(await _fast(executors, way), tmp_path, K8S_PLAYBOOK, **run)
+        assert results == slow_results, way
+        changed = {task: res.get("changed") for _, task, res in results}
+        assert changed == {"create": True, "again": False, "check mode with diff": True, "read": False,
+                           "delete": True, "unknown kind": False}
+        check = next(res for _, task, res in results if task == "check mode with diff")
+        assert check["diff"]["after"]["data"] == {"a": "2"} and check["diff"]["before"]["data"] == {"a": "1"}
+        failed = [task for event, task, _ in results if event == "runner_on_failed"]
+        assert failed == ["unknown kind"]
 
 
+@shared_loop
 async def test_a_run_collection_path_shadows_the_preloaded_collection(
     fast: WarmExecutor, tmp_path: Path
 ) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 import pytest
+import pytest_asyncio
 from executor_helpers import started
 
 from ansible_operator.executors import ansible_compat
@@ -17,6 +18,10 @@ from ansible_operator.executors.warm.executor import WarmExecutor
 from ansible_operator.executors.warm.payloads import PayloadStore, decode_entry, encode_entry, is_fresh
 
 pytestmark = pytest.mark.ansible_versions  # also run on the lowest ansible-core (dev.sh test-ansible-low)
+# The zygote is the module's (one per xdist worker: its start-up costs ~1.5 CPU s), and so is its payload
+# store, as in an operator: each test's collections are its own (under its tmp_path). Its async tests run in
+# the module's event loop.
+shared_loop = pytest.mark.asyncio(loop_scope="module")
 
 MODULE = '''
 from ansible.module_utils.basic import AnsibleModule
@@ -49,7 +54,7 @@ def _bump_mtime(path: Path) -> None:
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def warm() -> AsyncIterator[WarmExecutor]:
     # Modules run in a fresh interpreter from their payload here: on the fast path (warm.fast_modules) the
     # worker's collection loader would import them from disk and hide a stale payload.
@@ -77,13 +82,15 @@ def _store_entries(ex: WarmExecutor) -> list[str]:
     return [p.name for base in bases for p in base.glob(pattern) if not p.name.startswith(".part-")]
 
 
+@shared_loop
 async def test_a_payload_is_built_once_and_rebuilt_when_a_source_changes(
     warm: WarmExecutor, tmp_path: Path
 ) -> None:
     collections = _collection(tmp_path / "c", "v1", "one")
+    before = set(_store_entries(warm))  # the shared zygote's store may hold other tests' payloads
     assert await _speak(warm, tmp_path, collections) == {"module": "v1", "util": "one"}
     # the store hooks ansible-core 2.19's payload builder; 2.16 - 2.18 runs build their own, as before
-    stored = any("testns.pay.plugins.modules.speak" in name for name in _store_entries(warm))
+    stored = any("testns.pay.plugins.modules.speak" in name for name in set(_store_entries(warm)) - before)
     assert stored is ansible_compat.payload_store_supported()
     assert await _speak(warm, tmp_path, collections) == {"module": "v1", "util": "one"}
 
@@ -100,6 +107,7 @@ async def test_a_payload_is_built_once_and_rebuilt_when_a_source_changes(
     assert await _speak(warm, tmp_path, collections) == {"module": "v2", "util": "two"}
 
 
+@shared_loop
 async def test_the_same_name_in_another_collection_path_gets_its_own_payload(
         warm: WarmExecutor, tmp_path: Path) -> None:
     first = _collection(tmp_path / "a", "from-a", "a")
