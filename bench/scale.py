@@ -123,18 +123,16 @@ def serve_plane(directory: Path, kubeconfig: Path) -> int:
                                          f"--audit-log-path={directory / 'audit.log'}",
                                          # one file however long the run: the default rotates at 100 MB
                                          # (~8,000 light runs), and the counter reads one file
-                                         "--audit-log-maxsize=1000000"])
+                                         "--audit-log-maxsize=1000000"],
+                         # neither role asks for volumes: the provisioner would only poll claims and
+                         # volumes twice a second (the admin's requests, not in the audit log), for hours
+                         # at N = 10,000
+                         volumes=False)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
         plane.start()
-        # Neither role asks for volumes: the volume provisioner would only list PersistentVolumeClaims and
-        # PersistentVolumes twice a second, over a new TLS connection each time (the admin's requests, not
-        # in the audit log; ~0.04 CPU s per second of this process and the API server, for hours at N=10,000)
-        provisioner = plane._provisioner  # noqa: SLF001 - the launcher has no switch for it
-        if provisioner is not None:
-            provisioner.stop()
         install_crds(plane, CRDS)
         shutil.copyfile(plane.kubeconfig, kubeconfig)
         print(f"kubeconfig: {kubeconfig}", flush=True)

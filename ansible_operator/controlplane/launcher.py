@@ -123,6 +123,8 @@ class ControlPlane:
 
     ``apiserver_args`` / ``controller_manager_args`` are appended to (and so override) the defaults, e.g.
     ``["--max-requests-inflight=5"]``. ``components`` chooses which run (etcd and kube-apiserver always).
+    ``volumes=False``: no volume provisioner (it polls claims and volumes twice a second; claims of the
+    default StorageClass then stay ``Pending``).
     ``crds`` (YAML files or directories) are installed as soon as kube-apiserver is ready, before the
     controllers start: kube-controller-manager's garbage collector learns the kinds it may collect from
     discovery at its start and then only every 30 s, so objects owned by a custom resource installed later
@@ -137,6 +139,7 @@ class ControlPlane:
     nodes: int = 1
     crds: Iterable[str | Path] = ()
     progress: Callable[[str], None] | None = None
+    volumes: bool = True
     parts: dict[str, Component] = field(default_factory=dict, init=False)
     kubeconfig: Path = field(init=False)
     url: str = field(init=False)
@@ -397,8 +400,9 @@ class ControlPlane:
         """The default StorageClass (+ its provisioner), kwok's nodes; then wait until the controllers act
         (the ``default`` ServiceAccount exists, the nodes are Ready)."""
         self.apply(provisioner.STORAGE_CLASS)
-        self._provisioner = provisioner.Provisioner(self.request)
-        self._provisioner.start()
+        if self.volumes:
+            self._provisioner = provisioner.Provisioner(self.request)
+            self._provisioner.start()
         if "kwok" in wanted:
             for i in range(self.nodes):
                 self.apply(kwok.node(f"kwok-node-{i}"))
