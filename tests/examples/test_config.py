@@ -120,6 +120,29 @@ PLURALS = {"Secret": "secrets", "ConfigMap": "configmaps", "Service": "services"
            "StatefulSet": "statefulsets", "Job": "jobs", "CronJob": "cronjobs"}
 
 
+def test_sharding_overlay_runs_three_sharding_replicas_of_the_same_operator() -> None:
+    """config/sharding is config/default with three replicas and ``--sharding`` for ``--leader-elect``;
+    the leader election Role already grants what each replica's own Lease needs."""
+    default, sharding = kustomize("config/default"), kustomize("config/sharding")
+    key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
+    assert sorted(map(key, sharding)) == sorted(map(key, default))
+    deployments = {key(d): d for d in sharding if d["kind"] == "Deployment"}
+    (deploy,) = deployments.values()
+    (base,) = [d for d in default if key(d) in deployments]
+    args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    base_args = base["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert deploy["spec"]["replicas"] == 3
+    assert "--sharding" in args and "--leader-elect" not in args
+    assert [a for a in args if a != "--sharding"] == [a for a in base_args if a != "--leader-elect"]
+    assert any(a.startswith("--leader-election-id=") for a in args)  # the ring's name
+    others = lambda docs: [d for d in docs if d["kind"] != "Deployment"]  # noqa: E731
+    assert others(sharding) == others(default)
+    (role,) = [d for d in sharding
+               if d["kind"] == "Role" and d["metadata"]["name"].endswith("leader-election-role")]
+    leases = [r for r in role["rules"] if "leases" in r["resources"]]
+    assert leases and {"get", "list", "watch", "create", "update", "delete"} <= set(leases[0]["verbs"])
+
+
 def test_manager_role_covers_every_kind_the_roles_touch_and_the_watched_kinds() -> None:
     (role,) = [d for d in kustomize("config/default")
                if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "ansible-operator-manager-role"]
