@@ -324,6 +324,53 @@ def test_300_widgets_on_one_then_three_replicas_a_kill_and_back_to_one(
     assert overlaps(runs) == []
 
 
+def test_a_moved_widgets_status_events_dependents_and_finalizer_go_with_it(
+        cluster: Cluster, start_operator) -> None:
+    """Widgets with the SDK-style Widget role (a ConfigMap it owns, a finalizer role) made on a, then b
+    joins: for a Widget that moved to b, b writes its status and its Events, b's dependent watch re-runs
+    it when its ConfigMap is deleted, and b runs its finalizer when it is deleted; a runs none of it."""
+    watch = [default_watch()]
+    ops = {"a": start_operator(watch, *flags(cluster, *PATIENT), name="a")}
+    wait_for(lambda: settled(cluster, 1), 90, what="a alone in the ring")
+    names = [f"m{i}" for i in range(12)]
+    for name in names:
+        cluster.create_widget(name, {"color": "blue"})
+    wait_all_at_latest(cluster, names, "12 Widgets Successful on a")
+    ops["b"] = start_operator(watch, *flags(cluster, *PATIENT), name="b")
+    wait_for(lambda: settled(cluster, 2), 120, what="two members drained for one ring")
+    moved = sorted(owners(cluster, ops)["b"])
+    assert moved, "none of 12 Widgets moved to b (a chance of 1 in 4,096)"
+    name = moved[0]
+    a_runs = len(ops["a"].runs(name))
+
+    # status and Events: a failing run on b, then a good one
+    cluster.patch_widget(name, {"spec": {"failMessage": "after the move"}})
+    failure = cluster.wait_condition(name, "Failure", generation=2)
+    assert "after the move" in failure["message"]
+    wait_for(lambda: [e for e in cluster.events_for(name)
+                      if e.reason == "ReconcileFailed" and "after the move" in (e.message or "")], 30,
+             what="b's Warning Event")
+    cluster.patch_widget(name, {"spec": {"failMessage": None, "color": "red"}})
+    cluster.wait_condition(name, "Successful", generation=3)
+    assert {r["generation"] for r in ops["b"].runs(name)} >= {2, 3}
+
+    # the dependent watch: the ConfigMap the role owns, deleted, is made again by a run on b
+    assert (cluster.configmap(f"{name}-out") or {}).get("color") == "red"
+    b_runs = len(ops["b"].runs(name))
+    cluster.core.delete_namespaced_config_map(f"{name}-out", cluster.ns)
+    wait_for(lambda: cluster.configmap(f"{name}-out"), 60, what=f"{name}-out made again")
+    assert len(ops["b"].runs(name)) > b_runs
+
+    assert len(ops["a"].runs(name)) == a_runs, "a ran the Widget after it moved"
+
+    # the finalizer runs on b
+    cluster.delete_widget(name)
+    cluster.wait_deleted(name, detail=lambda: ops["b"].logs()[-3000:])
+    assert cluster.configmap(f"{cluster.ns}-{name}-tombstone", namespace="default") == {"deleted": "true"}
+    assert re.search(rf"\[Widget {cluster.ns}/{name}\] finalize run \S+ succeeded", ops["b"].logs())
+    assert not re.search(rf"\[Widget {cluster.ns}/{name}\] finalize run", ops["a"].logs())
+
+
 @pytest.mark.timeout(600)
 def test_the_overlap_detector_catches_a_broken_handover(cluster: Cluster, start_operator) -> None:
     """The same join with the drained check skipped: c starts Widgets a and b still run."""
