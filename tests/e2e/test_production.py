@@ -288,6 +288,6 @@ def test_runs_command_shows_the_failed_task(cluster: Cluster, start_operator) ->
     assert shown.returncode == 0, shown.stderr
     assert "Fail when asked to" in shown.stdout and "quota exceeded" in shown.stdout
     as_json = subprocess.run([sys.executable, "-m", "ansible_operator", "runs", "--artifacts-dir",
-                              str(op.artifacts), "-o", "json"], capture_output=True, text=True, timeout=60)
+                              str(op.artifacts), "-o", "json"], capture_output=True, text=True, timeout=300)
     failed = [r for r in json.loads(as_json.stdout) if r["result"] == "failed"]
     assert failed and failed[0]["failed_task"]["name"].endswith("Fail when asked to")

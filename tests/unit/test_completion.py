@@ -16,14 +16,14 @@ BIN = Path(sys.executable).parent
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_completion_prints_shell_code_for_the_command(shell: str) -> None:
     done = subprocess.run([sys.executable, "-m", "ansible_operator", "completion", shell],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "ansible-operator" in done.stdout and "_ARGCOMPLETE" in done.stdout
 
 
 def test_an_unknown_shell_is_a_usage_error() -> None:
     done = subprocess.run([sys.executable, "-m", "ansible_operator", "completion", "tcsh"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "invalid choice: 'tcsh'" in done.stderr
 
 

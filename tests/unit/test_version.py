@@ -13,7 +13,7 @@ from ansible_operator import __version__
 def test_version_names_every_component_in_the_sdks_shape() -> None:
     for argv in (["version"], ["--version"]):
         done = subprocess.run([sys.executable, "-m", "ansible_operator", *argv], capture_output=True,
-                              text=True, timeout=60)
+                              text=True, timeout=300)
         assert done.returncode == 0 and done.stderr == ""
         (line,) = done.stdout.splitlines()
         pairs = dict(re.findall(r'([\w -]+?): "([^"]*)"(?:, |$)', line))
