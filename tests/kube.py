@@ -134,6 +134,14 @@ def configure(config: pytest.Config) -> None:
         os.environ[BACKEND] = "sandbox"
         return
     directory = Path(tempfile.mkdtemp(prefix="ansible-operator-test-cluster-"))
+    plane = _start_session_plane(directory, binaries)
+    os.environ[KUBECONFIG] = str(plane.kubeconfig)
+    os.environ[DIRECTORY] = str(plane.directory)
+
+
+def _start_session_plane(directory: Path, binaries: Any) -> ControlPlane:
+    """The suite's shared control plane in ``directory/cluster`` (its CRDs, the feature gates), recorded in
+    :data:`SESSION` with its memory at rest and, sampled from then on, its peak."""
     started = time.monotonic()
     plane = ControlPlane(directory / "cluster", binaries, crds=SHARED_CRDS, apiserver_args=_gates(binaries),
                          progress=_say).start()
@@ -143,8 +151,7 @@ def configure(config: pytest.Config) -> None:
     SESSION.rest = plane.memory()
     SESSION.peak = dict(SESSION.rest)
     threading.Thread(target=SESSION.sample, name="control-plane-memory", daemon=True).start()
-    os.environ[KUBECONFIG] = str(plane.kubeconfig)
-    os.environ[DIRECTORY] = str(plane.directory)
+    return plane
 
 
 def serve(directory: Path) -> None:
@@ -159,22 +166,14 @@ def serve(directory: Path) -> None:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    binaries = find(progress=_say)
-    started = time.monotonic()
-    plane = ControlPlane(directory / "cluster", binaries, crds=SHARED_CRDS, apiserver_args=_gates(binaries),
-                         progress=_say).start()
+    plane = _start_session_plane(directory, find(progress=_say))
     try:
-        SESSION.plane, SESSION.started_in = plane, time.monotonic() - started
-        SESSION.rest = plane.memory()
-        SESSION.peak = dict(SESSION.rest)
-        threading.Thread(target=SESSION.sample, name="control-plane-memory", daemon=True).start()
         (directory / "ready").write_text(str(plane.kubeconfig))
         stop.wait()
     finally:
         SESSION._stop.set()
         plane.stop()
-    mib = lambda d: ", ".join(f"{k} {v / 2**20:.0f}" for k, v in sorted(d.items()))  # noqa: E731
-    _say(f"stopped; RSS MiB at rest: {mib(SESSION.rest)}; peak: {mib(SESSION.peak)}")
+    _say(f"stopped; RSS MiB at rest: {_mib(SESSION.rest)}; peak: {_mib(SESSION.peak)}")
 
 
 def unconfigure(config: pytest.Config) -> None:
@@ -197,15 +196,18 @@ def sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     session.config._ansible_operator_exitstatus = int(exitstatus)  # type: ignore[attr-defined]
 
 
+def _mib(rss: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v / 2**20:.0f}" for k, v in sorted(rss.items()))
+
+
 def summary(terminalreporter: Any) -> None:
     if SESSION.fallback:
         terminalreporter.write_sep("!", f"NO REAL CONTROL PLANE: ran on the sandbox ({SESSION.fallback})")
     if not SESSION.rest:
         return
-    mib = lambda d: ", ".join(f"{k} {v / 2**20:.0f}" for k, v in sorted(d.items()))  # noqa: E731
     terminalreporter.write_line(
-        f"control plane: started in {SESSION.started_in:.1f} s; RSS MiB at rest: {mib(SESSION.rest)} "
-        f"(total {sum(SESSION.rest.values()) / 2**20:.0f}); peak during the run: {mib(SESSION.peak)} "
+        f"control plane: started in {SESSION.started_in:.1f} s; RSS MiB at rest: {_mib(SESSION.rest)} "
+        f"(total {sum(SESSION.rest.values()) / 2**20:.0f}); peak during the run: {_mib(SESSION.peak)} "
         f"(sum of peaks {sum(SESSION.peak.values()) / 2**20:.0f})")
 
 
