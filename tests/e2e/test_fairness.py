@@ -14,7 +14,7 @@ import pytest
 
 from ansible_operator.status import converged
 
-from .conftest import EXECUTORS, HERE, Cluster, OperatorProcess, default_watch, wait_for
+from .conftest import HERE, ONE_EXECUTOR, Cluster, OperatorProcess, default_watch, wait_for
 
 CONVERGED = [f"old{i}" for i in range(5)]
 DONE = [f"done{i}" for i in range(4)]
@@ -22,9 +22,7 @@ DONE = [f"done{i}" for i in range(4)]
 
 @pytest.fixture
 def executor() -> str:
-    # about the queue, not the executor: the cheaper one (a run of the SDK's way is ~2.8 CPU s, and the
-    # first test resyncs five Widgets each second for a minute)
-    return "warm" if "warm" in EXECUTORS else EXECUTORS[0]
+    return ONE_EXECUTOR  # about the queue, not the executor
 
 
 def _time(stamp: str) -> datetime:

@@ -14,12 +14,12 @@ from typing import Any
 import kubernetes
 import pytest
 
-from .conftest import EXECUTORS, GROUP, HERE, PLURAL, VERSION, Cluster, default_watch, wait_for
+from .conftest import GROUP, HERE, ONE_EXECUTOR, PLURAL, VERSION, Cluster, default_watch, wait_for
 
 
 @pytest.fixture
 def executor() -> str:
-    return EXECUTORS[0]  # about reconcile, not the executor
+    return ONE_EXECUTOR  # about reconcile, not the executor
 
 
 def _successful_generations(cluster: Cluster, name: str, seen: list[tuple[int | None, int]],

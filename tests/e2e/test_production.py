@@ -18,10 +18,10 @@ from typing import Any
 import kubernetes
 import pytest
 
-from .conftest import EXECUTORS, GROUP, HERE, KIND, VERSION, Cluster, default_watch, wait_for
+from .conftest import GROUP, HERE, KIND, ONE_EXECUTOR, VERSION, Cluster, default_watch, wait_for
 
 pytestmark = [pytest.mark.e2e,
-              pytest.mark.parametrize("executor", ["warm" if "warm" in EXECUTORS else EXECUTORS[0]],
+              pytest.mark.parametrize("executor", [ONE_EXECUTOR],
                                       indirect=True)]
 
 OWNED_WATCH = default_watch(role=str(HERE / "roles" / "owned"), finalizer=None,

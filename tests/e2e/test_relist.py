@@ -25,7 +25,7 @@ from ansible_operator.controlplane import ControlPlane
 from ansible_operator_sandbox.testing import start_in_thread
 from tests import kube
 
-from .conftest import EXECUTORS, HERE, NAMESPACE, Cluster, OperatorProcess, default_watch, wait_for
+from .conftest import HERE, NAMESPACE, ONE_EXECUTOR, Cluster, OperatorProcess, default_watch, wait_for
 from .proxy import TLSCutProxy
 
 pytestmark = pytest.mark.slow  # over ~20 s each: started first (tests/conftest.py)
@@ -35,7 +35,7 @@ GROUP_PATH = "/apis/test.ansible-operator.dev/v1/"  # the widgets' collections, 
 
 @pytest.fixture
 def executor() -> str:
-    return EXECUTORS[0]  # one executor is enough: this is about the intake
+    return ONE_EXECUTOR  # one executor is enough: this is about the intake
 
 
 @pytest.fixture
