@@ -172,8 +172,9 @@ def serve(directory: Path) -> None:
         stop.wait()
     finally:
         SESSION._stop.set()
+        cpu = plane.cpu_seconds()
         plane.stop()
-    _say(f"stopped; RSS MiB at rest: {_mib(SESSION.rest)}; peak: {_mib(SESSION.peak)}")
+    _say(f"stopped; RSS MiB at rest: {_mib(SESSION.rest)}; peak: {_mib(SESSION.peak)}; {_cpu(cpu)}")
 
 
 def unconfigure(config: pytest.Config) -> None:
@@ -200,6 +201,12 @@ def _mib(rss: dict[str, int]) -> str:
     return ", ".join(f"{k} {v / 2**20:.0f}" for k, v in sorted(rss.items()))
 
 
+def _cpu(seconds: dict[str, float]) -> str:
+    """The components' CPU since their start: the plane's share of a run, which no test's report has."""
+    return (f"CPU s: {', '.join(f'{k} {v:.0f}' for k, v in sorted(seconds.items()))}"
+            f" (total {sum(seconds.values()):.0f})")
+
+
 def summary(terminalreporter: Any) -> None:
     if SESSION.fallback:
         terminalreporter.write_sep("!", f"NO REAL CONTROL PLANE: ran on the sandbox ({SESSION.fallback})")
@@ -208,7 +215,8 @@ def summary(terminalreporter: Any) -> None:
     terminalreporter.write_line(
         f"control plane: started in {SESSION.started_in:.1f} s; RSS MiB at rest: {_mib(SESSION.rest)} "
         f"(total {sum(SESSION.rest.values()) / 2**20:.0f}); peak during the run: {_mib(SESSION.peak)} "
-        f"(sum of peaks {sum(SESSION.peak.values()) / 2**20:.0f})")
+        f"(sum of peaks {sum(SESSION.peak.values()) / 2**20:.0f})"
+        + (f"; {_cpu(SESSION.plane.cpu_seconds())}" if SESSION.plane is not None else ""))
 
 
 # --------------------------------------------------------------------------------------------- in tests

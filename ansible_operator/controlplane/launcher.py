@@ -28,7 +28,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 import yaml
 
@@ -37,6 +37,7 @@ from ansible_operator.controlplane import kwok, provisioner
 from ansible_operator.controlplane.objects import install_crds
 from ansible_operator.controlplane.pki import PKI, Pair
 
+_T = TypeVar("_T")
 SERVICE_CIDR = "10.0.0.0/24"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 # Limits that hold on a busy 2-core machine: the API server's first start installs its bootstrap objects
@@ -452,13 +453,20 @@ class ControlPlane:
 
     def memory(self) -> dict[str, int]:
         """Resident memory of each running component, bytes."""
+        return self._read_each(lambda p: p.memory_info().rss)
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) each running component has used since it started, seconds."""
+        return self._read_each(lambda p: sum(p.cpu_times()[:2]))
+
+    def _read_each(self, read: Callable[[Any], _T]) -> dict[str, _T]:
         import psutil
 
         out = {}
         for name, part in self.parts.items():
             if part.running() and part.proc is not None:
                 try:
-                    out[name] = psutil.Process(part.proc.pid).memory_info().rss
+                    out[name] = read(psutil.Process(part.proc.pid))
                 except psutil.NoSuchProcess:
                     pass
         return out

@@ -1,7 +1,10 @@
 """The runner core end to end: CR → role run → objects, status conditions, events, finalizer.
 
-Each test starts the sandbox API server and the operator as a subprocess, and is run once per
-executor (plain ansible-runner and the warm forking one): the observable behaviour must be the same.
+Each test starts the operator as a subprocess against the test run's API server, and is run once per
+executor (plain ansible-runner and the warm forking one): the observable behaviour must be the same. The
+tests of the work queue's and the status writer's own behaviour (coalescing, back-off, no self-triggered
+runs) run on one (``ONE_EXECUTOR``): what an executor reports of a run is the executor contract tests'
+(tests/unit/test_executor_warm.py, both executors), and each runner run costs ~2.8 CPU s.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import HERE, Cluster, OperatorProcess, default_watch, wait_for
+from .conftest import HERE, ONE_EXECUTOR, Cluster, OperatorProcess, default_watch, wait_for
 
 pytestmark = pytest.mark.e2e
+one_executor = pytest.mark.parametrize("executor", [ONE_EXECUTOR], indirect=True)
 
 
 def test_create_edit_delete_lifecycle(cluster: Cluster, start_operator) -> None:
@@ -58,6 +62,7 @@ def test_create_edit_delete_lifecycle(cluster: Cluster, start_operator) -> None:
     wait_for(lambda: op.runs("w1") == [], 30, what="w1's artifacts removed")
 
 
+@one_executor
 def test_status_writes_do_not_retrigger_and_unchanged_runs_once(cluster: Cluster, start_operator) -> None:
     op = start_operator()
     cluster.create_widget("quiet", {"color": "green"})
@@ -85,6 +90,7 @@ def test_failure_condition_names_task_and_emits_warning(cluster: Cluster, start_
     assert failure is not None and failure["status"] == "False"
 
 
+@one_executor
 def test_failed_runs_back_off_instead_of_hot_looping(cluster: Cluster, start_operator) -> None:
     op = start_operator([default_watch(role=str(HERE / "roles" / "failing"), finalizer=None)])
     cluster.create_widget("loop", {})
@@ -103,6 +109,7 @@ def test_failed_runs_back_off_instead_of_hot_looping(cluster: Cluster, start_ope
     assert warnings[0].count >= min(finished_failures, 2)
 
 
+@one_executor
 def test_rapid_edits_coalesce(cluster: Cluster, start_operator) -> None:
     op = start_operator()
     cluster.create_widget("busy", {"size": 0})
