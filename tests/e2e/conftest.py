@@ -39,7 +39,9 @@ EXECUTORS = [e for e in os.environ.get("E2E_EXECUTORS", "runner,warm").split(","
 ONE_EXECUTOR = "warm" if "warm" in EXECUTORS else EXECUTORS[0]
 """For tests about the runner's machinery rather than the executor: the cheaper one (a run of the SDK's
 way, the runner, costs ~2.8 CPU s; one of the warm executor ~0.2)."""
-__all__ = ["GROUP", "KIND", "ONE_EXECUTOR", "PLURAL", "VERSION", "wait_for"]
+one_executor = pytest.mark.parametrize("executor", [ONE_EXECUTOR], indirect=True)
+"""The mark that runs a test (or, in ``pytestmark``, a module) on :data:`ONE_EXECUTOR` only."""
+__all__ = ["GROUP", "KIND", "ONE_EXECUTOR", "PLURAL", "VERSION", "one_executor", "wait_for"]
 
 
 @dataclass

@@ -10,19 +10,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import pytest
-
 from ansible_operator.status import converged
 
-from .conftest import HERE, ONE_EXECUTOR, Cluster, OperatorProcess, default_watch, wait_for
+from .conftest import HERE, Cluster, OperatorProcess, default_watch, one_executor, wait_for
+
+pytestmark = one_executor  # about the queue, not the executor
 
 CONVERGED = [f"old{i}" for i in range(5)]
 DONE = [f"done{i}" for i in range(4)]
-
-
-@pytest.fixture
-def executor() -> str:
-    return ONE_EXECUTOR  # about the queue, not the executor
 
 
 def _time(stamp: str) -> datetime:

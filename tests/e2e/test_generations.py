@@ -12,14 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-import pytest
 
-from .conftest import GROUP, HERE, ONE_EXECUTOR, PLURAL, VERSION, Cluster, default_watch, wait_for
+from .conftest import GROUP, HERE, PLURAL, VERSION, Cluster, default_watch, one_executor, wait_for
 
-
-@pytest.fixture
-def executor() -> str:
-    return ONE_EXECUTOR  # about reconcile, not the executor
+pytestmark = one_executor  # about reconcile, not the executor
 
 
 def _successful_generations(cluster: Cluster, name: str, seen: list[tuple[int | None, int]],

@@ -18,11 +18,9 @@ from typing import Any
 import kubernetes
 import pytest
 
-from .conftest import GROUP, HERE, KIND, ONE_EXECUTOR, VERSION, Cluster, default_watch, wait_for
+from .conftest import GROUP, HERE, KIND, VERSION, Cluster, default_watch, one_executor, wait_for
 
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.parametrize("executor", [ONE_EXECUTOR],
-                                      indirect=True)]
+pytestmark = [pytest.mark.e2e, one_executor]
 
 OWNED_WATCH = default_watch(role=str(HERE / "roles" / "owned"), finalizer=None,
                             watchClusterScopedResources=True)

@@ -16,7 +16,7 @@ from kubernetes.client.rest import ApiException
 
 from tests import kube
 
-from .conftest import GROUP, ONE_EXECUTOR, PLURAL, VERSION, Cluster, OperatorProcess, wait_for
+from .conftest import GROUP, PLURAL, VERSION, Cluster, OperatorProcess, one_executor, wait_for
 
 pytestmark = [
     pytest.mark.e2e,
@@ -24,7 +24,7 @@ pytestmark = [
                        "kube-controller-manager's: they need the real control plane "
                        "(ANSIBLE_OPERATOR_TEST_API=real)"),
     # about the API server's side of deletion, not how Ansible runs: one executor
-    pytest.mark.parametrize("executor", [ONE_EXECUTOR], indirect=True),
+    one_executor,
 ]
 
 FINALIZER = f"{GROUP}/finalizer"

@@ -25,17 +25,13 @@ from ansible_operator.controlplane import ControlPlane
 from ansible_operator_sandbox.testing import start_in_thread
 from tests import kube
 
-from .conftest import HERE, NAMESPACE, ONE_EXECUTOR, Cluster, OperatorProcess, default_watch, wait_for
+from .conftest import HERE, NAMESPACE, Cluster, OperatorProcess, default_watch, one_executor, wait_for
 from .proxy import TLSCutProxy
 
-pytestmark = pytest.mark.slow  # over ~20 s each: started first (tests/conftest.py)
+# over ~20 s each: started first (tests/conftest.py); one executor is enough: this is about the intake
+pytestmark = [pytest.mark.slow, one_executor]
 
 GROUP_PATH = "/apis/test.ansible-operator.dev/v1/"  # the widgets' collections, in the proxy's counts
-
-
-@pytest.fixture
-def executor() -> str:
-    return ONE_EXECUTOR  # one executor is enough: this is about the intake
 
 
 @pytest.fixture
@@ -193,7 +189,6 @@ def test_relist_after_410_runs_recreated_objects_and_forgets_deleted_ones(
         # the resumed watch really got 410 Gone from the API server, and the operator listed again
         assert proxy.expired > expired_before, "the watch gap did not end in 410 Gone"
         assert proxy.relists(GROUP_PATH) > lists_before, "the operator did not list the widgets again"
-
 
 
 def test_no_run_for_an_object_deleted_during_the_gap_even_when_its_dependents_requeue_it(

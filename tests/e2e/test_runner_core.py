@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import HERE, ONE_EXECUTOR, Cluster, OperatorProcess, default_watch, wait_for
+from .conftest import HERE, Cluster, OperatorProcess, default_watch, one_executor, wait_for
 
 pytestmark = pytest.mark.e2e
-one_executor = pytest.mark.parametrize("executor", [ONE_EXECUTOR], indirect=True)
 
 
 def test_create_edit_delete_lifecycle(cluster: Cluster, start_operator) -> None:

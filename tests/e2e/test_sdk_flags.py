@@ -24,12 +24,12 @@ import yaml
 
 from tests import kube
 
-from .conftest import HERE, ONE_EXECUTOR, Cluster, default_watch, wait_for
+from .conftest import HERE, Cluster, default_watch, one_executor, wait_for
 from .proxy import TLSCutProxy
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.parametrize("executor", [ONE_EXECUTOR], indirect=True),
+    one_executor,
 ]
 
 
