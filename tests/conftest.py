@@ -54,6 +54,8 @@ VERSION_INDEPENDENT = {
     "e2e/test_leader.py": "Lease leader election against the API server: no Ansible runs at all",
     "e2e/test_relist.py": "the watch's relist after a 410 and the intake's forgetting of deleted objects; "
                           "the one-task Widget role it runs runs on both ends in test_runner_core",
+    "e2e/test_work_queue.py": "the work queue and the status writer (no self-triggered runs, back-off, "
+                              "coalescing); the Widget roles it runs run on both ends in test_runner_core",
     "e2e/test_fairness.py": "the work queue's order (user changes before resyncs, start-up re-checks); the "
                             "Widget roles it runs run on both ends in test_runner_core",
     "e2e/test_sharding.py": "replicas sharing objects through Leases; a run is a run of the warm executor, "

@@ -28,7 +28,7 @@ def _differ(scenario: str, real: Client, sandbox: Client) -> None:
         pytest.fail(failure, pytrace=False)
 
 
-# Two ansible-playbook runs (one per server) of eleven kubernetes.core tasks, waits included: over the
+# Two runs (one per server) of eleven kubernetes.core tasks, waits included: over the
 # default 300 s timeout when CI's stages load the machine.
 LONG = {"kubernetes_core_modules"}
 

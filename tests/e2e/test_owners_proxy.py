@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import threading
 import time
 import uuid
@@ -21,12 +20,8 @@ from typing import Any, AsyncIterator, Callable, Iterator
 
 import kubernetes
 import pytest
-import yaml
 from kubernetes.client.rest import ApiException
 
-from ansible_operator.executors.base import RunRequest
-from ansible_operator.executors.datadir import new_run_id
-from ansible_operator.executors.warm.executor import WarmExecutor
 from ansible_operator.kubetypes import KubeObject
 from ansible_operator.owners.injection import (
     ANNOTATION_PRIMARY_RESOURCE,
@@ -35,8 +30,7 @@ from ansible_operator.owners.injection import (
 )
 from ansible_operator.owners.proxy import OwnerProxy
 from ansible_operator_sandbox import Sandbox
-from tests import kube
-from tests.unit.executor_helpers import started
+from tests import kube, plays
 
 from .proxy import TLSCutProxy
 
@@ -153,24 +147,9 @@ async def run_playbook(tmp: Path, kubeconfig: Path, tasks: list[dict[str, Any]])
     """``tasks`` as a play of the warm executor, as an operator runs them (the proxy keeps serving on this
     loop); returns the registered vars. Its kubernetes.core modules make the requests they make under
     ansible-playbook, without a process and an import of the client per task (~1 CPU s each there)."""
-    registered = [t["register"] for t in tasks if "register" in t]
-    out = tmp / "results.json"
-    dump = {"copy": {"dest": str(out), "content": "{{ {" + ", ".join(f"'{r}': {r}" for r in registered)
-                     + "} | to_json }}"}}
-    pb = tmp / "play.yml"
-    pb.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks + [dump]}],
-                                 sort_keys=False))
-    rid = new_run_id()
-    events: list[dict[str, Any]] = []
-    async with started(WarmExecutor(max_workers=1)) as executor:
-        outcome = await asyncio.wait_for(executor.run(
-            RunRequest(run_id=rid, private_data_dir=tmp / rid, playbook=pb, extra_vars={},
-                       envvars={"K8S_AUTH_KUBECONFIG": str(kubeconfig), "KUBECONFIG": str(kubeconfig),
-                                "ANSIBLE_NOCOLOR": "1"}),
-            events.append), 240)
-    output = "".join(str(e.get("stdout", "")) for e in events)
-    assert outcome.status == "successful", (outcome, output[-5000:])
-    return json.loads(out.read_text())
+    async with plays.warm_executor() as executor:
+        return await plays.run_on(executor, tmp, "play", tasks,
+                                  {"K8S_AUTH_KUBECONFIG": str(kubeconfig), "KUBECONFIG": str(kubeconfig)})
 
 
 async def eventually(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:

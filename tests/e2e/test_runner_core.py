@@ -1,24 +1,20 @@
 """The runner core end to end: CR → role run → objects, status conditions, events, finalizer.
 
 Each test starts the operator as a subprocess against the test run's API server, and is run once per
-executor (plain ansible-runner and the warm forking one): the observable behaviour must be the same. The
-tests of the work queue's and the status writer's own behaviour (coalescing, back-off, no self-triggered
-runs) run on one (``ONE_EXECUTOR``): what an executor reports of a run is the executor contract tests'
-(tests/unit/test_executor_warm.py, both executors), and each runner run costs ~2.8 CPU s.
+executor (plain ansible-runner and the warm forking one), on both ends of the supported ansible-core
+range: the observable behaviour must be the same. The work queue's and the status writer's own behaviour
+(coalescing, back-off, no self-triggered runs) is test_work_queue.py's.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from .conftest import HERE, Cluster, OperatorProcess, default_watch, one_executor, wait_for
+from .conftest import Cluster, OperatorProcess, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -61,15 +57,6 @@ def test_create_edit_delete_lifecycle(cluster: Cluster, start_operator) -> None:
     wait_for(lambda: op.runs("w1") == [], 30, what="w1's artifacts removed")
 
 
-@one_executor
-def test_status_writes_do_not_retrigger_and_unchanged_runs_once(cluster: Cluster, start_operator) -> None:
-    op = start_operator()
-    cluster.create_widget("quiet", {"color": "green"})
-    cluster.wait_condition("quiet", "Successful", generation=1)
-    time.sleep(3)  # give any self-triggered run (status/finalizer write → event) the chance to happen
-    assert len(op.runs("quiet")) == 1, [r["run_id"] for r in op.runs("quiet")]
-
-
 def test_failure_condition_names_task_and_emits_warning(cluster: Cluster, start_operator) -> None:
     start_operator()
     cluster.create_widget("bad", {"failMessage": "disk full"})
@@ -87,47 +74,6 @@ def test_failure_condition_names_task_and_emits_warning(cluster: Cluster, start_
     cluster.wait_condition("bad", "Successful", generation=2)
     failure = cluster.condition("bad", "Failure")
     assert failure is not None and failure["status"] == "False"
-
-
-@one_executor
-def test_failed_runs_back_off_instead_of_hot_looping(cluster: Cluster, start_operator) -> None:
-    op = start_operator([default_watch(role=str(HERE / "roles" / "failing"), finalizer=None)])
-    cluster.create_widget("loop", {})
-    cluster.wait_condition("loop", "Failure")
-    first = time.monotonic()
-    time.sleep(8)
-    runs = op.runs("loop")
-    # backoff starts at 2 s and doubles: within ~8 s after the first failure at most 3 more runs can start
-    assert 1 <= len(runs) <= 4, [(r["run_id"], r["result"]) for r in runs]
-    assert all(r["result"] == "failed" for r in runs if r["result"] != "running")
-    assert time.monotonic() - first >= 8
-    # the same failure again and again is one Warning Event whose count rises (like client-go's recorder)
-    finished_failures = len([r for r in op.runs("loop") if r["result"] == "failed"])
-    warnings = [e for e in cluster.events_for("loop") if e.type == "Warning"]
-    assert len(warnings) == 1, [(e.metadata.name, e.count) for e in warnings]
-    assert warnings[0].count >= min(finished_failures, 2)
-
-
-@one_executor
-def test_rapid_edits_coalesce(cluster: Cluster, start_operator) -> None:
-    op = start_operator()
-    cluster.create_widget("busy", {"size": 0})
-    cluster.wait_condition("busy", "Successful", generation=1)
-    for i in range(1, 21):
-        cluster.patch_widget("busy", {"spec": {"size": i}})
-    cluster.wait_condition("busy", "Successful", generation=21, timeout=90)
-    assert wait_for(lambda: (cluster.configmap("busy-out") or {}).get("size") == "20", 30)
-    # How many runs the burst overlaps depends on how fast the machine applies 20 patches (a loaded one is
-    # slower than a run); what coalescing guarantees does not: runs follow the generations in order (never
-    # an older spec after a newer one), the final one ran, and far fewer generations ran than edits were
-    # made. A generation may run twice: the role's own write to the owned ConfigMap comes back through
-    # the dependent watch and re-queues the owner, as in the SDK (a no-change run), and a failed run is
-    # retried. (A run held in flight through a burst gets exactly one follow-up: test_generations.py.)
-    runs = sorted(op.runs("busy"), key=lambda r: (r["started"], r["generation"]))
-    seen = [(r["generation"], r["result"], r.get("changed_tasks")) for r in runs]
-    generations = [r["generation"] for r in runs if r["result"] == "successful"]
-    assert generations == sorted(generations) and generations[-1] == 21, seen
-    assert len(set(generations)) < 21, seen
 
 
 def test_cr_values_are_inert_to_jinja(cluster: Cluster, start_operator) -> None:
@@ -176,17 +122,3 @@ def test_failing_finalizer_keeps_object_until_it_succeeds(cluster: Cluster, star
     cluster.patch_widget("sticky", {"spec": {"finalizerFail": False}})
     cluster.wait_deleted("sticky", detail=lambda: op.logs()[-4000:])
     assert cluster.configmap(f"{cluster.ns}-sticky-tombstone", namespace="default") == {"deleted": "true"}
-
-
-@pytest.mark.parametrize("executor", ["runner"], indirect=True)
-def test_bad_watches_file_exits_2_with_one_line(tmp_path: Path, executor: str) -> None:
-    bad = tmp_path / "watches.yaml"
-    bad.write_text("- group: a.b\n  version: v1\n  kind: K\n  rol: nope\n")
-    # a hang guard, not a bound: the CLI imports the runner (~1 CPU s), and beside CI's other stages it
-    # took over 60 s once (the 300-Widget sharding test's ~60 concurrent runs were in the run queue)
-    proc = subprocess.run([sys.executable, "-m", "ansible_operator", "run", "--watches-file", str(bad)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert "watches.yaml" in lines[0] and "rol" in lines[0]

@@ -1,9 +1,10 @@
-"""ansible_operator.util modules run by real ansible-playbook against an API server: the run's real control
-plane when it has one (tests/kube.py; a namespace of this module's own), else a sandbox of its own.
+"""ansible_operator.util modules run by Ansible against an API server: the run's real control plane when it
+has one (tests/kube.py; a namespace of this module's own), else a sandbox of its own.
 
-Each test runs one small playbook (localhost, the venv's interpreter, K8S_AUTH_KUBECONFIG pointing at
-the API server, ANSIBLE_COLLECTIONS_PATH from ansible_operator.collections.paths()) and checks both the
-registered task results and the object as stored.
+Each test runs one small play (localhost, K8S_AUTH_KUBECONFIG pointing at the API server, our collections
+on the path; tests/plays.py) and checks both the registered task results and the object as stored. The
+plays run as an operator runs them, on a warm executor the module's tests share; one runs as
+ansible-runner runs them, by a new ansible-playbook with a process per module.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from typing import Any, Iterator
 
 import kubernetes
 import pytest
-import yaml
 
 from ansible_operator import collections as aocollections
+from ansible_operator.executors.warm.executor import WarmExecutor
 from ansible_operator_sandbox import Sandbox
-from tests import kube
+from tests import kube, plays
 
 GROUP, VERSION, PLURAL, KIND = "status.ansible-operator.dev", "v1", "gizmos", "Gizmo"
 SHARED = kube.has_shared()
@@ -57,12 +58,14 @@ VENV_BIN = Path(sys.executable).parent
 
 
 class Env:
-    def __init__(self, kubeconfig: Path, api: kubernetes.client.ApiClient, tmp: Path) -> None:
+    def __init__(self, kubeconfig: Path, api: kubernetes.client.ApiClient, tmp: Path,
+                 warm: tuple[plays.LoopThread, WarmExecutor]) -> None:
         self.kubeconfig = kubeconfig
         self.api = api
         self.custom = kubernetes.client.CustomObjectsApi(api)
         self.core = kubernetes.client.CoreV1Api(api)
         self.tmp = tmp
+        self.thread, self.executor = warm
 
     def gizmo(self, name: str, status: dict[str, Any] | None = None) -> dict[str, Any]:
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": name, "namespace": NS},
@@ -77,37 +80,28 @@ class Env:
         return self.custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
 
     def play(self, tasks: list[dict[str, Any]], name: str, check: bool = False,
-             collections: list[str] | None = None) -> dict[str, Any]:
-        """Run ``tasks`` (each may ``register``); returns {registered name: result}."""
-        registered = [t["register"] for t in tasks if "register" in t]
-        out = self.tmp / f"{name}.json"
-        dump = {"copy": {"dest": str(out), "content": "{{ {" + ", ".join(
-            f"'{r}': {r}" for r in registered) + "} | to_json }}"}, "check_mode": False}
-        play: dict[str, Any] = {"hosts": "localhost", "gather_facts": False}
-        if collections:
-            play["collections"] = collections
-        playbook = [{**play, "tasks": tasks + [dump]}]
-        pb = self.tmp / f"{name}.yml"
-        pb.write_text(yaml.safe_dump(playbook, sort_keys=False))
-        env = dict(os.environ)
-        env.update({
-            "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(str(p) for p in aocollections.paths()),
-            "K8S_AUTH_KUBECONFIG": str(self.kubeconfig),
-            "ANSIBLE_LOCAL_TEMP": str(self.tmp / "ansible-tmp"),
-            "ANSIBLE_NOCOLOR": "1",
-            "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
-        })
-        cmd = [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-               "-e", f"ansible_python_interpreter={sys.executable}", str(pb)]
+             collections: list[str] | None = None, ansible_playbook: bool = False) -> dict[str, Any]:
+        """Run ``tasks`` (each may ``register``) in check mode when ``check``; returns {registered name:
+        result}. As a run of the module's warm executor (the modules inline in the run's process), or, with
+        ``ansible_playbook``, as ansible-runner runs them: a new ansible-playbook, a process per module."""
+        play: dict[str, Any] = {"collections": collections} if collections else {}
+        envvars = {"K8S_AUTH_KUBECONFIG": str(self.kubeconfig)}
+        if ansible_playbook:
+            return plays.run_ansible_playbook(self.tmp, name, tasks, envvars, check=check, **play)
         if check:
-            cmd.append("--check")
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
-        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-        return json.loads(out.read_text())
+            play["check_mode"] = True
+        return self.thread.run(plays.run_on(self.executor, self.tmp, name, tasks, envvars, **play))
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def warm() -> Iterator[tuple[plays.LoopThread, WarmExecutor]]:
+    """One warm executor for the module's plays (a zygote's start is ~1.5 CPU s)."""
+    yield from plays.warm_executor_in_thread()
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory,
+        warm: tuple[plays.LoopThread, WarmExecutor]) -> Iterator[Env]:
     tmp = tmp_path_factory.mktemp("collection")
     if SHARED:
         shared = kube.shared()
@@ -115,7 +109,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         kube.create_crd_objects(api, [CRD, PLAIN])
         kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
         try:
-            yield Env(shared.kubeconfig, api, tmp)
+            yield Env(shared.kubeconfig, api, tmp, warm)
         finally:
             shared.created.append(NS)
             shared.cleanup()
@@ -129,7 +123,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
         kubernetes.client.ApiextensionsV1Api(api).create_custom_resource_definition(CRD)
         kubernetes.client.ApiextensionsV1Api(api).create_custom_resource_definition(PLAIN)
-        yield Env(kubeconfig, api, tmp)
+        yield Env(kubeconfig, api, tmp, warm)
         api.close()
     finally:
         sb.stop_thread()
@@ -148,7 +142,9 @@ def test_k8s_status_merges_keeps_conditions_and_is_idempotent(env: Env) -> None:
                             "keep": "me"})
     args: dict[str, Any] = {"name": "g1", "status": {"replicas": 3, "nested": {"a": 1}},
             "conditions": [{"type": "Ready", "status": "True", "reason": "AllUp", "message": "ok"}]}
-    results = env.play([_status_task("first", **args), _status_task("second", **args)], "merge")
+    # as ansible-runner runs modules (a process each); the other tests run them on the warm executor
+    results = env.play([_status_task("first", **args), _status_task("second", **args)], "merge",
+                       ansible_playbook=True)
     assert results["first"]["changed"] is True
     assert results["second"]["changed"] is False
     status = env.get("g1")["status"]
@@ -256,7 +252,7 @@ def test_ansible_doc_reads_every_module(module: str) -> None:
     """`ansible-doc` parses DOCUMENTATION, EXAMPLES and RETURN as YAML (a plain scalar with ': ' fails)."""
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.pathsep.join(str(p) for p in aocollections.paths()))
     name = f"ansible_operator.util.{module}"
-    done = subprocess.run([str(Path(sys.executable).parent / "ansible-doc"), "-j", name],
+    done = subprocess.run([str(VENV_BIN / "ansible-doc"), "-j", name],
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)[name]["doc"]

@@ -29,6 +29,8 @@ CASES = {
     "kubeconfig missing": (None, "", 2, "kubeconfig not found"),
     "current-context missing": (NO_CONTEXT, "", 2, "elsewhere"),
     "invalid selector in watches.yaml": (UNREACHABLE, BAD_SELECTOR, 2, "invalid value for 'selector'"),
+    "unknown key in watches.yaml": (UNREACHABLE, "  rol: nope\n", 2,
+                                    "unknown key 'rol' (did you mean 'role'?)"),
 }
 
 
