@@ -31,10 +31,10 @@ install_venv() {
   fi
   local stamp="$venv/.installed-$(checksum pyproject.toml sandbox/pyproject.toml)-$core"
   if [ ! -f "$stamp" ]; then
-    echo "installing into $venv (ansible-core $core; the first time takes about a minute)..." >&2
-    "$venv/bin/pip" install --quiet --upgrade pip
-    # progress on stderr (one line per package); pipefail keeps pip's exit status
-    "$venv/bin/pip" install -e ".[test]" -e "./sandbox[test]" "ansible-core==$core" | { grep -v '^Requirement already' >&2 || true; }
+    echo "installing into $venv (ansible-core $core; the first time takes up to a minute)..." >&2
+    # uv when it can be had, else pip (scripts/pip_install.sh); progress on stderr (one line per package);
+    # pipefail keeps the installer's exit status
+    scripts/pip_install.sh "$venv" -e ".[test]" -e "./sandbox[test]" "ansible-core==$core" | { grep -v '^Requirement already' >&2 || true; }
     "$venv/bin/python" -c "import sys, ansible.release; sys.exit(ansible.release.__version__ != '$core')" \
       || { echo "$venv does not have ansible-core $core after the install" >&2; exit 1; }
     "$venv/bin/python" scripts/install_kubernetes_core.py >&2
@@ -106,7 +106,7 @@ case "$cmd" in
     install
     newest=.venvs/kubernetes-newest
     install_venv "$newest" "$ANSIBLE_CORE_HIGH"
-    "$newest/bin/pip" install --quiet --upgrade "${KUBERNETES_NEWEST:-kubernetes}"
+    scripts/pip_install.sh "$newest" --quiet --upgrade "${KUBERNETES_NEWEST:-kubernetes}"
     "$newest/bin/python" -c 'import kubernetes; print("kubernetes client", kubernetes.__version__)' >&2
     # of the runner core, what it writes through the client: status, Events, finalizers
     core=tests/e2e/test_runner_core.py

@@ -73,9 +73,8 @@ build_venv() {
   local stamp="$venv/.installed-$(checksum pyproject.toml sandbox/pyproject.toml)-$ANSIBLE_CORE_NEWEST"
   if [ ! -f "$stamp" ]; then
     echo "installing into $venv (Python $pyver from $py, ansible-core $ANSIBLE_CORE_NEWEST;" \
-         "the first time takes about a minute)..." >&2
-    "$venv/bin/python" -m pip install --quiet --upgrade pip >&2
-    "$venv/bin/python" -m pip install -e ".[test]" -e "./sandbox[test]" "ansible-core==$ANSIBLE_CORE_NEWEST" \
+         "the first time takes up to a minute)..." >&2
+    scripts/pip_install.sh "$venv" -e ".[test]" -e "./sandbox[test]" "ansible-core==$ANSIBLE_CORE_NEWEST" \
       | { grep -v '^Requirement already' >&2 || true; }
     "$venv/bin/python" -c \
       "import sys, ansible.release; sys.exit(ansible.release.__version__ != '$ANSIBLE_CORE_NEWEST')" \
