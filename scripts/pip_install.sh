@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/pip_install.sh VENV PIP-INSTALL-ARGS...: `pip install ARGS` into the venv VENV, done by uv
-# (https://github.com/astral-sh/uv) when it can be had: ~5 CPU s for the project's test venv against
-# ~40 with pip (no bytecode compiled ahead of the imports, parallel unpacking), and .ci/run builds four
-# of them on a clean clone. uv is pinned (UV_VERSION) and kept in the cache outside the repository
+# (https://github.com/astral-sh/uv) when it can be had: ~12 CPU s for the project's test venv against
+# ~40 with pip (bytecode compiled in parallel, like the rest), and .ci/run builds four of them on a clean
+# clone. uv is pinned (UV_VERSION) and kept in the cache outside the repository
 # ($XDG_CACHE_HOME or ~/.cache, ansible-operator/uv-VERSION), installed there once with pip. Where that
 # fails (no pip for the system Python, no uv wheel for this platform, or ANSIBLE_OPERATOR_PIP=pip) the
 # venv's own pip installs, as before; the result is the same packages.
@@ -37,7 +37,9 @@ uv=$(find_uv)
 if [ -n "$uv" ]; then
   # PIP_FIND_LINKS, as pip would read it from the environment
   if [ -n "${PIP_FIND_LINKS:-}" ] && [ -z "${UV_FIND_LINKS:-}" ]; then export UV_FIND_LINKS=$PIP_FIND_LINKS; fi
-  exec "$uv" pip install --python "$venv/bin/python" "$@"
+  # bytecode compiled at install, as pip does: where PYTHONDONTWRITEBYTECODE is set (images, CI machines)
+  # no process would ever write it, and each would compile every module it imports, every time
+  exec "$uv" pip install --compile-bytecode --python "$venv/bin/python" "$@"
 fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 exec "$venv/bin/python" -m pip install "$@"

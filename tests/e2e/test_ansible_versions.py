@@ -76,11 +76,18 @@ def test_a_killed_operator_leaves_no_process_of_its_runs(cluster: Cluster, start
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{op.logs()[-4000:]}") from None
 
+    # the warm executor's zygote works in a private directory the operator would remove on shutdown
+    workdirs = [Path(p.cwd()) for p in psutil.Process(op.proc.pid).children()
+                if "ansible_operator.executors.warm.zygote" in p.cmdline()]
+    assert bool(workdirs) == ("warm" in op.proc.args), workdirs
     op.proc.kill()  # SIGKILL: no handler, no cleanup in the operator itself
     op.proc.wait(30)
     wait_for(lambda: not _run_processes(token, f"sleep {delay}"), 30,
              what="every process of the killed operator's run gone")
     assert list(markers.iterdir()) == []  # nothing can write them any more: every writer is gone
+    # the zygote removed it as it exited
+    wait_for(lambda: not any(d.exists() for d in workdirs), 30,
+             what=f"the zygote's working directory removed: {workdirs}")
 
     # the next operator on the same artifacts marks the killed run interrupted, and the CR converges
     (killed_run,) = op.runs("orphans")

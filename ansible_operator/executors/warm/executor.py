@@ -32,7 +32,7 @@ from ansible_operator.executors.base import EventCallback, RunOutcome, RunReques
 from ansible_operator.executors.failure import stdout_error
 from ansible_operator.executors.lifetime import kill_group
 from ansible_operator.executors.warm.fast_modules import DEFAULT_FAST_MODULE_PREFIXES
-from ansible_operator.executors.warm.protocol import RunSpec, encode
+from ansible_operator.executors.warm.protocol import REMOVE_CWD, RunSpec, encode
 
 __all__ = ["WarmExecutor", "check_ansible_core_version"]
 
@@ -229,7 +229,7 @@ class WarmExecutor:
         if self._workdir is None or not os.path.isdir(self._workdir):
             self._workdir = tempfile.mkdtemp(prefix="ansible-operator-zygote-")
         process = await asyncio.create_subprocess_exec(
-            self._python, "-m", "ansible_operator.executors.warm.zygote",
+            self._python, "-m", "ansible_operator.executors.warm.zygote", REMOVE_CWD,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
             limit=_LINE_LIMIT, cwd=self._workdir,
         )

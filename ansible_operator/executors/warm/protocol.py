@@ -26,6 +26,10 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+REMOVE_CWD = "--remove-cwd-at-exit"
+"""The zygote's argument when its working directory is the executor's private one: it removes it when it
+exits, also when the operator was killed and never removes it itself."""
+
 CHILD_TAG_EVENT = b"E"
 CHILD_TAG_RESULT = b"R"
 CHILD_TAG_ERROR = b"X"

@@ -24,6 +24,7 @@ import gc
 import json
 import os
 import selectors
+import shutil
 import signal
 import sys
 import time
@@ -42,6 +43,7 @@ from ansible_operator.executors.warm.protocol import (
     CHILD_TAG_ERROR,
     CHILD_TAG_EVENT,
     CHILD_TAG_RESULT,
+    REMOVE_CWD,
     RunSpec,
     encode,
 )
@@ -436,6 +438,9 @@ def main() -> int:
     zygote.send({"op": "ready", "pid": os.getpid(), "ansible_core": ansible.release.__version__,
                  "preload_seconds": round(time.monotonic() - started, 3), "reserved_names": names})
     zygote.serve()
+    if REMOVE_CWD in sys.argv[1:]:
+        # the executor's private directory: an operator that was killed (SIGKILL, OOM) never removes it
+        shutil.rmtree(os.getcwd(), ignore_errors=True)
     return 0
 
 
