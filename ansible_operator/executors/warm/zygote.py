@@ -229,6 +229,9 @@ class Zygote:
                 view = view[os.write(self._ctl_out, view):]
             except InterruptedError:
                 continue
+            except BrokenPipeError:  # the operator is gone (killed): nobody to tell; stop as on SIGTERM
+                self._terminated = True
+                return
 
     # -- main loop --------------------------------------------------------------------------------
     def serve(self) -> None:
@@ -437,10 +440,12 @@ def main() -> int:
     gc.freeze()
     zygote.send({"op": "ready", "pid": os.getpid(), "ansible_core": ansible.release.__version__,
                  "preload_seconds": round(time.monotonic() - started, 3), "reserved_names": names})
-    zygote.serve()
-    if REMOVE_CWD in sys.argv[1:]:
-        # the executor's private directory: an operator that was killed (SIGKILL, OOM) never removes it
-        shutil.rmtree(os.getcwd(), ignore_errors=True)
+    try:
+        zygote.serve()
+    finally:
+        if REMOVE_CWD in sys.argv[1:]:
+            # the executor's private directory: an operator that was killed (SIGKILL, OOM) never removes it
+            shutil.rmtree(os.getcwd(), ignore_errors=True)
     return 0
 
 
