@@ -46,15 +46,6 @@ install_venv() {
     "$venv/bin/python" scripts/install_kubernetes_core.py >&2
     touch "$stamp"
   fi
-  compile_sources "$venv"
-}
-
-# The project's own modules (editable installs: never compiled by the installer) compiled for the venv's
-# Python; only what changed since (a fraction of a second). Where PYTHONDONTWRITEBYTECODE is set (as on
-# many CI machines) no process writes bytecode, and every operator, zygote and CLI the tests start would
-# compile each of them again. An edited module's stale bytecode is never used: Python checks the source.
-compile_sources() {
-  "$1/bin/python" -m compileall -q -j 0 ansible_operator sandbox/ansible_operator_sandbox >/dev/null || true
 }
 
 # First 16 hex digits of the SHA-256 of the files given, together (GNU coreutils on Linux, shasum on macOS).

@@ -28,7 +28,12 @@ find_uv() {
       return 0
     fi
     mkdir -p "$(dirname "$dir")"
-    mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"
+    [ -e "$dir" ] || mv "$tmp" "$dir" 2>/dev/null || true
+    rm -rf "$tmp"
+    if [ ! -x "$dir/bin/uv" ]; then
+      echo "uv $UV_VERSION could not be put into $dir: pip installs instead (slower)" >&2
+      return 0
+    fi
   fi
   echo "$dir/bin/uv"
 }

@@ -17,6 +17,7 @@
 # include it. Redone only when pyproject.toml or the version changed (same stamp as dev.sh's install_venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+unset PYTHONDONTWRITEBYTECODE  # bytecode caches kept, as dev.sh does (see there)
 
 ANSIBLE_CORE_NEWEST=${ANSIBLE_CORE_NEWEST:-2.21.5}
 
@@ -82,8 +83,6 @@ build_venv() {
     "$venv/bin/python" scripts/install_kubernetes_core.py >&2
     touch "$stamp"
   fi
-  # the project's own modules, as dev.sh's compile_sources does
-  "$venv/bin/python" -m compileall -q -j 0 ansible_operator sandbox/ansible_operator_sandbox >/dev/null || true
   echo "$venv"
 }
 

@@ -15,9 +15,9 @@ import os
 import subprocess
 import sys
 import threading
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, AsyncIterator, Coroutine, Iterator, Mapping, TypeVar
+from typing import Any, Coroutine, Iterator, Mapping, TypeVar
 
 import yaml
 
@@ -25,6 +25,7 @@ from ansible_operator import collections as aocollections
 from ansible_operator.executors.base import RunOutcome, RunRequest
 from ansible_operator.executors.datadir import new_run_id
 from ansible_operator.executors.warm.executor import WarmExecutor
+from tests.unit.executor_helpers import started
 
 T = TypeVar("T")
 VENV_BIN = Path(sys.executable).parent
@@ -45,15 +46,9 @@ def write_play(directory: Path, name: str, tasks: list[dict[str, Any]], **play: 
     return playbook, out
 
 
-@asynccontextmanager
-async def warm_executor() -> AsyncIterator[WarmExecutor]:
+def warm_executor() -> AbstractAsyncContextManager[WarmExecutor]:
     """A started warm executor (one run at a time), closed on the way out."""
-    executor = WarmExecutor(max_workers=1)
-    await executor.start()
-    try:
-        yield executor
-    finally:
-        await executor.close()
+    return started(WarmExecutor(max_workers=1))
 
 
 async def run_file(executor: WarmExecutor, directory: Path, playbook: Path, extra_vars: Mapping[str, Any],
