@@ -33,7 +33,7 @@ ANSIBLE_CORE_LOW=${ANSIBLE_CORE_LOW:-2.16.19}
 install_venv() {
   local venv=$1 core=$2
   if [ ! -x "$venv/bin/python" ]; then
-    "$PY" -m venv "$venv"
+    scripts/pip_install.sh --create-venv "$venv" "$PY"
   fi
   local stamp="$venv/.installed-$(checksum pyproject.toml sandbox/pyproject.toml)-$core"
   if [ ! -f "$stamp" ]; then

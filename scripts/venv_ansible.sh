@@ -69,7 +69,7 @@ build_venv() {
   pyver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
   local venv=.venvs/ansible-core-$ANSIBLE_CORE_NEWEST-py$pyver
   if [ ! -x "$venv/bin/python" ]; then
-    "$py" -m venv "$venv"
+    scripts/pip_install.sh --create-venv "$venv" "$py"
   fi
   local stamp="$venv/.installed-$(checksum pyproject.toml sandbox/pyproject.toml)-$ANSIBLE_CORE_NEWEST"
   if [ ! -f "$stamp" ]; then
