@@ -3,18 +3,27 @@
 A spec field must never set one (``extravars`` refuses it). Read from the ansible-core the runs use, never
 from a list of ours: :func:`collect` runs where ansible-core is imported anyway (the warm executor's zygote
 reports them when it is ready), else in a child process (:func:`read`), so the operator does not keep all
-of Ansible imported for a list of names.
+of Ansible imported for a list of names. What a child process read is kept in a file of the user's cache
+(``${XDG_CACHE_HOME:-~/.cache}/ansible-operator/``) under a key of the interpreter, the ansible-core files
+the names come from and this code: the next start of an operator on the same installation reads the file
+instead of starting a child (~0.4 CPU s).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import importlib.util
 import json
+import os
 import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 from ansible_operator.executors import ansible_compat
 
-__all__ = ["DOCUMENTED_MAGIC", "collect", "parse", "read", "read_blocking"]
+__all__ = ["DOCUMENTED_MAGIC", "cache_file", "collect", "parse", "read", "read_blocking"]
 
 DOCUMENTED_MAGIC = frozenset({
     # Ansible's "Special variables" page, in case an ansible-core release moves the lists read below.
@@ -71,14 +80,85 @@ def _decode(output: str) -> object:
 
 
 async def read(python: str) -> frozenset[str]:
-    """:func:`collect` in a child process of interpreter ``python``, without blocking the event loop."""
+    """:func:`collect` in a child process of interpreter ``python``, without blocking the event loop (or
+    from the cache, see the module)."""
+    cache = cache_file(python)
+    cached = _load(cache)
+    if cached is not None:
+        return parse(cached, python)
     proc = await asyncio.create_subprocess_exec(python, "-c", _SCRIPT, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.DEVNULL)
     out, _ = await proc.communicate()
-    return parse(_decode(out.decode("utf-8", "replace")), python)
+    return _parse_and_keep(_decode(out.decode("utf-8", "replace")), python, cache)
 
 
-def read_blocking(python: str) -> frozenset[str]:
-    """:func:`read`, blocking."""
+def read_blocking(python: str, *, cached: bool = True) -> frozenset[str]:
+    """:func:`read`, blocking; ``cached=False`` starts the child whatever the cache holds (and writes it)."""
+    cache = cache_file(python)
+    kept = _load(cache) if cached else None
+    if kept is not None:
+        return parse(kept, python)
     proc = subprocess.run([python, "-c", _SCRIPT], capture_output=True, text=True, timeout=120, check=False)
-    return parse(_decode(proc.stdout), python)
+    return _parse_and_keep(_decode(proc.stdout), python, cache)
+
+
+def cache_file(python: str) -> Path | None:
+    """The cache file of the names ``python``'s ansible-core gives, or None where no key can be made here:
+    another interpreter than this process's (its ansible-core is not the one found here), no ansible-core,
+    an unreadable file. The key covers the interpreter, where ansible-core is installed and the files the
+    names come from (its release, constants, inventory host and templar; size and modification time: an
+    upgrade in place changes them), and this module and the compat module that read them."""
+    try:
+        if os.path.realpath(python) != os.path.realpath(sys.executable):
+            return None
+        spec = importlib.util.find_spec("ansible")  # finds the package, imports nothing of it
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        root = Path(next(iter(spec.submodule_search_locations)))
+        sources = [root / "release.py", root / "constants.py", root / "inventory" / "host.py",
+                   Path(__file__), Path(ansible_compat.__file__)]
+        template = root / "template"
+        sources.append(template / "__init__.py" if template.is_dir() else root / "template.py")
+        parts = [os.path.realpath(python), str(root)]
+        for source in sources:
+            st = source.stat()
+            parts.append(f"{source}:{st.st_size}:{st.st_mtime_ns}")
+    except (OSError, ValueError, ImportError):
+        return None
+    key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "ansible-operator" / f"reserved-names-{key}.json"
+
+
+def _load(cache: Path | None) -> list[str] | None:
+    """The names kept in ``cache``; None when there are none (or the file is not what this module writes:
+    it is read again, and written over)."""
+    if cache is None:
+        return None
+    try:
+        names = json.loads(cache.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(names, list) or len(names) < 10 or not all(isinstance(n, str) for n in names):
+        return None
+    return names
+
+
+def _parse_and_keep(names: object, python: str, cache: Path | None) -> frozenset[str]:
+    """:func:`parse`; what parses is written to ``cache`` (atomically: operators starting together may write
+    it at once). A cache that cannot be written is left alone: the names were read."""
+    parsed = parse(names, python)
+    if cache is not None:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=cache.name, dir=cache.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(names, f)
+                os.replace(tmp, cache)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError:
+            pass
+    return parsed

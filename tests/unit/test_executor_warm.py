@@ -373,7 +373,7 @@ async def test_contract_concurrent_runs_keep_their_own_vars_and_env(
 @pytest.fixture(scope="module")
 def fresh_reserved_names() -> frozenset[str]:
     """The reserved names as a fresh interpreter reads them: the reference for both executors."""
-    return reserved.read_blocking(sys.executable)
+    return reserved.read_blocking(sys.executable, cached=False)
 
 
 async def test_contract_reserved_names_are_those_of_the_runs_ansible_core(
