@@ -47,9 +47,11 @@ def configured_collections_paths() -> list[str] | None:
     beats ``ansible.cfg``: without this, a project whose ``ansible.cfg`` names where its collections live
     (the SDK image's ``/etc/ansible/ansible.cfg``, say) would lose them, where the SDK, which sets nothing,
     keeps them."""
-    try:
-        from ansible_operator.executors.datadir import ansible_config
+    from ansible_operator.executors.datadir import ansible_config, reads_no_config_file
 
+    if reads_no_config_file():
+        return None  # no ansible.cfg: nothing sets it but the environment
+    try:
         value, origin = ansible_config().get_config_value_and_origin("COLLECTIONS_PATHS")
     except Exception:  # no ansible-core or an unreadable ansible.cfg: the runs will report the latter
         return None

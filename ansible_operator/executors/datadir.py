@@ -144,6 +144,22 @@ def _ansible_config(_config: str | None, _cwd: str, _home: str) -> Any:
     return ConfigManager()
 
 
+CONFIG_FILES = ("ansible.cfg", "~/.ansible.cfg", "/etc/ansible/ansible.cfg")
+"""Where ansible-core looks for its configuration after ``$ANSIBLE_CONFIG``, first found wins (the first
+relative to the working directory)."""
+
+
+def reads_no_config_file() -> bool:
+    """True when Ansible would read no ``ansible.cfg`` here: ``$ANSIBLE_CONFIG`` is unset and none of
+    :data:`CONFIG_FILES` exists. Its settings are then their environment variables or defaults, and no
+    ``ConfigManager`` (~0.25 CPU s: ansible-core's definitions of every setting, in YAML) is needed to know
+    them. Conservative: a file Ansible would skip (``./ansible.cfg`` in a world-writable directory, an
+    unreadable one) counts as read."""
+    if os.environ.get("ANSIBLE_CONFIG") is not None:
+        return False
+    return not any(os.path.lexists(os.path.expanduser(p)) for p in CONFIG_FILES)
+
+
 @functools.lru_cache(maxsize=1)
 def configured_roles_path() -> tuple[str, ...]:
     """The roles path Ansible would use without ``$ANSIBLE_ROLES_PATH``: ``roles_path`` of the ``ansible.cfg``
@@ -151,6 +167,10 @@ def configured_roles_path() -> tuple[str, ...]:
     where ``ansible-galaxy role install`` puts roles). A run's ``ANSIBLE_ROLES_PATH`` puts the watched role's
     directory first and must keep these after it: the SDK sets no roles path, so a role's dependencies
     installed there resolve under it. Read once (the operator's working directory and config stay)."""
+    if reads_no_config_file() and os.environ.get("ANSIBLE_HOME") is None:
+        # base.yml's default with ANSIBLE_HOME's (~/.ansible, a `path`: expanded and normalised)
+        home = os.path.normpath(os.path.expanduser("~/.ansible"))
+        return (os.path.join(home, "roles"), "/usr/share/ansible/roles", "/etc/ansible/roles")
     try:
         config = ansible_config()
         value, origin = config.get_config_value_and_origin("DEFAULT_ROLES_PATH")

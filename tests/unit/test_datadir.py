@@ -119,6 +119,7 @@ def test_roles_path_keeps_ansible_cfgs_roles_path(tmp_path: Path, role_dir: Path
         p = prepare(req(tmp_path, role=str(role_dir)))
     finally:
         datadir.configured_roles_path.cache_clear()
+        datadir._ansible_config.cache_clear()
     assert p.env["ANSIBLE_ROLES_PATH"].split(os.pathsep) == [str(role_dir.parent), "/opt/galaxy-roles"]
 
 
@@ -191,3 +192,44 @@ def test_new_run_ids_are_unique_and_increasing_within_a_process() -> None:
     ids = [new_run_id() for _ in range(2000)]  # far more than one per microsecond of wall clock
     assert len(set(ids)) == len(ids)
     assert ids == sorted(ids)
+
+
+def test_without_an_ansible_cfg_the_paths_are_ansible_cores_without_its_config_manager(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ansible.cfg anywhere Ansible looks: the roles path (and that no collections path is configured)
+    come without building a ConfigManager, and are what one says."""
+    from ansible_operator import collections as ours
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    for name in ("ANSIBLE_CONFIG", "ANSIBLE_HOME", "ANSIBLE_ROLES_PATH", "ANSIBLE_COLLECTIONS_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    if os.path.lexists("/etc/ansible/ansible.cfg"):
+        pytest.skip("this machine has /etc/ansible/ansible.cfg")
+    assert datadir.reads_no_config_file()
+
+    def no_config_manager() -> None:
+        raise AssertionError("a ConfigManager was built")
+
+    datadir.configured_roles_path.cache_clear()
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(datadir, "ansible_config", no_config_manager)
+            fast = datadir.configured_roles_path()
+            assert ours.configured_collections_paths() is None
+        datadir.configured_roles_path.cache_clear()
+        with monkeypatch.context() as m:
+            m.setattr(datadir, "reads_no_config_file", lambda: False)  # the ConfigManager's answer
+            assert datadir.configured_roles_path() == fast == (
+                str(home / ".ansible" / "roles"), "/usr/share/ansible/roles", "/etc/ansible/roles")
+            assert ours.configured_collections_paths() is None
+        (tmp_path / "ansible.cfg").write_text("[defaults]\nroles_path = /opt/galaxy-roles\n")
+        assert not datadir.reads_no_config_file()
+        datadir.configured_roles_path.cache_clear()
+        datadir._ansible_config.cache_clear()  # the one built above, before the file existed
+        assert datadir.configured_roles_path() == ("/opt/galaxy-roles",)
+    finally:
+        datadir.configured_roles_path.cache_clear()
+        datadir._ansible_config.cache_clear()
