@@ -69,13 +69,13 @@ class Candidate:
     """One LeaderElector with its own ApiClient, recording start/stop times on a shared timeline."""
 
     def __init__(self, kubeconfig: Path, ns: str, identity: str, timeline: list[tuple[float, str, str]],
-                 lease: str) -> None:
+                 lease: str, lease_duration: float = LEASE_S, renew_deadline: float = RENEW_S) -> None:
         self.identity = identity
         self.client = _kube(kubeconfig)
         self.timeline = timeline
         self.elector = LeaderElector(
-            self.client, name=lease, namespace=ns, identity=identity, lease_duration=LEASE_S,
-            renew_deadline=RENEW_S, retry_period=RETRY_S,
+            self.client, name=lease, namespace=ns, identity=identity, lease_duration=lease_duration,
+            renew_deadline=renew_deadline, retry_period=RETRY_S,
             on_started_leading=lambda: self._mark("start"), on_stopped_leading=self._stopped)
         self.task: asyncio.Task[None] | None = None
 
@@ -106,8 +106,8 @@ async def candidates(kubeconfig: Path, ns: str, request: pytest.FixtureRequest) 
     made: list[Candidate] = []
     lease = f"{LEASE}-{request.node.name.replace('_', '-')[:40]}"
 
-    def make(identity: str) -> Candidate:
-        c = Candidate(kubeconfig, ns, identity, timeline, lease)
+    def make(identity: str, **timings: float) -> Candidate:
+        c = Candidate(kubeconfig, ns, identity, timeline, lease, **timings)
         made.append(c)
         return c
 
@@ -293,8 +293,11 @@ async def test_coroutine_work_runs_while_leading_and_is_cancelled(kubeconfig: Pa
 async def test_release_retries_when_the_lease_changed_since_its_read(candidates: Any,
                                                                      kubeconfig: Path, ns: str) -> None:
     """A release whose read is stale (our own renewal landed in between, say) gets a 409; it reads again and
-    releases, instead of leaving the lease held until it expires (a standby would wait a lease duration)."""
-    a = candidates("a")
+    releases, instead of leaving the lease held until it expires (a standby would wait a lease duration).
+    A patient lease: the test needs renewals, and a 2 s renew deadline was missed on a starved CI machine
+    (both cores taken by hogs beside the stages), which ended ``a``'s leading before any renewal; the holder
+    left empty below is then a release, not an expiry."""
+    a = candidates("a", lease_duration=30.0, renew_deadline=20.0)
     a.start()
     await wait_until(lambda: a.elector.is_leader, 10, "a leader")
     stale = read_lease(kubeconfig, ns, candidates.lease)
