@@ -169,7 +169,7 @@ def configured_roles_path() -> tuple[str, ...]:
     installed there resolve under it. Read once (the operator's working directory and config stay)."""
     if reads_no_config_file() and os.environ.get("ANSIBLE_HOME") is None:
         # base.yml's default with ANSIBLE_HOME's (~/.ansible, a `path`: expanded and normalised)
-        home = os.path.normpath(os.path.expanduser("~/.ansible"))
+        home = os.path.normpath(os.path.join(os.getcwd(), os.path.expanduser("~/.ansible")))
         return (os.path.join(home, "roles"), "/usr/share/ansible/roles", "/etc/ansible/roles")
     try:
         config = ansible_config()

@@ -123,10 +123,11 @@ def cache_file(python: str) -> Path | None:
         for source in sources:
             st = source.stat()
             parts.append(f"{source}:{st.st_size}:{st.st_mtime_ns}")
-    except (OSError, ValueError, ImportError):
+        # no $HOME and no passwd entry (an arbitrary uid in a container): RuntimeError, no cache
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    except (OSError, ValueError, ImportError, RuntimeError):
         return None
     key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "ansible-operator" / f"reserved-names-{key}.json"
 
 

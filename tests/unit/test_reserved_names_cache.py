@@ -84,3 +84,15 @@ def test_the_key_follows_the_installation(cache_home: Path, tmp_path: Path,
     assert reserved.cache_file(sys.executable) not in (None, key, upgraded)
     spec.submodule_search_locations = [str(tmp_path / "none" / "ansible")]  # type: ignore[attr-defined]
     assert reserved.cache_file(sys.executable) is None  # nothing to key on: no cache
+
+
+def test_no_cache_without_a_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An arbitrary uid in a container: no $HOME, no passwd entry (Path.home() raises): read, nothing kept."""
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert reserved.cache_file(sys.executable) is None
+    assert {"omit", "hostvars"} <= reserved.read_blocking(sys.executable)
