@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -52,6 +53,29 @@ def wait_for(
         except Exception as exc:  # noqa: BLE001 - the timeout is the failure; the detail is a bonus
             message = f"{message}\n(no detail: {type(exc).__name__}: {exc})"
     raise AssertionError(message)
+
+
+
+SERVING = re.compile(r"serving ((?:/\S+ )+)on \S+:(\d+)$", re.MULTILINE)
+"""The operator's log line for each listener it opened: ``serving /metrics on 127.0.0.1:40123``."""
+
+
+def served_port(logs: Callable[[], str], alive: Callable[[], bool], path: str = "/metrics",
+                timeout: float = 120.0) -> int:
+    """The port an operator started with a ``127.0.0.1:0`` bind address serves ``path`` on, read from its
+    log. A port the test found free and passed in can be taken by another process before the operator binds
+    it (a loaded machine's operator binds seconds after its start: the official CI at 556d1f9, where the
+    operator exited with "address already in use"); port 0 leaves the choice to the kernel at the bind."""
+    def found() -> int | None:
+        for paths, port in SERVING.findall(logs()):
+            if path in paths.split():
+                return int(port)
+        if not alive():
+            raise AssertionError(f"the operator exited before serving {path}:\n{logs()[-3000:]}")
+        return None
+
+    return int(wait_for(found, timeout, what=f"the operator serving {path}",
+                        detail=lambda: logs()[-3000:]))
 
 
 class Widgets:

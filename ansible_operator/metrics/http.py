@@ -185,13 +185,14 @@ async def serve_endpoints(
     metrics_filter: RbacFilter | None = None,
 ) -> list[ServerHandle]:
     """Start what ``run --metrics-bind-address/--health-probe-bind-address`` ask for: one listener when
-    both addresses are the same, two when they differ, fewer when one is ``"0"``. ``tls`` and
+    both addresses are the same (and name a port: two ``:0`` are two listeners, each on a port of its own),
+    two when they differ, fewer when one is ``"0"``. ``tls`` and
     ``metrics_filter`` apply to the metrics listener (to the probes too when they share it). Close them with
     ``close_all``."""
     handles: list[ServerHandle] = []
     try:
-        same = parse_bind_address(metrics_address) == parse_bind_address(health_address) \
-            and parse_bind_address(metrics_address) is not None
+        bound = parse_bind_address(metrics_address)
+        same = bound is not None and bound[1] != 0 and bound == parse_bind_address(health_address)
         if same:
             h = await serve(metrics_address, metrics=metrics, ready=ready, live=live, tls=tls,
                             metrics_filter=metrics_filter)

@@ -27,6 +27,7 @@ from tests.harness import (
     VERSION,
     Widgets,
     read_runs,
+    served_port,
     spawn_operator,
     stop_process,
     wait_for,
@@ -149,6 +150,10 @@ class OperatorProcess:
 
     def stop(self, timeout: float = 30.0) -> int:
         return stop_process(self.proc, timeout)
+
+    def port(self, path: str = "/metrics") -> int:
+        """Where it serves ``path``, started with ``127.0.0.1:0`` for it (``tests.harness.served_port``)."""
+        return served_port(self.logs, lambda: self.proc.poll() is None, path)
 
 
 def default_watch(**overrides: Any) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,12 +23,6 @@ pytestmark = [pytest.mark.e2e, one_executor]
 
 OWNED_WATCH = default_watch(role=str(HERE / "roles" / "owned"), finalizer=None,
                             watchClusterScopedResources=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def apps(cluster: Cluster) -> kubernetes.client.AppsV1Api:
@@ -149,9 +142,9 @@ def _metric(text: str, name: str, **labels: str) -> float:
 
 
 def test_metrics_count_success_and_failure(cluster: Cluster, start_operator) -> None:
-    port, health = free_port(), free_port()
-    start_operator([default_watch(finalizer=None)], "--metrics-bind-address", f"127.0.0.1:{port}",
-                   "--health-probe-bind-address", f"127.0.0.1:{health}")
+    op = start_operator([default_watch(finalizer=None)], "--metrics-bind-address", "127.0.0.1:0",
+                        "--health-probe-bind-address", "127.0.0.1:0")
+    port, health = op.port("/metrics"), op.port("/healthz")
     def http_ok(url: str) -> bool:
         try:
             return urllib.request.urlopen(url, timeout=2).status == 200

@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import pytest
 import yaml
 
 from tests import kube
+from tests.harness import served_port
 
 from .conftest import HERE, Cluster, default_watch, one_executor, wait_for
 from .proxy import TLSCutProxy
@@ -31,12 +31,6 @@ pytestmark = [
     pytest.mark.e2e,
     one_executor,
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def get(url: str) -> tuple[int, str]:
@@ -53,21 +47,21 @@ def get(url: str) -> tuple[int, str]:
 
 
 def test_scaffold_args_and_osdk_metric(cluster: Cluster, start_operator) -> None:
-    metrics, health = free_port(), free_port()
     # config/default + config/manager of a current `operator-sdk init --plugins ansible` project.
     op = start_operator(
         [default_watch(role=str(HERE / "roles" / "sdk_metrics"), finalizer=None)],
         "--metrics-require-rbac=false",
         "--metrics-secure",
-        f"--metrics-bind-address=127.0.0.1:{metrics}",
+        "--metrics-bind-address=127.0.0.1:0",
         "--leader-elect",
         "--leader-election-id=widget-operator",
         f"--leader-election-namespace={cluster.ns}",
-        f"--health-probe-bind-address=127.0.0.1:{health}",
+        "--health-probe-bind-address=127.0.0.1:0",
         "--zap-log-level=info",
         "--reconcile-period=10h",
         "--inject-owner-ref=true",
     )
+    metrics, health = op.port("/metrics"), op.port("/healthz")
     cluster.create_widget("counted", {"size": 3})
     cluster.wait_condition("counted", "Successful")
 
@@ -157,7 +151,6 @@ def test_graceful_shutdown_timeout_stops_the_run(cluster: Cluster, start_operato
 
 def test_readyz_fails_when_the_api_server_is_gone_healthz_stays(cluster: Cluster, start_operator,
                                                                 tmp_path: Path) -> None:
-    health, metrics = free_port(), free_port()
     proxy = None
     kubeconfig = None
     if cluster.sandbox is None:
@@ -166,16 +159,17 @@ def test_readyz_fails_when_the_api_server_is_gone_healthz_stays(cluster: Cluster
         proxy = TLSCutProxy.in_front_of(cluster.kubeconfig, kube.shared().directory / "pki").start()
         kubeconfig = proxy.write_kubeconfig(cluster.kubeconfig, tmp_path / "via-proxy.kubeconfig")
     try:
-        start_operator(
+        op = start_operator(
             [default_watch(finalizer=None)],
-            f"--health-probe-bind-address=127.0.0.1:{health}",
+            "--health-probe-bind-address=127.0.0.1:0",
             "--api-unreachable-timeout=2s",
             # the scaffold's metrics args: without a bearer token /metrics is refused
-            f"--metrics-bind-address=127.0.0.1:{metrics}",
+            "--metrics-bind-address=127.0.0.1:0",
             "--metrics-secure",
             "--metrics-require-rbac",
             kubeconfig=kubeconfig,
         )
+        health, metrics = op.port("/healthz"), op.port("/metrics")
         wait_for(lambda: get(f"http://127.0.0.1:{health}/readyz")[0] == 200, 60, what="ready")
         status, text = get(f"https://127.0.0.1:{metrics}/metrics")
         assert status == 401 and "bearer token" in text
@@ -254,7 +248,6 @@ def _metrics_require_rbac(tmp_path: Path, executor: str, kubeconfig: Path, env: 
 
         watches = tmp_path / "watches.yaml"
         watches.write_text(yaml.safe_dump([default_watch(finalizer=None)]))
-        metrics = free_port()
         proc_env = {**os.environ, "HOME": str(tmp_path), "ANSIBLE_GATHERING": "explicit",
                     "WATCH_NAMESPACE": ns}
         proc_env.pop("KUBECONFIG", None)
@@ -274,7 +267,7 @@ def _metrics_require_rbac(tmp_path: Path, executor: str, kubeconfig: Path, env: 
                     "--executor",
                     executor,
                     "--health-probe-bind-address=0",
-                    f"--metrics-bind-address=127.0.0.1:{metrics}",
+                    "--metrics-bind-address=127.0.0.1:0",
                     "--metrics-secure",
                     "--metrics-require-rbac",
                     "--osdk-metric-bind-address=0",
@@ -285,6 +278,8 @@ def _metrics_require_rbac(tmp_path: Path, executor: str, kubeconfig: Path, env: 
                 env=proc_env,
                 start_new_session=True,
             )
+        metrics = served_port(lambda: (tmp_path / "operator.log").read_text(errors="replace"),
+                              lambda: proc.poll() is None)
 
         def scrape(token: str | None) -> tuple[int, str]:
             context = ssl.create_default_context()

@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from kubernetes.client.rest import ApiException
 
 from ansible_operator_sandbox.testing import start_in_thread, wait_for
 from tests import kube
+from tests.harness import served_port
 
 # also on the lowest supported ansible-core (./dev.sh test-ansible-low): the project's role runs on both
 pytestmark = [pytest.mark.e2e, pytest.mark.ansible_versions]
@@ -53,12 +53,6 @@ GROUP, VERSION, PLURAL = "web.example.org", "v1alpha1", "websites"
 NS = "sites"
 VAULT_PASSWORD = "website-operator-vault-pass"  # what roles/website/vars/main.yml was encrypted with
 ADMIN_TOKEN = "S3cr3t-admin-token"  # ... and what it decrypts to
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str, token: str | None = None) -> tuple[int, str]:
@@ -90,7 +84,8 @@ def _rendered(manager_namespace: str = MANAGER_NS) -> list[dict[str, Any]]:
 
 
 def _container_command(manager: dict[str, Any], ports: dict[str, int], mounts: dict[str, Path]) -> list[str]:
-    """The image's ENTRYPOINT with the Deployment's args, ports and mount paths moved for this host."""
+    """The image's ENTRYPOINT with the Deployment's args, ports (0: the kernel picks) and mount paths moved
+    for this host."""
     container = manager["spec"]["template"]["spec"]["containers"][0]
     args = []
     for arg in container.get("args") or []:
@@ -194,8 +189,8 @@ def test_sdk_scaffolded_project_runs_with_its_manager_args(server: Server, tmp_p
     (vault / "password").write_text(VAULT_PASSWORD + "\n")
     mounts = {m["mountPath"]: vault for m in container["volumeMounts"]}
     assert list(mounts) == ["/etc/website-vault"]
-    ports = {"--metrics-bind-address": _free_port(), "--health-probe-bind-address": _free_port()}
-    command = _container_command(manager, ports, mounts)
+    command = _container_command(manager, {"--metrics-bind-address": 0, "--health-probe-bind-address": 0},
+                                 mounts)
     # the image's HOME=/opt/ansible: run artifacts and Ansible's files stay in this test's copy
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "XDG_STATE_HOME", "XDG_CACHE_HOME")}
     env["HOME"] = str(home)
@@ -219,6 +214,10 @@ def test_sdk_scaffolded_project_runs_with_its_manager_args(server: Server, tmp_p
         return log_path.read_text(errors="replace")[-5000:]
 
     try:
+        ports = {flag: served_port(lambda: log_path.read_text(errors="replace"), lambda: proc.poll() is None,
+                                   path)
+                 for flag, path in (("--metrics-bind-address", "/metrics"),
+                                    ("--health-probe-bind-address", "/healthz"))}
         sample = yaml.safe_load((PROJECT / "config" / "samples" / "web_v1alpha1_website.yaml").read_text())
         created = custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, sample)
         name = created["metadata"]["name"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import time
 import urllib.request
 from datetime import datetime, timezone
@@ -236,11 +235,11 @@ def test_300_widgets_on_one_then_three_replicas_a_kill_and_back_to_one(
     one is killed with -9 in the middle of its runs and the other two start those within the Lease
     duration + 10 s; one leaves cleanly (→ 1) and the last re-checks its Widgets. No Widget ever runs on two
     replicas at once, and every one ends ``Successful`` at its latest generation."""
-    ports = {r: free_port() for r in ("a", "b", "c")}
+    ports: dict[str, int] = {}
 
     def start(r: str, *extra: str) -> OperatorProcess:
-        return start_operator(WATCH, *flags(cluster, *WIDE, "--metrics-bind-address", f"127.0.0.1:{ports[r]}",
-                                            *extra), name=r)
+        return start_operator(WATCH, *flags(cluster, *WIDE, "--metrics-bind-address", "127.0.0.1:0", *extra),
+                              name=r)
 
     # every replica with PATIENT's Lease: 300 Widgets starting at once on 2 cores (and the suite's other
     # stages beside them in CI) can keep the API server from answering a renewal for 10 s
@@ -254,6 +253,7 @@ def test_300_widgets_on_one_then_three_replicas_a_kill_and_back_to_one(
     wait_for(lambda: results(ops["a"]).get("running"), 120, what="runs in flight on a")
     ops["b"] = start("b", *PATIENT)
     ops["c"] = start("c", *PATIENT)
+    ports.update({r: op.port() for r, op in ops.items()})
     wait_for(lambda: settled(cluster, 3), 120, what="three members drained for one ring")
     wait_all_at_latest(cluster, names, "300 Widgets Successful on three replicas")
     share = owners(cluster, ops)
@@ -447,12 +447,6 @@ def test_a_replica_cut_off_fences_itself_before_the_other_takes_over(
         proxy.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _metric(port: int, metric: str = "ansible_operator_cached_objects") -> float | None:
     """``metric`` of the Widget watch on one replica's /metrics."""
     try:
@@ -499,9 +493,9 @@ def test_with_shard_selectors_each_replica_receives_only_its_shard(cluster: Clus
     if not _serves_shard_selectors(cluster):
         pytest.skip("this kube-apiserver does not serve shardSelector (Kubernetes >= 1.36 with the"
                     " ShardedListAndWatch feature gate: tests/kube.py turns it on where it exists)")
-    ports = {r: free_port() for r in ("a", "b")}
     ops = {r: start_operator(WATCH, *flags(cluster, "--shard-selector", "--metrics-bind-address",
-                                           f"127.0.0.1:{ports[r]}", *PATIENT), name=r) for r in ("a", "b")}
+                                           "127.0.0.1:0", *PATIENT), name=r) for r in ("a", "b")}
+    ports = {r: op.port() for r, op in ops.items()}
     wait_for(lambda: settled(cluster, 2), 90, what="two members drained for one ring")
     n = 20
     for i in range(n):
@@ -536,9 +530,9 @@ def test_with_shard_labels_each_replica_receives_only_its_buckets(cluster: Clust
     n = 20
     for i in range(n // 2):  # before the operator: unlabelled
         cluster.create_widget(f"w{i}", {"seconds": 1})
-    ports = {r: free_port() for r in ("a", "b")}
-    ops = {r: start_operator(WATCH, *flags(cluster, "--shard-label", "--metrics-bind-address",
-                                           f"127.0.0.1:{ports[r]}", *PATIENT), name=r) for r in ("a", "b")}
+    ops = {r: start_operator(WATCH, *flags(cluster, "--shard-label", "--metrics-bind-address", "127.0.0.1:0",
+                                           *PATIENT), name=r) for r in ("a", "b")}
+    ports = {r: op.port() for r, op in ops.items()}
     wait_for(lambda: settled(cluster, 2), 90, what="two members drained for one ring")
     for i in range(n // 2, n):
         cluster.create_widget(f"w{i}", {"seconds": 1})

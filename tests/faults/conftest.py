@@ -26,7 +26,6 @@ import json
 import os
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import threading
@@ -493,6 +492,10 @@ class Operator:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def port(self, path: str = "/metrics") -> int:
+        """Where it serves ``path``, started with ``127.0.0.1:0`` for it (``tests.harness.served_port``)."""
+        return harness.served_port(self.logs, self.alive, path)
+
     def runs(self, ns: str, name: str) -> list[dict[str, Any]]:
         """run.json summaries of one widget, oldest first."""
         return harness.read_runs(self.artifacts, ns, name)
@@ -548,12 +551,6 @@ def operators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[...
         op.stop(family=family)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def probe(port: int, path: str) -> int:
     """The status of GET http://127.0.0.1:<port><path>, or 0 when nothing answered within 5 s."""
     try:
@@ -580,10 +577,10 @@ def operator_via_proxy(cluster: Cluster, operators: Callable[..., Operator], tmp
     serving /healthz and /readyz; the caller closes ``.proxy``."""
     proxy = cluster.proxy()
     try:
-        health = free_port()
         op = operators(proxy.write_kubeconfig(tmp_path / "via-proxy.kubeconfig"), [widget_watch()],
-                       "--health-probe-bind-address", f"127.0.0.1:{health}",
+                       "--health-probe-bind-address", "127.0.0.1:0",
                        "--api-unreachable-timeout", unreachable_timeout, namespace=ns, name=name)
+        health = op.port("/healthz")
     except BaseException:
         proxy.close()
         raise

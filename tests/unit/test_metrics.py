@@ -151,17 +151,23 @@ async def test_failing_check_reports_500_with_reason() -> None:
 async def test_serve_endpoints_separate_shared_and_disabled() -> None:
     m = Metrics()
     assert await serve("0", metrics=m) is None
-    handles = await serve_endpoints("127.0.0.1:0", "127.0.0.1:0", metrics=m)
+    shared = await serve("127.0.0.1:0", metrics=m)
+    assert shared is not None
+    port = shared.port
+    await shared.close()  # a port just free: the same address twice is one listener
+    handles = await serve_endpoints(f"127.0.0.1:{port}", f"127.0.0.1:{port}", metrics=m)
     try:
         assert len(handles) == 1 and set(handles[0].paths) == {"/metrics", "/healthz", "/readyz"}
     finally:
         await close_all(handles)
-    handles = await serve_endpoints("127.0.0.1:0", "localhost:0", metrics=m)
-    try:
-        assert [h.paths for h in handles] == [("/metrics",), ("/healthz", "/readyz")]
-        assert handles[0].port != handles[1].port
-    finally:
-        await close_all(handles)
+    # two ":0" are two ports the kernel picks, as controller-runtime's two servers
+    for health in ("127.0.0.1:0", "localhost:0"):
+        handles = await serve_endpoints("127.0.0.1:0", health, metrics=m)
+        try:
+            assert [h.paths for h in handles] == [("/metrics",), ("/healthz", "/readyz")]
+            assert handles[0].port != handles[1].port
+        finally:
+            await close_all(handles)
     handles = await serve_endpoints("0", "127.0.0.1:0", metrics=m)
     try:
         assert [h.paths for h in handles] == [("/healthz", "/readyz")]
