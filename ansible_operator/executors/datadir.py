@@ -168,18 +168,23 @@ def configured_roles_path() -> tuple[str, ...]:
     directory first and must keep these after it: the SDK sets no roles path, so a role's dependencies
     installed there resolve under it. Read once (the operator's working directory and config stay)."""
     if reads_no_config_file() and os.environ.get("ANSIBLE_HOME") is None:
-        # base.yml's default with ANSIBLE_HOME's (~/.ansible, a `path`: expanded and normalised)
+        # ANSIBLE_HOME's default (~/.ansible, a `path`: expanded, normalised against the working directory)
         home = os.path.normpath(os.path.join(os.getcwd(), os.path.expanduser("~/.ansible")))
-        return (os.path.join(home, "roles"), "/usr/share/ansible/roles", "/etc/ansible/roles")
+        return _default_roles_path(home)
     try:
         config = ansible_config()
         value, origin = config.get_config_value_and_origin("DEFAULT_ROLES_PATH")
-        if origin == "default":  # base.yml's '{{ ANSIBLE_HOME ~ "/roles:/usr/share/...:/etc/..." }}'
-            home = str(config.get_config_value("ANSIBLE_HOME"))
-            value = [os.path.join(home, "roles"), "/usr/share/ansible/roles", "/etc/ansible/roles"]
+        if origin == "default":
+            return _default_roles_path(str(config.get_config_value("ANSIBLE_HOME")))
     except Exception:  # no ansible-core here, or an unreadable ansible.cfg (the run itself will report it)
         return ()
     return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+def _default_roles_path(ansible_home: str) -> tuple[str, ...]:
+    """base.yml's default DEFAULT_ROLES_PATH:
+    ``{{ ANSIBLE_HOME ~ "/roles:/usr/share/ansible/roles:/etc/ansible/roles" }}``."""
+    return (os.path.join(ansible_home, "roles"), "/usr/share/ansible/roles", "/etc/ansible/roles")
 
 
 def _environment(request: RunRequest, role_parent: Path | None) -> dict[str, str]:

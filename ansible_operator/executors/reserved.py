@@ -81,25 +81,31 @@ def _decode(output: str) -> object:
 
 async def read(python: str) -> frozenset[str]:
     """:func:`collect` in a child process of interpreter ``python``, without blocking the event loop (or
-    from the cache, see the module)."""
-    cache = cache_file(python)
-    cached = _load(cache)
-    if cached is not None:
-        return parse(cached, python)
+    from the cache, see the module: its files are read and written in a worker thread)."""
+    cache, kept = await asyncio.to_thread(_kept, python)
+    if kept is not None:
+        return kept
     proc = await asyncio.create_subprocess_exec(python, "-c", _SCRIPT, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.DEVNULL)
     out, _ = await proc.communicate()
-    return _parse_and_keep(_decode(out.decode("utf-8", "replace")), python, cache)
+    return await asyncio.to_thread(_parse_and_keep, _decode(out.decode("utf-8", "replace")), python, cache)
 
 
 def read_blocking(python: str, *, cached: bool = True) -> frozenset[str]:
     """:func:`read`, blocking; ``cached=False`` starts the child whatever the cache holds (and writes it)."""
-    cache = cache_file(python)
-    kept = _load(cache) if cached else None
+    cache, kept = _kept(python, cached=cached)
     if kept is not None:
-        return parse(kept, python)
+        return kept
     proc = subprocess.run([python, "-c", _SCRIPT], capture_output=True, text=True, timeout=120, check=False)
     return _parse_and_keep(_decode(proc.stdout), python, cache)
+
+
+def _kept(python: str, *, cached: bool = True) -> tuple[Path | None, frozenset[str] | None]:
+    """The cache file for ``python`` (see :func:`cache_file`) and the names it holds (None: none usable, or
+    ``cached=False``)."""
+    cache = cache_file(python)
+    names = _load(cache) if cached else None
+    return cache, (parse(names, python) if names is not None else None)
 
 
 def cache_file(python: str) -> Path | None:
