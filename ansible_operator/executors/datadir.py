@@ -154,7 +154,8 @@ def reads_no_config_file() -> bool:
     :data:`CONFIG_FILES` exists. Its settings are then their environment variables or defaults, and no
     ``ConfigManager`` (~0.25 CPU s: ansible-core's definitions of every setting, in YAML) is needed to know
     them. Conservative: a file Ansible would skip (``./ansible.cfg`` in a world-writable directory, an
-    unreadable one) counts as read."""
+    unreadable one) counts as read. ansible-core's own search (``find_ini_config_file``) is not called: its
+    module imports 48 of ansible-core's (~0.1 CPU s at each operator start) for these few stat calls."""
     if os.environ.get("ANSIBLE_CONFIG") is not None:
         return False
     return not any(os.path.lexists(os.path.expanduser(p)) for p in CONFIG_FILES)
