@@ -7,6 +7,7 @@ ansible, aiohttp) inside their ``main`` so ``ansible-operator --help`` stays fas
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import shlex
@@ -604,6 +605,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     if args.command == "run":
         finish_run_args(args.run_parser, args)
+        gc.disable()  # until the run's imports are done: manager.import_for_run
     module = importlib.import_module(args.module)
     result = module.main(args)
     return int(result or 0)

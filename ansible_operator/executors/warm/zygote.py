@@ -424,6 +424,9 @@ def main() -> int:
     become_subreaper()
     zygote = Zygote(ctl_out)
     started = time.monotonic()
+    # No collector passes while the preload makes its ~200,000 lasting objects (~10 % of the preload on
+    # Python 3.11); one collection before they are frozen, below.
+    gc.disable()
     try:
         _seed_environment()
         with ansible_compat.import_time_notices_dropped():
@@ -438,6 +441,7 @@ def main() -> int:
     # would touch every object's header and copy those pages. Frozen objects are never scanned.
     gc.collect()
     gc.freeze()
+    gc.enable()
     zygote.send({"op": "ready", "pid": os.getpid(), "ansible_core": ansible.release.__version__,
                  "preload_seconds": round(time.monotonic() - started, 3), "reserved_names": names})
     try:
