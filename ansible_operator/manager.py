@@ -66,13 +66,12 @@ def _artifacts_root(args: argparse.Namespace) -> Path:
 def import_for_run() -> None:
     """Import what every run imports, with Python's cyclic garbage collector off (``cli.main`` turns it off
     before it imports this module and the ``kubernetes`` client with it), then freeze what is there and
-    turn the collector on. The imports make ~100,000 objects that live as long as the process; the
-    collector's passes over them while they were made took ~20 % of an operator's start (0.80 → 0.63 CPU s
-    to here on Python 3.11), and frozen they are never scanned again. What the imports left unreachable
-    (~2,000 objects) is not collected: a collection here costs as much as it saves."""
+    turn the collector on (``metrics`` brings aiohttp's server). The imports make ~100,000 objects that
+    live as long as the process; the collector's passes over them while they were made took ~20 % of the
+    imports (0.80 → 0.63 CPU s on Python 3.11), and frozen they are never scanned again. What the imports
+    left unreachable (~2,000 objects) is not collected: a collection here costs as much as it saves."""
     gc.disable()
     try:
-        import aiohttp.web  # noqa: F401
         import kopf  # noqa: F401
 
         from ansible_operator import dependents, executors, intake, metrics, queue, reconcile  # noqa: F401
