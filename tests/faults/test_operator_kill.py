@@ -75,7 +75,10 @@ def test_sigkill_mid_run_leaves_no_orphan_and_converges_after_restart(
         for p in processes_mentioning(str(marker)):  # do not let a leaked process touch the rest of the suite
             p.kill()
     assert not marker.exists(), "the killed run wrote its side effect"
-    assert not [pid for pid, started in doomed if _alive(pid, started)], "processes of the killed run survive"
+    # a process SIGKILLed a moment ago may not have been scheduled to exit yet on a starved machine (the
+    # stress check at 8ca9d77: the shell's `sleep` alive right after the shell was gone): waited on, bounded
+    wait_for(lambda: not [pid for pid, started in doomed if _alive(pid, started)], 30, 0.1,
+             what="the killed run's processes to exit")
     killed_runs = [r for r in op.runs(ns, name)]
     assert len(killed_runs) == 1 and killed_runs[0]["result"] == "running"
 
